@@ -1,0 +1,1 @@
+"""Reference solutions (instructors only: never shipped in the student release)."""

@@ -1,0 +1,1 @@
+"""The project's own checks (instructors only; not shipped to students)."""

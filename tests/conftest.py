@@ -1,0 +1,65 @@
+"""Pytest wiring: ``--impl``, hypothesis profiles, one marker per handout problem."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from tests.harness import HANDOUT_MODULES, Impl, LocalImpl
+
+IMPL_KEY = pytest.StashKey[Impl]()
+
+# dev: fast feedback while working; ci: the project's own CI; grade: the
+# grader's long, derandomized runs (a regrade gives the same verdict).
+_COMMON = dict(
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
+    print_blob=True,
+)
+settings.register_profile("dev", max_examples=15, **_COMMON)
+settings.register_profile("ci", max_examples=40, derandomize=True, **_COMMON)
+settings.register_profile("grade", max_examples=150, derandomize=True, **_COMMON)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--impl",
+        default="student",
+        help="what to test: 'student' (default: ./student), 'reference', "
+        "or a path to a folder holding student/ (a submission)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if IMPL_KEY in config.stash:  # a plugin (the grader) supplied its own Impl
+        return
+    which = config.getoption("--impl")
+    if which not in ("student", "reference"):
+        which = str(Path(which).expanduser().resolve())
+    try:
+        config.stash[IMPL_KEY] = LocalImpl(which)
+    except (ValueError, ImportError) as e:
+        raise pytest.UsageError(f"--impl {which}: {e}") from e
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    impl = config.stash.get(IMPL_KEY, None)
+    return f"implementation under test: {impl.name if impl else '?'}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its problem, taken from its file: test_<problem>.py."""
+    for item in items:
+        stem = Path(str(item.fspath)).stem.removeprefix("test_").removesuffix("_hidden")
+        if stem in HANDOUT_MODULES:
+            item.add_marker(getattr(pytest.mark, stem))
+
+
+@pytest.fixture(scope="session")
+def impl(pytestconfig: pytest.Config) -> Impl:
+    """The implementation under test (see tests/harness.py for the rules)."""
+    return pytestconfig.stash[IMPL_KEY]

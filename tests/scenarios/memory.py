@@ -1,0 +1,31 @@
+"""Scenarios for handout §1.3: models built from plain specs."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def build_model(dims: list[int], bias: bool, tie: bool, dtype: torch.dtype = torch.float32) -> nn.Module:
+    """An MLP with layer widths ``dims``; with ``tie`` its last layer shares the
+    first layer's weight (so both must be square and equal-sized)."""
+    layers: list[nn.Module] = []
+    for d_in, d_out in pairwise(dims):
+        layers += [nn.Linear(d_in, d_out, bias=bias, dtype=dtype), nn.ReLU()]
+    model = nn.Sequential(*layers[:-1]) if layers else nn.Sequential()
+    linears = [m for m in model if isinstance(m, nn.Linear)]
+    if tie and len(linears) >= 2 and linears[0].weight.shape == linears[-1].weight.shape:
+        linears[-1].weight = linears[0].weight
+    return model
+
+
+def count_parameters_of(lab: Any, dims: list[int], bias: bool, tie: bool) -> Any:
+    """What the implementation's count_parameters says of ``build_model(...)``."""
+    return lab.memory.count_parameters(build_model(dims, bias, tie))
+
+
+def count_parameters_of_non_module(lab: Any) -> Any:
+    return lab.memory.count_parameters([torch.zeros(3, requires_grad=True)])

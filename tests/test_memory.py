@@ -1,0 +1,142 @@
+"""Handout §1.3: training memory.
+
+Oracle: the bytes a real model, its ``.grad``s and a real ``torch.optim``
+optimizer's state hold after one step, and the activations autograd saves.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.scenarios import memory as scenarios
+
+OPTIMIZERS = {
+    "sgd": lambda ps: torch.optim.SGD(ps, lr=0.1),
+    "sgd_momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+    "adagrad": lambda ps: torch.optim.Adagrad(ps, lr=0.1),
+    "rmsprop": lambda ps: torch.optim.RMSprop(ps, lr=0.1),
+    "adam": lambda ps: torch.optim.Adam(ps, lr=0.1),
+    "adamw": lambda ps: torch.optim.AdamW(ps, lr=0.1),
+}
+PARAM_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+
+widths = st.lists(st.integers(1, 12), min_size=1, max_size=4)
+
+
+@given(dims=widths, bias=st.booleans(), tie=st.booleans())
+def test_count_parameters_matches_numel(impl, dims, bias, tie):
+    model = scenarios.build_model(dims, bias, tie)
+    expected = sum(p.numel() for p in model.parameters())
+    got = impl.scenario(scenarios.count_parameters_of, dims, bias, tie)
+    assert got == expected, f"count_parameters(MLP {dims}, bias={bias}, tied={tie}): expected {expected}, got {got!r}"
+
+
+def test_tied_weights_count_once(impl):
+    got = impl.scenario(scenarios.count_parameters_of, [5, 5, 5], False, True)
+    assert got == 25, f"a weight shared by two layers counts once: expected 25, got {got!r}"
+
+
+def _measure_step(name: str, dims: list[int], dtype: torch.dtype, batch: int):
+    """Bytes held after one real step: params, grads, per-parameter state, activations."""
+    torch.manual_seed(0)
+    model = scenarios.build_model(dims, bias=True, tie=False, dtype=dtype)
+    params = list(model.parameters())
+    opt = OPTIMIZERS[name](params)
+    saved: dict[int, torch.Tensor] = {}
+    param_ptrs = {p.untyped_storage().data_ptr() for p in params}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in param_ptrs:
+            saved[ptr] = t
+        return t
+
+    x = torch.randn(batch, dims[0], dtype=dtype)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = model(x).square().mean()
+    loss.backward()
+    opt.step()
+    nbytes = lambda ts: sum(t.untyped_storage().nbytes() for t in ts)
+    state = [
+        v for p in params for v in opt.state[p].values()
+        if isinstance(v, torch.Tensor) and v.shape == p.shape
+    ]
+    acts = list(saved.values())
+    return {
+        "num_params": sum(p.numel() for p in params),
+        "num_activations": sum(t.numel() for t in acts),
+        "parameters": nbytes(params),
+        "gradients": nbytes([p.grad for p in params]),
+        "optimizer_state": nbytes(state),
+        "activations": nbytes(acts),
+    }
+
+
+@given(
+    name=st.sampled_from(sorted(OPTIMIZERS)),
+    dims=st.lists(st.integers(1, 16), min_size=2, max_size=4),
+    dtype=st.sampled_from(PARAM_DTYPES),
+    batch=st.integers(1, 4),
+)
+def test_training_memory_matches_a_real_step(impl, name, dims, dtype, batch):
+    measured = _measure_step(name, dims, dtype, batch)
+    got = impl.memory.training_memory(
+        measured["num_params"], measured["num_activations"], name, dtype, dtype
+    )
+    for field in ("parameters", "gradients", "optimizer_state", "activations"):
+        assert getattr(got, field) == measured[field], (
+            f"training_memory({measured['num_params']}, {measured['num_activations']}, {name!r}, "
+            f"{dtype}).{field}: a real step holds {measured[field]} bytes, got {getattr(got, field)!r}"
+        )
+    expected_total = sum(measured[f] for f in ("parameters", "gradients", "optimizer_state", "activations"))
+    assert got.total == expected_total, f"total: expected {expected_total}, got {got.total!r}"
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_optimizer_state_floats_matches_torch(impl, name):
+    measured = _measure_step(name, [7, 5, 3], torch.float32, 2)
+    expected = measured["optimizer_state"] // 4
+    got = impl.memory.optimizer_state_floats(name, measured["num_params"])
+    assert got == expected, (
+        f"optimizer_state_floats({name!r}, {measured['num_params']}): expected {expected}, got {got!r}"
+    )
+
+
+def test_adamw_in_fp32_costs_16_bytes_per_parameter(impl):
+    m = impl.memory.training_memory(10**6, 0, "adamw", torch.float32)
+    assert m.total == 16 * 10**6, f"AdamW, fp32, no activations: expected 16 bytes/param, got {m.total / 1e6}"
+    assert impl.memory.max_trainable_parameters(8 * 80e9, 16) == 4 * 10**10
+
+
+@given(memory=st.integers(0, 10**15), per=st.integers(1, 64))
+def test_max_trainable_parameters_is_floor_division(impl, memory, per):
+    got = impl.memory.max_trainable_parameters(memory, per)
+    assert got == memory // per and type(got) is int, f"max_trainable_parameters({memory}, {per}) = {got!r}"
+
+
+@pytest.mark.parametrize(
+    ("function", "args", "error"),
+    [
+        ("optimizer_state_floats", ("lion", 10), ValueError),
+        ("optimizer_state_floats", (3, 10), TypeError),
+        ("optimizer_state_floats", ("adam", -1), ValueError),
+        ("training_memory", (-5, 0, "adam"), ValueError),
+        ("training_memory", (5, 0, "adam", "float32"), TypeError),
+        ("training_memory", (5, 0, "nadam"), ValueError),
+        ("max_trainable_parameters", (100, 0), ValueError),
+        ("max_trainable_parameters", (-1, 4), ValueError),
+        ("max_trainable_parameters", ("80GB", 4), TypeError),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_bad_input_is_rejected(impl, function, args, error):
+    with pytest.raises(error):
+        getattr(impl.memory, function)(*args)
+
+
+def test_count_parameters_rejects_non_modules(impl):
+    with pytest.raises(TypeError):
+        impl.scenario(scenarios.count_parameters_of_non_module)

@@ -1,0 +1,130 @@
+"""Handout §1.1: bytes per element and float formats.
+
+Oracles: ``Tensor.element_size()``, ``torch.finfo`` and real casts.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import assume, example, given
+from hypothesis import strategies as st
+
+from tests.strategies import ALL_DTYPES, FLOAT_DTYPES, FP8_DTYPES, dtypes, shapes
+
+FORMATS = (*FLOAT_DTYPES, *FP8_DTYPES)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_bytes_per_element_matches_element_size(impl, dtype):
+    expected = torch.empty(0, dtype=dtype).element_size()
+    got = impl.precision.bytes_per_element(dtype)
+    assert got == expected, f"bytes_per_element({dtype}): expected {expected}, got {got!r}"
+    assert type(got) is int
+
+
+@given(shape=shapes(max_dims=5, min_side=0, max_side=9), dtype=dtypes)
+def test_tensor_bytes_matches_measured_storage(impl, shape, dtype):
+    measured = torch.empty(shape, dtype=dtype).untyped_storage().nbytes()
+    got = impl.precision.tensor_bytes(shape, dtype)
+    assert got == measured, f"tensor_bytes({shape}, {dtype}): expected {measured}, got {got!r}"
+
+
+def test_tensor_bytes_worked_examples(impl):
+    assert impl.precision.tensor_bytes((4, 8), torch.float32) == 128
+    # GPT-3's feed-forward matrix in fp32: 2304 MiB.
+    assert impl.precision.tensor_bytes((12288, 4 * 12288), torch.float32) == 2304 * 2**20
+
+
+@pytest.mark.parametrize("dtype", FORMATS, ids=str)
+def test_float_format_matches_finfo(impl, dtype):
+    info = torch.finfo(dtype)
+    fmt = impl.precision.float_format(dtype)
+    mantissa = round(-math.log2(info.eps))
+    assert fmt.bits == info.bits, f"{dtype}: bits {fmt.bits} != {info.bits}"
+    assert fmt.mantissa_bits == mantissa, f"{dtype}: mantissa_bits {fmt.mantissa_bits} != {mantissa}"
+    assert fmt.exponent_bits == info.bits - 1 - mantissa, f"{dtype}: exponent_bits {fmt.exponent_bits}"
+    for field, want in (("max", info.max), ("smallest_normal", info.smallest_normal), ("eps", info.eps)):
+        assert getattr(fmt, field) == want, f"{dtype}.{field}: expected {want}, got {getattr(fmt, field)}"
+
+
+def test_fp8_maxima(impl):
+    assert impl.precision.float_format(torch.float8_e4m3fn).max == 448.0
+    assert impl.precision.float_format(torch.float8_e5m2).max == 57344.0
+
+
+def _ulp_at_max(dtype: torch.dtype) -> float:
+    info = torch.finfo(dtype)
+    return math.ldexp(info.eps, math.frexp(info.max)[1] - 1)
+
+
+def _cast(value: float, dtype: torch.dtype) -> float:
+    # Values are drawn float32-exact, so going through float32 rounds once.
+    return torch.tensor(value, dtype=torch.float32).to(dtype).item()
+
+
+def _oracle_overflows(value: float, dtype: torch.dtype) -> bool:
+    cast = _cast(value, dtype)
+    if math.isinf(cast) or math.isnan(cast):
+        return True
+    # e4m3fn saturates in torch: past max by more than half an ulp is unrepresentable.
+    return abs(value) - torch.finfo(dtype).max > _ulp_at_max(dtype) / 2
+
+
+finite32 = st.floats(allow_nan=False, allow_infinity=False, width=32)
+
+
+@given(value=finite32.filter(lambda v: v != 0), dtype=st.sampled_from(FORMATS))
+@example(value=1e-8, dtype=torch.float16)
+@example(value=1e-8, dtype=torch.bfloat16)
+@example(value=2.0**-25, dtype=torch.float16)  # the tie rounds to even: zero
+@example(value=2.0**-10, dtype=torch.float8_e4m3fn)
+def test_underflows_matches_cast(impl, value, dtype):
+    assume(dtype is not torch.float64)  # no float32 value underflows float64
+    expected = _cast(value, dtype) == 0.0
+    got = impl.precision.underflows(value, dtype)
+    assert got is expected, f"underflows({value!r}, {dtype}): expected {expected}, got {got!r}"
+
+
+@given(value=finite32, dtype=st.sampled_from(FORMATS))
+@example(value=70000.0, dtype=torch.float16)
+@example(value=70000.0, dtype=torch.bfloat16)
+@example(value=65520.0, dtype=torch.float16)  # the tie above max rounds to inf
+@example(value=464.0, dtype=torch.float8_e4m3fn)  # the tie stays at 448 (even)
+@example(value=465.0, dtype=torch.float8_e4m3fn)
+@example(value=61440.0, dtype=torch.float8_e5m2)
+def test_overflows_matches_cast(impl, value, dtype):
+    expected = _oracle_overflows(value, dtype)
+    got = impl.precision.overflows(value, dtype)
+    assert got is expected, f"overflows({value!r}, {dtype}): expected {expected}, got {got!r}"
+
+
+def test_worked_examples(impl):
+    assert impl.precision.underflows(1e-8, torch.float16) is True
+    assert impl.precision.underflows(1e-8, torch.bfloat16) is False
+    assert impl.precision.overflows(70000.0, torch.float16) is True
+    assert impl.precision.overflows(70000.0, torch.bfloat16) is False
+
+
+@pytest.mark.parametrize(
+    ("function", "args", "error"),
+    [
+        ("bytes_per_element", ("float32",), TypeError),
+        ("bytes_per_element", (torch.complex64,), ValueError),
+        ("tensor_bytes", ((2, -1), torch.float32), ValueError),
+        ("tensor_bytes", ((2, 1.5), torch.float32), TypeError),
+        ("tensor_bytes", ((2, 3), "float32"), TypeError),
+        ("float_format", (torch.int32,), ValueError),
+        ("float_format", (4,), TypeError),
+        ("underflows", (float("nan"), torch.float16), ValueError),
+        ("underflows", ("1e-8", torch.float16), TypeError),
+        ("overflows", (float("inf"), torch.float16), ValueError),
+        ("overflows", (1.0, torch.int8), ValueError),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_bad_input_is_rejected(impl, function, args, error):
+    with pytest.raises(error):
+        getattr(impl.precision, function)(*args)

@@ -1,0 +1,129 @@
+"""Handout §1.2: strides, contiguity and shared storage.
+
+Oracles: ``Tensor.stride()``, ``Tensor.is_contiguous()``, ``untyped_storage()``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.strategies import shapes
+
+
+@given(shape=shapes(max_dims=5, min_side=0))
+def test_contiguous_strides_match_torch(impl, shape):
+    expected = torch.empty(shape).stride()
+    got = impl.views.contiguous_strides(shape)
+    assert tuple(got) == expected, f"contiguous_strides({shape}): expected {expected}, got {got!r}"
+
+
+@st.composite
+def views(draw):
+    """A tensor view made by slicing, transposing and indexing, and one element of it."""
+    base = torch.arange(draw(st.integers(1, 6)) * 2 * 3 * 4).reshape(-1, 2, 3, 4)
+    t = base
+    for op in draw(st.lists(st.sampled_from(["t", "slice", "index", "step"]), max_size=4)):
+        if op == "t" and t.dim() >= 2:
+            t = t.transpose(0, t.dim() - 1)
+        elif op == "slice" and t.shape[0] > 1:
+            t = t[1:]
+        elif op == "index" and t.dim() > 1:
+            t = t[t.shape[0] - 1]
+        elif op == "step" and t.dim() >= 1:
+            t = t[..., ::2]
+    index = tuple(draw(st.integers(0, s - 1)) for s in t.shape)
+    return t, index
+
+
+@given(views())
+def test_storage_index_finds_the_element(impl, case):
+    t, index = case
+    flat = t.untyped_storage()
+    got = impl.views.storage_index(index, t.stride(), t.storage_offset())
+    storage = torch.empty(0, dtype=t.dtype).set_(flat)
+    assert storage[got] == t[index], (
+        f"storage_index({index}, {t.stride()}, {t.storage_offset()}) = {got!r}: "
+        f"storage holds {storage[got].item() if 0 <= got < storage.numel() else 'nothing'} "
+        f"there, but the element is {t[index].item()}"
+    )
+
+
+def test_storage_index_worked_example(impl):
+    assert impl.views.storage_index((1, 2), (4, 1)) == 6
+    assert impl.views.storage_index((1, 2), (4, 1), 3) == 9
+
+
+@given(
+    shape=shapes(max_dims=4, min_side=0, max_side=4),
+    data=st.data(),
+)
+def test_is_contiguous_matches_torch(impl, shape, data):
+    contiguous = torch.empty(shape).stride()
+    # Half the time perturb the strides, size-1 dimensions included.
+    strides = data.draw(
+        st.one_of(
+            st.just(contiguous),
+            st.tuples(*[st.sampled_from([s, s + 1, 0, 7]) for s in contiguous]),
+        )
+    )
+    expected = torch.empty_strided(shape, strides).is_contiguous()
+    got = impl.views.is_contiguous(shape, strides)
+    assert got is expected, f"is_contiguous({shape}, {strides}): expected {expected}, got {got!r}"
+
+
+def test_size_one_strides_do_not_matter(impl):
+    assert impl.views.is_contiguous((2, 1, 3), (3, 100, 1)) is True
+    assert impl.views.is_contiguous((2, 3), (1, 2)) is False
+
+
+@st.composite
+def view_pairs(draw):
+    base = torch.arange(24.0).reshape(4, 6)
+    other = torch.arange(24.0).reshape(4, 6)  # equal values, different storage
+    make = {
+        "x": lambda t: t,
+        "x[1]": lambda t: t[1],
+        "x[2:, 1:]": lambda t: t[2:, 1:],
+        "x.T": lambda t: t.T,
+        "x.view(-1)[5:]": lambda t: t.view(-1)[5:],
+        "x[:, 3]": lambda t: t[:, 3],
+    }
+    a_name, b_name = draw(st.sampled_from(sorted(make))), draw(st.sampled_from(sorted(make)))
+    shared = draw(st.booleans())
+    return make[a_name](base), make[b_name](base if shared else other), shared, (a_name, b_name)
+
+
+@given(view_pairs())
+def test_same_storage_matches_untyped_storage(impl, case):
+    a, b, shared, names = case
+    got = impl.views.same_storage(a, b)
+    assert got is shared, (
+        f"same_storage({names[0]}, {names[1]} of {'the same' if shared else 'another'} tensor): "
+        f"expected {shared}, got {got!r}"
+    )
+
+
+def test_same_storage_is_not_data_ptr(impl):
+    x = torch.arange(16.0).reshape(4, 4)
+    assert impl.views.same_storage(x, x[1]) is True
+    assert impl.views.same_storage(x[1], x.clone()[1]) is False
+
+
+@pytest.mark.parametrize(
+    ("function", "args", "error"),
+    [
+        ("contiguous_strides", ((2, -3),), ValueError),
+        ("contiguous_strides", ("23",), TypeError),
+        ("storage_index", ((1, 2), (4,)), ValueError),
+        ("storage_index", ((1, -2), (4, 1)), ValueError),
+        ("is_contiguous", ((2, 3), (3, 1, 1)), ValueError),
+        ("same_storage", ([1, 2], [1, 2]), TypeError),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_bad_input_is_rejected(impl, function, args, error):
+    with pytest.raises(error):
+        getattr(impl.views, function)(*args)
