@@ -58,6 +58,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         Path(path).write_text(json.dumps(_RESULTS, indent=1))
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:  # xdist controller: merge workers
     _RESULTS.update(node.workeroutput.get("outcomes", {}))
 

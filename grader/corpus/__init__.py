@@ -1,0 +1,51 @@
+"""The corpus of known-wrong and cheating submissions (instructors only).
+
+``wrong/<problem>-<bug>.toml`` describes one classic bug as a patch to the
+reference: the submission is ``reference/`` copied as ``student/`` with the
+patch's ``find`` text replaced by ``replace`` in ``file``. It must lose exactly
+the points of ``problem``. Keeping patches (not copies) shows the bug at a glance
+and fails loudly when the reference changes under it.
+
+``cheat/<name>/`` holds whole hostile submissions (see its README).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+CORPUS = Path(__file__).resolve().parent
+REPO = CORPUS.parent.parent
+
+
+@dataclass(frozen=True)
+class WrongSubmission:
+    name: str
+    problem: str
+    description: str
+    patches: tuple[tuple[str, str, str], ...]  # (file, find, replace)
+
+
+def wrong_submissions() -> list[WrongSubmission]:
+    out = []
+    for path in sorted((CORPUS / "wrong").glob("*.toml")):
+        spec = tomllib.loads(path.read_text())
+        patches = tuple((p["file"], p["find"], p["replace"]) for p in spec["patch"])
+        out.append(WrongSubmission(path.stem, spec["problem"], spec["description"], patches))
+    return out
+
+
+def build_wrong(sub: WrongSubmission, dest: Path) -> Path:
+    """Write the submission folder (holding ``student/``) under ``dest``; return it."""
+    folder = dest / sub.name
+    pkg = folder / "student"
+    shutil.copytree(REPO / "reference", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    for file, find, replace in sub.patches:
+        target = pkg / file
+        text = target.read_text()
+        if text.count(find) != 1:
+            raise ValueError(f"{sub.name}: the text to replace occurs {text.count(find)} times in {file}")
+        target.write_text(text.replace(find, replace))
+    return folder

@@ -1,0 +1,38 @@
+"""Each known-wrong submission in grader/corpus/wrong is caught by the public
+tests of its problem (the grader tests check it loses exactly that problem)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader.corpus import build_wrong, wrong_submissions
+from tests.harness import HANDOUT_MODULES
+
+REPO = Path(__file__).resolve().parent.parent
+WRONG = wrong_submissions()
+
+
+def _outcomes(folder: Path, tmp_path: Path, tests: list[str]) -> dict:
+    out = tmp_path / "outcomes.json"
+    subprocess.run(
+        [sys.executable, "-m", "pytest", *tests, f"--impl={folder}", "-p", "selftest.outcomes",
+         f"--outcomes={out}", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--hypothesis-profile", "ci"],
+        cwd=REPO, capture_output=True, text=True, timeout=900,
+    )
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("sub", WRONG, ids=[s.name for s in WRONG])
+def test_public_tests_catch_the_bug(sub, tmp_path):
+    assert sub.problem in HANDOUT_MODULES, f"{sub.name}: unknown problem {sub.problem!r}"
+    folder = build_wrong(sub, tmp_path)
+    results = _outcomes(folder, tmp_path, [f"tests/test_{sub.problem}.py"])
+    assert results, f"{sub.name}: no test ran"
+    failed = [k for k, r in results.items() if r["outcome"] != "passed"]
+    assert failed, f"{sub.name} ({sub.description}) passes every public test of {sub.problem}"
+    assert not any(r["outcome"] == "collect-error" for r in results.values()), results
