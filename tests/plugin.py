@@ -1,4 +1,6 @@
-"""Pytest wiring: ``--impl``, hypothesis profiles, one marker per handout problem."""
+"""The pytest plugin of the assignment: ``--impl``, hypothesis profiles, one marker
+per handout problem, and the ``impl`` fixture. Loaded by the root conftest.py, so it
+serves the public tests and the grader's hidden checks alike."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""The grader (instructor side): trusted verdicts over a sandboxed worker."""

@@ -1,0 +1,1 @@
+"""Hidden differential checks (instructors only; never shipped to students)."""
