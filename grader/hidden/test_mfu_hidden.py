@@ -1,0 +1,52 @@
+"""The ``mfu`` problem: the submission's ``train`` on a GPU, timed by the grader.
+
+Runs only where CUDA is available; elsewhere every test here is skipped with
+the ``gpu`` marker, which the grader reports as "not run on a GPU" (never as
+passed). The workload and the threshold come from the rubric's ``[mfu]``
+table (grader/mfu.py has the defaults and explains each number).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from grader import mfu
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="not run on a GPU: the MFU check needs a CUDA device"),
+]
+
+
+@pytest.fixture(scope="module")
+def report(impl, ref) -> mfu.MfuReport:
+    """One measurement shared by the tests below (it takes seconds of GPU time)."""
+    settings = mfu.load_settings()
+    device = torch.device("cuda", torch.cuda.current_device())
+    result = mfu.run_check(
+        impl, ref, device=str(device), device_name=torch.cuda.get_device_name(device),
+        clock=time.perf_counter, sync=lambda: torch.cuda.synchronize(device),
+        workload=settings.workload, criteria=settings.criteria, matmul_size=8192,
+    )
+    print(mfu.format_report(result))
+    return result
+
+
+def test_train_does_the_reference_work(report):
+    """Every timed run ends with the parameters where the reference's are."""
+    bad = [v.message for v in report.verifications if not v.ok]
+    assert not bad, "train did not do the reference's work:\n" + "\n".join(bad) + "\n\n" + mfu.format_report(report)
+
+
+def test_mfu_is_a_fraction_of_the_reference(report, record_property):
+    """The submission's MFU is at least ``fraction`` of the reference loop's, same device, same run."""
+    record_property("mfu_ratio", round(report.ratio, 4))
+    vs_peak = report.mfu_vs_peak("submission")
+    if vs_peak is not None:
+        record_property("mfu_vs_dense_peak", round(vs_peak, 4))
+    assert report.verified and report.passed, (
+        f"MFU {report.ratio:.2f} of the reference's, needs {report.fraction}:\n{mfu.format_report(report)}"
+    )

@@ -1,0 +1,363 @@
+"""The MFU check's logic (grader/mfu.py), on the CPU with a fake device clock.
+
+The fake implementations run the real scenario (tests/scenarios/mfu.py) on a
+tiny workload with training loops written here, through the wire format, and
+advance a fake clock by ``overhead + steps * step_seconds`` per call: that is
+what a GPU run looks like to the trusted side, with the speed under our
+control.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from grader import mfu
+from tests import wire
+from tests.harness import ImplBase, LocalImpl
+from tests.scenarios import mfu as scenarios
+
+# Small enough for the CPU, big enough to tell work from no work: on this
+# workload bf16-vs-fp32 differs by < 0.02, half the steps by ~0.49 and half
+# the batch by ~0.3 (update error, tolerance 0.1).
+TINY = mfu.Workload(dim=32, num_layers=2, batch=128, steps=16, warmup_steps=2, repeats=2, probe=64)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny matmuls on a shared machine: threads only add contention."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+class FakeClock:
+    """A device clock under test control; records the order of reads and syncs."""
+
+    def __init__(self, tick: float = 0.0) -> None:
+        self.now, self.tick = 1000.0, tick
+        self.events: list[str] = []
+
+    def __call__(self) -> float:
+        self.events.append("clock")
+        self.now += self.tick
+        return self.now
+
+    def sync(self) -> None:
+        self.events.append("sync")
+
+
+class FakeImpl(ImplBase):
+    """Runs scenarios in-process with ``train`` as ``lab.training.train``; each
+    call costs ``overhead + steps * step_seconds`` on the fake clock."""
+
+    def __init__(self, name: str, train: Callable[..., Any], clock: FakeClock, step_seconds: float,
+                 overhead: float = 0.05) -> None:
+        self.name, self.clock, self.step_seconds, self.overhead = name, clock, step_seconds, overhead
+        self.lab = SimpleNamespace(training=SimpleNamespace(train=train))
+        self.calls: list[tuple[int, int]] = []  # (seed, steps)
+
+    def call(self, module: str, function: str, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the MFU check only runs scenarios")
+
+    def scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = wire.decode(wire.encode((args, kwargs)))
+        value = fn(self.lab, *args, **kwargs)
+        _, seed, steps, _, _ = args
+        self.calls.append((seed, steps))
+        self.clock.events.append(f"{self.name}:{steps}")
+        self.clock.now += self.overhead + steps * self.step_seconds
+        return wire.decode(wire.encode(value))
+
+
+def _loop(model, optimizer, batches, steps, autocast: bool, rows: slice = slice(None)) -> list[torch.Tensor]:
+    losses = []
+    for x, y in batches[:steps]:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = (model(x[rows]).float() - y[rows]).square().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.detach())
+    return losses
+
+
+def good_train(model, optimizer, batches, *, steps, precision):
+    return torch.stack(_loop(model, optimizer, batches, steps, precision == "bf16")).tolist()
+
+
+def fp32_train(model, optimizer, batches, *, steps, precision):
+    return torch.stack(_loop(model, optimizer, batches, steps, False)).tolist()
+
+
+def lazy_train(model, optimizer, batches, *, steps, precision):
+    return [1.0] * steps
+
+
+def half_steps_train(model, optimizer, batches, *, steps, precision):
+    losses = _loop(model, optimizer, batches, steps // 2, True)
+    return torch.stack(losses + losses).tolist()
+
+
+def half_batch_train(model, optimizer, batches, *, steps, precision):
+    rows = slice(0, batches[0][0].shape[0] // 2)
+    return torch.stack(_loop(model, optimizer, batches, steps, True, rows)).tolist()
+
+
+def tensor_losses_train(model, optimizer, batches, *, steps, precision):
+    return _loop(model, optimizer, batches, steps, True)  # 0-d tensors: accepted
+
+
+def check(sub_train, sub_step: float, *, ref_step: float = 1e-3, workload=TINY, seeds=(11, 22, 33),
+          tick: float = 0.0, **kw):
+    clock = FakeClock(tick)
+    ref = FakeImpl("ref", good_train, clock, ref_step)
+    sub = FakeImpl("sub", sub_train, clock, sub_step)
+    report = mfu.run_check(sub, ref, device="cpu", device_name="cpu", clock=clock, sync=clock.sync,
+                           workload=workload, seeds=list(seeds), **kw)
+    return report, clock, ref, sub
+
+
+def on_gpu(report: mfu.MfuReport, name: str = "NVIDIA H100 80GB HBM3") -> mfu.MfuReport:
+    """The same measurements as if taken on a GPU (the work itself ran on the CPU)."""
+    peak, note = mfu.peaks.dense_peak(name, report.workload.precision)
+    return dataclasses.replace(report, device="cuda:0", device_name=name, peak_flops=peak, peak_note=note)
+
+
+# --------------------------------------------------------------------------- arithmetic
+
+
+def test_mfu_is_achieved_over_peak():
+    assert mfu.mfu(6e12, 2.0, 1e12) == 3.0
+    # The lecture's example: 70B params on 15T tokens at 989.5e12 FLOP/s for 144 days on 1024 GPUs.
+    flops = 6 * 70e9 * 15e12
+    assert mfu.mfu(flops, 144 * 86400 * 1024, 989.5e12) == pytest.approx(0.5, rel=0.01)
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    ((1.0, 0.0, 1.0), ValueError), ((1.0, 1.0, 0.0), ValueError), ((-1.0, 1.0, 1.0), ValueError),
+    ((1.0, math.inf, 1.0), ValueError), ((1.0, math.nan, 1.0), ValueError), (("1", 1.0, 1.0), TypeError),
+    ((1.0, True, 1.0), TypeError),
+])
+def test_mfu_rejects_bad_input(args, error):
+    with pytest.raises(error):
+        mfu.mfu(*args)
+
+
+def test_model_flops_is_six_params_rows_steps():
+    model, _ = scenarios.build(TINY.as_data(), 0, "cpu")
+    params = sum(p.numel() for p in model.parameters())
+    assert mfu.num_parameters(TINY) == params == 2 * 32 * 32 + 32
+    assert mfu.model_flops(TINY, 5) == 6 * params * 128 * 5
+    default = mfu.DEFAULT_WORKLOAD
+    assert mfu.model_flops(default, 1) == pytest.approx(3.3e12, rel=0.01), "the default workload is ~3.3 TFLOP/step"
+    with pytest.raises(ValueError):
+        mfu.model_flops(TINY, -1)
+
+
+def test_score_threshold_is_a_fraction_of_the_reference():
+    assert mfu.score(1.25, 1.0, 0.8)  # exactly 0.8 of the reference's MFU
+    assert not mfu.score(1.26, 1.0, 0.8)
+    assert mfu.score(0.5, 1.0, 0.8)  # faster than the reference is fine
+    with pytest.raises(ValueError):
+        mfu.score(0.0, 1.0, 0.8)
+
+
+def test_time_call_syncs_before_and_after_reading_the_clock():
+    clock = FakeClock()
+
+    def work() -> str:
+        clock.events.append("work")
+        clock.now += 2.5
+        return "done"
+
+    seconds, value = mfu.time_call(work, clock, clock.sync)
+    assert (seconds, value) == (2.5, "done")
+    assert clock.events == ["sync", "clock", "work", "sync", "clock"]
+
+
+def test_time_call_refuses_a_clock_that_does_not_advance():
+    clock = FakeClock()
+    with pytest.raises(RuntimeError, match="did not advance"):
+        mfu.time_call(lambda: None, clock, clock.sync)
+
+
+def test_matmul_rate_is_two_n_cubed_over_the_best_time():
+    ticks = iter([float(i) for i in range(1000)])  # every read advances one second
+    rate = mfu.matmul_rate(16, torch.float32, "cpu", clock=lambda: next(ticks), sync=lambda: None, iters=3)
+    assert rate == 2 * 16**3 / 1.0
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+def test_an_equally_fast_correct_loop_passes_on_a_gpu_only():
+    report, *_ = check(good_train, 1e-3)
+    assert report.verified, [v.message for v in report.verifications]
+    assert report.ratio == pytest.approx(1.0)
+    assert not report.passed, "a CPU run must never count as a pass"
+    assert "not run on a GPU" in mfu.format_report(report)
+    gpu = on_gpu(report)
+    assert gpu.passed
+    assert "PASSED" in mfu.format_report(gpu)
+
+
+def test_each_timed_pair_shares_a_fresh_seed_and_is_synchronised():
+    report, clock, ref, sub = check(good_train, 1e-3, seeds=(5, 6, 7))
+    assert ref.calls == sub.calls == [(5, 2), (6, 16), (7, 16)], "warm-up seed 5, then one seed per pair"
+    timed = [e for e in clock.events if e.endswith(":16")]
+    assert timed == ["ref:16", "sub:16", "ref:16", "sub:16"], "reference and submission alternate"
+    # each timed call is bracketed: sync, clock, call, sync, clock
+    for i, e in enumerate(clock.events):
+        if e.endswith(":16"):
+            assert clock.events[i - 2 : i] == ["sync", "clock"] and clock.events[i + 1 : i + 3] == ["sync", "clock"]
+    # times come from the fake clock: overhead + steps * step_seconds
+    assert report.reference_seconds == pytest.approx([0.05 + 16e-3] * 2)
+
+
+def test_the_ratio_and_the_peak_mfu_come_from_the_trusted_clock():
+    report, *_ = check(good_train, 0.02, ref_step=0.01)  # half the reference's speed per step
+    expected = (0.05 + 0.16) / (0.05 + 0.32)
+    assert report.ratio == pytest.approx(expected)
+    gpu = on_gpu(report)
+    assert not gpu.passed and "FAILED" in mfu.format_report(gpu)
+    flops = mfu.model_flops(TINY, 16)
+    assert gpu.mfu_vs_peak("submission") == pytest.approx(flops / (0.05 + 0.32) / 989.5e12)
+    assert gpu.mfu_vs_peak("reference") == pytest.approx(flops / (0.05 + 0.16) / 989.5e12)
+
+
+def test_slightly_slower_passes_and_much_slower_fails():
+    fast_enough, *_ = check(good_train, 0.011, ref_step=0.01)
+    too_slow, *_ = check(good_train, 0.02, ref_step=0.01)
+    assert on_gpu(fast_enough).passed
+    assert not on_gpu(too_slow).passed
+
+
+def test_an_unknown_device_still_scores_but_reports_no_peak():
+    report = on_gpu(check(good_train, 1e-3)[0], name="NVIDIA H20")
+    assert report.passed and report.peak_flops is None
+    assert report.mfu_vs_peak("submission") is None
+    assert "unknown device" in mfu.format_report(report)
+
+
+def test_fp32_training_does_the_same_work_within_tolerance():
+    report, *_ = check(fp32_train, 1e-3)
+    assert report.verified, [v.message for v in report.verifications]
+    assert max(v.update_error for v in report.verifications) < 0.05
+
+
+@pytest.mark.parametrize("cheat", [lazy_train, half_steps_train, half_batch_train], ids=lambda f: f.__name__)
+def test_skipping_work_is_caught_however_fast(cheat):
+    report, *_ = check(cheat, 1e-4)  # ten times faster than the reference
+    assert not report.verified
+    assert not on_gpu(report).passed
+    assert "not where the reference's are" in report.verifications[0].message
+
+
+def test_zero_dim_tensor_losses_are_accepted():
+    assert check(tensor_losses_train, 1e-3)[0].verified
+
+
+@pytest.mark.parametrize(("train", "message"), [
+    (lambda model, optimizer, batches, *, steps, precision: "lol", "expected a list"),
+    (lambda model, optimizer, batches, *, steps, precision: [0.5] * (steps - 1), "losses for"),
+    (lambda model, optimizer, batches, *, steps, precision: [math.nan] * steps, "non-finite"),
+    (lambda model, optimizer, batches, *, steps, precision: ["0.5"] * steps, "expected a float"),
+])
+def test_malformed_losses_fail_verification(train, message):
+    report, *_ = check(train, 1e-3)
+    assert not report.verified and message in report.verifications[0].message
+
+
+def test_errors_in_train_propagate():
+    def broken(model, optimizer, batches, *, steps, precision):
+        raise NotImplementedError("train: see handout §6")
+
+    with pytest.raises(NotImplementedError, match="see handout"):
+        check(broken, 1e-3)
+
+
+def test_verify_run_rejects_forged_results():
+    ref = FakeImpl("ref", good_train, FakeClock(), 1e-3)
+    args = (TINY.as_data(), 3, TINY.steps, 9, "cpu")
+    expected = ref.scenario(scenarios.train_workload, *args)
+    verify = lambda r: mfu.verify_run(r, expected, steps=TINY.steps, precision="bf16")
+    assert verify(expected).ok
+    assert not verify(wire.Record("x", dict(expected))).ok
+    assert not verify({**expected, "extra": 1}).ok
+    assert not verify({**expected, "final": expected["final"].double()}).ok
+    assert not verify({**expected, "final": expected["final"][:-1]}).ok
+    assert not verify({**expected, "final": expected["final"] * math.nan}).ok
+    shifted = {**expected, "initial": expected["initial"] + 1, "final": expected["final"] + 1}
+    assert "initial parameters differ" in verify(shifted).message
+    with pytest.raises(ValueError, match="no entry for precision"):
+        mfu.verify_run(expected, expected, steps=TINY.steps, precision="fp8")
+
+
+def test_seeds_must_cover_warmup_and_repeats():
+    with pytest.raises(ValueError, match="seeds"):
+        check(good_train, 1e-3, seeds=(1, 2))
+
+
+def test_default_seeds_are_fresh_per_run():
+    clock = FakeClock()
+    ref, sub = FakeImpl("ref", good_train, clock, 1e-3), FakeImpl("sub", good_train, clock, 1e-3)
+    mfu.run_check(sub, ref, device="cpu", device_name="cpu", clock=clock, sync=clock.sync, workload=TINY)
+    first = list(ref.calls)
+    mfu.run_check(sub, ref, device="cpu", device_name="cpu", clock=clock, sync=clock.sync, workload=TINY)
+    assert {s for s, _ in first}.isdisjoint({s for s, _ in ref.calls[len(first):]})
+
+
+def test_the_informational_matmul_rate_is_reported():
+    report, *_ = check(good_train, 1e-3, matmul_size=32, tick=1e-3)
+    assert report.matmul_flops and report.matmul_flops > 0
+    assert "measured matmul rate" in mfu.format_report(report)
+
+
+def test_reference_train_agrees_with_itself_on_the_cpu():
+    """The real reference loop on the tiny workload, real clock: verified, and never a pass on the CPU."""
+    ref = LocalImpl("reference")
+    try:
+        train = ref.modules.training.train
+    except (ImportError, AttributeError):
+        pytest.skip("reference/training.py has no train yet")
+    assert callable(train)
+    report = mfu.run_check(ref, ref, device="cpu", device_name="cpu", workload=TINY)
+    assert report.verified, [v.message for v in report.verifications]
+    assert not report.passed
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def test_settings_come_from_the_rubric_mfu_table(tmp_path):
+    rubric = tmp_path / "rubric.toml"
+    rubric.write_text('[mfu]\nfraction = 0.5\nsteps = 10\nupdate_tolerance = { bf16 = 0.2 }\n')
+    settings = mfu.load_settings(rubric)
+    assert settings.criteria.fraction == 0.5 and settings.workload.steps == 10
+    assert settings.criteria.update_tolerance == {"bf16": 0.2, "fp16": 0.1, "fp32": 0.02}
+    assert settings.workload.dim == mfu.DEFAULT_WORKLOAD.dim
+
+
+def test_settings_default_without_a_table(tmp_path):
+    (tmp_path / "rubric.toml").write_text("[other]\nx = 1\n")
+    assert mfu.load_settings(tmp_path / "rubric.toml") == mfu.Settings()
+    assert mfu.load_settings(tmp_path / "missing.toml") == mfu.Settings()
+    assert mfu.load_settings() is not None  # the shipped rubric parses
+
+
+@pytest.mark.parametrize("body", [
+    "fraction = 1.5", "fraction = 0", "steps = 0", "dim = 2.5", "precision = 'fp64'", "colour = 'red'",
+    "update_tolerance = { bf16 = 2 }", "lr = 0",
+])
+def test_bad_settings_are_rejected(tmp_path, body):
+    (tmp_path / "rubric.toml").write_text(f"[mfu]\n{body}\n")
+    with pytest.raises((ValueError, TypeError)):
+        mfu.load_settings(tmp_path / "rubric.toml")
