@@ -1,0 +1,66 @@
+"""``python -m grader``: grade one submission and print its table.
+
+    python -m grader [SUBMISSION] [--json FILE] [--gradescope FILE] [--junit FILE]
+                     [--profile dev|ci|grade] [--problems a,b] [--public-only]
+                     [--sandbox auto|bwrap|rlimits] [--call-timeout S] [--time-limit S]
+                     [--reveal-hidden] [--rubric FILE] [--quiet]
+
+SUBMISSION is a folder or zip holding ``student/`` (default: this repository's
+``student/``). The exit code is 0 whenever grading completed, whatever the
+score (a submission without ``student/`` gets an error result, not a crash);
+2 for bad arguments; 1 when the grader itself could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from grader import engine, report
+from grader.rubric import DEFAULT_RUBRIC, PROFILES, RubricError
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m grader", description=__doc__.split("\n\n")[0],
+                                 epilog="Also: python -m grader batch|release|gradescope ... (instructors).")
+    ap.add_argument("submission", nargs="?", default=None,
+                    help="a folder or zip holding student/ (default: this repository's student/)")
+    ap.add_argument("--json", metavar="FILE", help="write the full results as JSON (see grader/report.py)")
+    ap.add_argument("--gradescope", metavar="FILE", help="write Gradescope's results.json")
+    ap.add_argument("--junit", metavar="FILE", help="write JUnit XML")
+    ap.add_argument("--profile", choices=PROFILES, help="hypothesis profile (default: the rubric's, grade)")
+    ap.add_argument("--problems", help="comma-separated problems to grade (default: all)")
+    ap.add_argument("--public-only", action="store_true", help="run the public tests only")
+    ap.add_argument("--sandbox", choices=("auto", "bwrap", "rlimits"), default="auto",
+                    help="auto: bubblewrap where usable, else rlimits only")
+    ap.add_argument("--call-timeout", type=float, metavar="S", help="seconds per call (default: rubric)")
+    ap.add_argument("--time-limit", type=float, metavar="S", help="seconds per problem (default: rubric)")
+    ap.add_argument("--reveal-hidden", action="store_true", default=None,
+                    help="show hidden checks' failure details (instructors)")
+    ap.add_argument("--rubric", type=Path, default=DEFAULT_RUBRIC, help="rubric TOML file")
+    ap.add_argument("--quiet", "-q", action="store_true", help="print the table only, without details")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    options = engine.Options(
+        profile=args.profile, problems=[p for p in args.problems.split(",") if p] if args.problems else None,
+        public_only=args.public_only, sandbox=args.sandbox, call_timeout=args.call_timeout,
+        time_limit=args.time_limit, reveal_hidden=args.reveal_hidden, rubric=args.rubric,
+    )
+    try:
+        result = engine.grade(args.submission, options)
+    except (ValueError, RubricError) as e:
+        print(f"grader: {e}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:
+        print(f"grader: could not run: {e}", file=sys.stderr)
+        return 1
+    from grader.rubric import load
+
+    reveal = args.reveal_hidden if args.reveal_hidden is not None else load(args.rubric).settings.reveal_hidden
+    report.write_reports(result, json_path=args.json, gradescope=args.gradescope, junit=args.junit, reveal=reveal)
+    sys.stdout.write(report.table(result, details=not args.quiet))
+    return 0

@@ -1,0 +1,361 @@
+"""RemoteImpl: the implementation under test, reached in a sandboxed worker.
+
+:class:`RemoteImpl` implements :class:`tests.harness.Impl` for the grader's
+trusted pytest process. Each problem gets its own long-lived worker process
+(see :mod:`grader.worker`), started from a warm spare so that importing torch
+overlaps with the previous problem's checks. Requests and replies are
+length-prefixed :mod:`tests.wire` frames on dedicated pipes; replies are decoded
+with :func:`tests.wire.decode` only, and errors are re-raised as the builtin
+exception the worker named (anything else as :class:`RemoteError`).
+
+When the worker times out, crashes or talks garbage, it is killed and the call
+raises a :class:`WorkerError`, which derives from ``BaseException`` on purpose:
+``pytest.raises(ValueError)`` (or even ``pytest.raises(Exception)``) cannot be
+passed by crashing, and hypothesis does not retry it while shrinking. After a
+timeout, or after ``max_crashes`` crashes, further calls of that problem fail at
+once: a hang costs that problem, not the run.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import os
+import select
+import signal
+import struct
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grader.sandbox import Sandbox
+from tests import wire
+from tests.harness import ImplBase, scenario_name
+
+__all__ = ["ProtocolError", "RemoteError", "RemoteImpl", "WorkerCrashed", "WorkerError", "WorkerTimeout"]
+
+_FRAME = struct.Struct("<Q")
+#: Exceptions re-raised as themselves (the worker's list, plus its "NotData").
+_BUILTIN = {name: getattr(builtins, name) for name in (
+    "NotImplementedError", "ValueError", "TypeError", "KeyError", "IndexError",
+    "ZeroDivisionError", "OverflowError", "RuntimeError", "AttributeError",
+    "FileNotFoundError", "OSError", "LookupError", "ArithmeticError",
+)}
+LOG_CAP = 64 << 10
+
+
+class WorkerError(BaseException):
+    """The worker did not answer with data (not an answer of the submission)."""
+
+
+class WorkerTimeout(WorkerError):
+    """A call, or the problem's time limit, ran out."""
+
+
+class WorkerCrashed(WorkerError):
+    """The worker died (exit, signal, rlimit) before answering."""
+
+
+class ProtocolError(WorkerCrashed):
+    """The worker's reply was not a well-formed frame of data."""
+
+
+class RemoteError(Exception):
+    """An exception raised by the submission that is not one of the mapped builtins."""
+
+    def __init__(self, message: str, remote_type: str = "") -> None:
+        super().__init__(message)
+        self.remote_type = remote_type
+
+
+def _signal_name(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = {"SIGXCPU": " (CPU time limit)", "SIGKILL": " (killed: memory or time limit?)",
+                "SIGSEGV": " (segmentation fault)", "SIGXFSZ": " (file size limit)"}.get(name, "")
+        return f"killed by {name}{hint}"
+    return f"exited with status {code}"
+
+
+class Worker:
+    """One worker process and its pipes."""
+
+    def __init__(self, sandbox: Sandbox, work: Path, scratch: Path, config: str, max_reply: int) -> None:
+        self.max_reply = max_reply
+        req_r, self.req_w = os.pipe()
+        self.rep_r, rep_w = os.pipe()
+        argv, env, cwd = sandbox.command(work, scratch, req_r, rep_w, config)
+        self.log = bytearray()
+        self.log_dropped = 0
+        self.hello: dict[str, Any] | None = None
+        try:
+            self.proc = subprocess.Popen(
+                argv, env=env, cwd=cwd, pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        finally:
+            os.close(req_r)
+            os.close(rep_w)
+        os.set_blocking(self.req_w, False)
+        self._drain = threading.Thread(target=self._drain_log, daemon=True)
+        self._drain.start()
+
+    def _drain_log(self) -> None:
+        # Keep the first LOG_CAP bytes; read (and drop) the rest so that a print
+        # flood never blocks the worker.
+        out = self.proc.stdout
+        assert out is not None
+        while chunk := out.read1(1 << 16):
+            room = LOG_CAP - len(self.log)
+            self.log += chunk[: max(room, 0)]
+            self.log_dropped += max(len(chunk) - max(room, 0), 0)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+        for fd in (self.req_w, self.rep_r):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.req_w = self.rep_r = -1
+        self._drain.join(timeout=2)
+
+    def _died(self, what: str) -> WorkerCrashed:
+        try:
+            code = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            code = None
+        self.kill()
+        tail = bytes(self.log[-1500:]).decode("utf-8", "replace").strip()
+        return WorkerCrashed(f"the worker {_signal_name(code)} {what}"
+                             + (f"\nits last output:\n{tail}" if tail else ""))
+
+    def _read(self, n: int, deadline: float) -> bytes:
+        chunks, got = [], 0
+        while got < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerTimeout("no reply in time")
+            ready, _, _ = select.select([self.rep_r], [], [], left)
+            if not ready:
+                continue
+            b = os.read(self.rep_r, min(n - got, 1 << 20))
+            if not b:
+                raise self._died("before replying (did the submission exit, crash or run out of memory?)")
+            chunks.append(b)
+            got += len(b)
+        return b"".join(chunks)
+
+    def read_frame(self, deadline: float) -> bytes:
+        (n,) = _FRAME.unpack(self._read(_FRAME.size, deadline))
+        if n > self.max_reply:
+            self.kill()
+            raise ProtocolError(f"the worker announced a reply of {n} bytes (limit {self.max_reply})")
+        return self._read(n, deadline)
+
+    def write_frame(self, data: bytes, deadline: float) -> None:
+        view = memoryview(_FRAME.pack(len(data)) + data)
+        while view:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerTimeout("the worker stopped reading requests")
+            _, ready, _ = select.select([], [self.req_w], [], left)
+            if not ready:
+                continue
+            try:
+                view = view[os.write(self.req_w, view):]
+            except BlockingIOError:
+                continue
+            except (BrokenPipeError, OSError):
+                raise self._died("while receiving a request") from None
+
+    def wait_ready(self, deadline: float) -> dict[str, Any]:
+        if self.hello is None:
+            msg = _decode(self.read_frame(deadline), self)
+            if type(msg) is not dict or type(msg.get("hello")) is not dict:
+                self.kill()
+                raise ProtocolError("the worker did not start properly")
+            self.hello = msg["hello"]
+        return self.hello
+
+
+def _decode(data: bytes, worker: Worker) -> Any:
+    try:
+        return wire.decode(data)
+    except Exception as e:  # WireError, but also int-parsing or recursion limits
+        worker.kill()
+        raise ProtocolError(f"malformed reply from the worker: {type(e).__name__}: {str(e)[:300]}") from None
+
+
+@dataclass
+class ProblemState:
+    """What happened to one problem's worker(s); read by the report."""
+
+    time_limit: float
+    deadline: float = 0.0
+    started: float = 0.0
+    calls: int = 0
+    crashes: list[str] = field(default_factory=list)
+    timeout: str = ""
+    log: bytearray = field(default_factory=bytearray)
+    log_dropped: int = 0
+    seccomp: str = ""
+
+    def add_log(self, worker: Worker) -> None:
+        room = LOG_CAP - len(self.log)
+        self.log += worker.log[: max(room, 0)]
+        self.log_dropped += worker.log_dropped + max(len(worker.log) - max(room, 0), 0)
+
+
+class RemoteImpl(ImplBase):
+    """An :class:`tests.harness.Impl` whose calls run in sandboxed workers.
+
+    ``enter(problem)`` (called by the grader's pytest plugin before each test)
+    selects the problem whose worker serves the next calls.
+    """
+
+    def __init__(
+        self, name: str, sandbox: Sandbox, work: Path, scratch: Path, *, problems: dict[str, float],
+        call_timeout: float = 60.0, start_timeout: float = 120.0, max_crashes: int = 3,
+        max_reply: int = 512 << 20, config: str = "{}",
+    ) -> None:
+        self.name = name
+        self._sandbox, self._work, self._scratch, self._config = sandbox, work, scratch, config
+        self._order = list(problems)
+        self.states = {p: ProblemState(limit) for p, limit in problems.items()}
+        self.call_timeout, self.start_timeout = call_timeout, start_timeout
+        self.max_crashes, self.max_reply = max_crashes, max_reply
+        self.problem: str | None = None
+        self._workers: dict[str, Worker] = {}
+        self._spare: Worker | None = None
+
+    # ------------------------------------------------------------ lifecycle
+    def enter(self, problem: str) -> None:
+        if problem != self.problem and self.problem in self._workers:
+            self._retire(self.problem)  # problems run in order: free the last one's worker
+        self.problem = problem
+        st = self.states[problem]
+        if not st.started:
+            st.started = time.monotonic()
+            st.deadline = st.started + st.time_limit
+
+    def _spawn(self) -> Worker:
+        return Worker(self._sandbox, self._work, self._scratch, self._config, self.max_reply)
+
+    def _worker(self) -> tuple[Worker, bool]:
+        assert self.problem is not None
+        w = self._workers.get(self.problem)
+        if w is not None and w.alive():
+            return w, True
+        w, self._spare = (self._spare, None) if self._spare and self._spare.alive() else (self._spawn(), None)
+        self._workers[self.problem] = w
+        if any(not self.states[p].started for p in self._order):
+            self._spare = self._spawn()  # warm up the next problem's worker meanwhile
+        return w, False
+
+    def _retire(self, problem: str) -> None:
+        w = self._workers.pop(problem, None)
+        if w is not None:
+            w.kill()
+            self.states[problem].add_log(w)
+
+    def close(self) -> None:
+        for p in list(self._workers):
+            self._retire(p)
+        if self._spare is not None:
+            self._spare.kill()
+            self._spare = None
+
+    # ------------------------------------------------------------ Impl
+    def call(self, module: str, function: str, *args: Any, **kwargs: Any) -> Any:
+        return self._request({"op": "call", "module": module, "function": function,
+                              "args": args, "kwargs": kwargs})
+
+    def scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self._request({"op": "scenario", "name": scenario_name(fn), "args": args, "kwargs": kwargs})
+
+    def _request(self, req: dict[str, Any]) -> Any:
+        if self.problem is None:
+            raise RuntimeError("RemoteImpl: no problem selected (the grader plugin calls enter())")
+        st = self.states[self.problem]
+        if st.timeout:
+            raise WorkerTimeout(f"{self.problem}: {st.timeout}; its remaining calls are not run")
+        if len(st.crashes) >= self.max_crashes:
+            raise WorkerCrashed(f"{self.problem}: the worker crashed {len(st.crashes)} times "
+                                f"(last: {st.crashes[-1]}); its remaining calls are not run")
+        now = time.monotonic()
+        if now >= st.deadline:
+            st.timeout = f"the problem's time limit of {st.time_limit:g} s ran out"
+            raise WorkerTimeout(f"{self.problem}: {st.timeout}")
+        payload = wire.encode(req)  # the test's own arguments: a WireError here is a test bug
+        st.calls += 1
+        worker, _warm = self._worker()
+        try:
+            hello = worker.wait_ready(min(st.deadline, time.monotonic() + self.start_timeout))
+            st.seccomp = str(hello.get("seccomp", ""))
+            deadline = min(st.deadline, time.monotonic() + self.call_timeout)
+            worker.write_frame(payload, deadline)
+            reply = _decode(worker.read_frame(deadline), worker)
+        except WorkerTimeout as e:
+            self._retire(self.problem)
+            if time.monotonic() >= st.deadline - 0.05:
+                what = f"the problem's time limit of {st.time_limit:g} s ran out"
+            elif worker.hello is None:
+                what = f"the worker did not start within {self.start_timeout:g} s"
+            else:
+                what = f"a call took longer than {self.call_timeout:g} s"
+            st.timeout = f"{what} ({_describe(req)}: {e})"
+            raise WorkerTimeout(f"{self.problem}: {st.timeout}") from None
+        except WorkerCrashed as e:
+            self._retire(self.problem)
+            st.crashes.append(f"{_describe(req)}: {e}")
+            raise type(e)(f"{self.problem}: {_describe(req)}: {e}") from None
+        return self._unpack(reply, worker, req)
+
+    def _garbage(self, req: dict[str, Any], what: str) -> ProtocolError:
+        assert self.problem is not None
+        self._retire(self.problem)
+        self.states[self.problem].crashes.append(f"{_describe(req)}: {what}")
+        return ProtocolError(f"{self.problem}: {_describe(req)}: {what}")
+
+    def _unpack(self, reply: Any, worker: Worker, req: dict[str, Any]) -> Any:
+        if type(reply) is not dict or type(reply.get("ok")) is not bool:
+            raise self._garbage(req, "the worker's reply is not a reply")
+        if reply["ok"]:
+            if set(reply) != {"ok", "value"}:
+                raise self._garbage(req, "the worker's reply has unexpected fields")
+            return reply["value"]
+        kind, message = reply.get("type"), reply.get("message")
+        original, tb = reply.get("original", ""), reply.get("traceback", "")
+        if not all(type(v) is str for v in (kind, message, original, tb)):
+            raise self._garbage(req, "the worker's error reply is malformed")
+        message, tb = message[:5000], tb[-5000:]
+        cls = _BUILTIN.get(kind)
+        if kind == "NotData":
+            raise RemoteError(message, "NotData")
+        if cls is None:
+            raise RemoteError(f"{original}: {message}\n\nin the submission:\n{tb}", original)
+        if cls is KeyError:
+            raise KeyError(message)
+        raise cls(f"{message}\n\nraised in the submission ({original}):\n{tb}" if tb else message)
+
+
+def _describe(req: dict[str, Any]) -> str:
+    if req.get("op") == "scenario":
+        return f"scenario {req.get('name')}"
+    return f"{req.get('module')}.{req.get('function')}"

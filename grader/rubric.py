@@ -1,0 +1,123 @@
+"""The rubric (grader/rubric.toml): problems, points, checks, visibility, limits.
+
+Every point comes from the TOML file; this module only reads and validates it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: pip vendors the same parser
+    from pip._vendor import tomli as tomllib  # type: ignore[no-redef]
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_RUBRIC = Path(__file__).resolve().with_name("rubric.toml")
+VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
+PROFILES = ("dev", "ci", "grade")
+
+
+class RubricError(ValueError):
+    """The rubric file is malformed."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    name: str
+    section: str
+    points: float
+    visibility: str
+    checks: tuple[str, ...]
+    time_limit: float
+    gpu: bool = False
+
+    def check_files(self, root: Path = REPO, *, public_only: bool = False) -> list[str]:
+        """The check files that exist (hidden ones dropped in public-only mode)."""
+        return [c for c in self.checks if (root / c).is_file() and not (public_only and is_hidden(c))]
+
+
+@dataclass(frozen=True)
+class Settings:
+    profile: str = "grade"
+    call_timeout: float = 60.0
+    start_timeout: float = 120.0
+    time_limit: float = 300.0
+    memory_limit_gib: float = 8.0
+    cpu_limit_seconds: int = 900
+    reveal_hidden: bool = False
+
+
+@dataclass(frozen=True)
+class Rubric:
+    settings: Settings
+    problems: tuple[Problem, ...]
+    path: Path
+
+    def problem(self, name: str) -> Problem:
+        for p in self.problems:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    @property
+    def total(self) -> float:
+        return sum(p.points for p in self.problems)
+
+
+def is_hidden(check: str) -> bool:
+    """Hidden checks live under grader/ (never shipped to students)."""
+    return not check.startswith("tests/")
+
+
+def _num(where: str, v: Any, positive: bool = True) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (positive and not v > 0) or v < 0:
+        raise RubricError(f"{where} must be a {'positive ' if positive else ''}number, got {v!r}")
+    return float(v)
+
+
+def load(path: Path = DEFAULT_RUBRIC) -> Rubric:
+    """Read and validate a rubric file."""
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise RubricError(f"{path}: {e}") from e
+    s = dict(raw.get("settings", {}))
+    unknown = set(s) - set(Settings.__dataclass_fields__)
+    if unknown:
+        raise RubricError(f"{path}: unknown settings {sorted(unknown)}")
+    settings = Settings(**s)
+    if settings.profile not in PROFILES:
+        raise RubricError(f"{path}: settings.profile must be one of {PROFILES}")
+    problems, seen = [], set()
+    for i, p in enumerate(raw.get("problem", [])):
+        where = f"{path}: problem #{i + 1}"
+        name = p.get("name")
+        if not isinstance(name, str) or not name.isidentifier() or name in seen:
+            raise RubricError(f"{where}: name must be a unique identifier, got {name!r}")
+        seen.add(name)
+        extra = set(p) - {"name", "section", "points", "visibility", "checks", "time_limit", "gpu"}
+        if extra:
+            raise RubricError(f"{where} ({name}): unknown keys {sorted(extra)}")
+        vis = p.get("visibility", "visible")
+        if vis not in VISIBILITIES:
+            raise RubricError(f"{where} ({name}): visibility must be one of {VISIBILITIES}, got {vis!r}")
+        checks = p.get("checks", [f"tests/test_{name}.py", f"grader/hidden/test_{name}_hidden.py"])
+        if not isinstance(checks, list) or not all(isinstance(c, str) and c.endswith(".py") for c in checks):
+            raise RubricError(f"{where} ({name}): checks must be a list of .py paths")
+        if any(c.startswith("/") or ".." in Path(c).parts for c in checks):
+            raise RubricError(f"{where} ({name}): checks must be relative paths inside the repository")
+        problems.append(Problem(
+            name=name, section=str(p.get("section", "")), points=_num(f"{where}.points", p.get("points")),
+            visibility=vis, checks=tuple(checks),
+            time_limit=_num(f"{where}.time_limit", p.get("time_limit", settings.time_limit)),
+            gpu=bool(p.get("gpu", False)),
+        ))
+    if not problems:
+        raise RubricError(f"{path}: no [[problem]] entries")
+    files = [c for p in problems for c in p.checks]
+    if len(files) != len(set(files)):
+        raise RubricError(f"{path}: a check file belongs to two problems")
+    return Rubric(settings, tuple(problems), Path(path))

@@ -1,0 +1,77 @@
+"""Finding a submission's ``student/`` folder, in a folder or a zip archive.
+
+Zip archives are extracted defensively: no absolute paths or ``..``, no
+symlinks or special files, caps on the number of members and on their total
+uncompressed size (a zip bomb stops at the cap), and ``student/`` may sit one
+folder deep (as Gradescope and GitHub exports nest it).
+"""
+
+from __future__ import annotations
+
+import stat
+import zipfile
+from pathlib import Path, PurePosixPath
+
+from grader.sandbox import MAX_BYTES, MAX_FILES, SubmissionError
+
+MAX_MEMBERS = 4 * MAX_FILES
+
+
+def _find_student(root: Path) -> Path:
+    """The folder holding ``student/``: ``root`` itself or one folder below it."""
+    if (root / "student").is_dir() and not (root / "student").is_symlink():
+        return root
+    candidates = sorted(d for d in root.iterdir()
+                        if d.is_dir() and not d.is_symlink() and (d / "student").is_dir()
+                        and not (d / "student").is_symlink() and not d.name.startswith(("__MACOSX", ".")))
+    if len(candidates) == 1:
+        return candidates[0]
+    if len(candidates) > 1:
+        raise SubmissionError(f"several student/ folders in the submission: {[c.name for c in candidates]}")
+    raise SubmissionError("the submission holds no student/ folder (expected student/__init__.py and "
+                          "your modules, at the top or one folder deep)")
+
+
+def extract_zip(archive: Path, dest: Path) -> Path:
+    """Safely extract ``archive`` into ``dest``; return the folder holding ``student/``."""
+    try:
+        zf = zipfile.ZipFile(archive)
+    except (zipfile.BadZipFile, OSError) as e:
+        raise SubmissionError(f"{archive.name} is not a readable zip archive ({e})") from None
+    with zf:
+        infos = zf.infolist()
+        if len(infos) > MAX_MEMBERS:
+            raise SubmissionError(f"the archive has {len(infos)} members (limit {MAX_MEMBERS})")
+        total = 0
+        for info in infos:
+            name = PurePosixPath(info.filename.replace("\\", "/"))
+            if name.is_absolute() or ".." in name.parts or (name.parts and ":" in name.parts[0]):
+                raise SubmissionError(f"unsafe path in the archive: {info.filename!r}")
+            mode = info.external_attr >> 16
+            if info.is_dir():
+                (dest / name).mkdir(parents=True, exist_ok=True)
+                continue
+            if mode and not stat.S_ISREG(mode):
+                continue  # symlinks and special files are dropped, never followed
+            if "__pycache__" in name.parts:
+                continue
+            target = dest / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(target, "wb") as out:
+                while chunk := src.read(1 << 20):
+                    total += len(chunk)
+                    if total > MAX_BYTES:
+                        raise SubmissionError(f"the archive holds more than {MAX_BYTES >> 20} MiB")
+                    out.write(chunk)
+    return _find_student(dest)
+
+
+def locate(submission: Path, scratch: Path) -> Path:
+    """The folder holding the submission's ``student/`` (extracting a zip into ``scratch``)."""
+    if not submission.exists():
+        raise SubmissionError(f"{submission} does not exist")
+    if submission.is_file():
+        return extract_zip(submission, scratch)
+    if submission.name == "student" and (submission / "__init__.py").is_file():
+        return submission.parent  # the student/ folder itself was given
+    return _find_student(submission)

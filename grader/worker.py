@@ -1,0 +1,214 @@
+"""The grader's worker: the only process that imports the submission.
+
+This file is copied, as ``_grader_worker.py``, into a fresh working copy that
+holds the submission's ``student/`` and the public harness (``tests/wire.py``,
+``tests/harness.py``, ``tests/scenarios/``), and runs there inside the sandbox
+(see :mod:`grader.sandbox`)::
+
+    python -I _grader_worker.py REQUEST_FD REPLY_FD CONFIG_JSON
+
+It must not import anything of ``grader`` (which is not in the working copy).
+
+Protocol: frames of an 8-byte little-endian length followed by
+:func:`tests.wire.encode` bytes, read from ``REQUEST_FD`` and written to
+``REPLY_FD`` (never stdout, which is the submission's log). The first frame the
+worker writes is a hello (``{"hello": ...}``); then, for each request
+``{"op": "call", "module", "function", "args", "kwargs"}`` or
+``{"op": "scenario", "name", "args", "kwargs"}`` it answers
+``{"ok": True, "value": ...}`` or ``{"ok": False, "type", "message", "traceback"}``.
+
+Before any submission code is imported the worker lowers its own rlimits,
+asks to be killed with its parent, and (on Linux) installs a seccomp filter
+that refuses to create processes (threads are allowed): a fork bomb gets
+``EAGAIN``. None of this is what makes verdicts trustworthy (the submission
+may rewrite this process entirely); it keeps a hostile submission from
+harming the machine. Verdicts are computed in the trusted process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import platform
+import resource
+import signal
+import struct
+import sys
+import traceback
+from typing import Any
+
+_FRAME = struct.Struct("<Q")
+
+#: Exception types reported by name; the trusted side re-raises these builtins.
+#: Anything else (AssertionError included) becomes a RemoteError there.
+_MAPPED = (
+    "NotImplementedError", "ValueError", "TypeError", "KeyError", "IndexError",
+    "ZeroDivisionError", "OverflowError", "RuntimeError", "AttributeError",
+    "FileNotFoundError", "OSError", "LookupError", "ArithmeticError",
+)
+
+
+def _set_rlimits(limits: dict[str, int]) -> None:
+    for name, value in limits.items():
+        which = getattr(resource, f"RLIMIT_{name}", None)
+        if which is None:
+            continue
+        try:
+            _soft, hard = resource.getrlimit(which)
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):  # e.g. RLIMIT_AS on macOS
+            pass
+
+
+def _die_with_parent(parent: int) -> None:
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if parent and os.getppid() != parent:  # the parent is already gone
+        os._exit(70)
+
+
+# Seccomp: refuse fork/vfork/clone-without-CLONE_THREAD/clone3 with EAGAIN
+# (clone3 with ENOSYS so that glibc falls back to clone for threads), and
+# every syscall of a foreign ABI (i386 int 0x80, x32).
+_ARCH = {"x86_64": (0xC000003E, {"fork": 57, "vfork": 58, "clone": 56, "clone3": 435}),
+         "aarch64": (0xC00000B7, {"clone": 220, "clone3": 435})}
+
+
+def _forbid_processes() -> str:
+    if sys.platform != "linux" or platform.machine() not in _ARCH:
+        return "off"
+    import ctypes
+    import errno
+
+    audit, nrs = _ARCH[platform.machine()]
+    allow, eagain = 0x7FFF0000, 0x00050000 | errno.EAGAIN
+    enosys = 0x00050000 | errno.ENOSYS
+    kill = 0x80000000  # SECCOMP_RET_KILL_PROCESS
+
+    def stmt(code: int, k: int) -> tuple[int, int, int, int]:
+        return (code, 0, 0, k)
+
+    def jeq(k: int, jt: int, jf: int) -> tuple[int, int, int, int]:
+        return (0x15, jt, jf, k)
+
+    prog = [stmt(0x20, 4), jeq(audit, 1, 0), stmt(0x06, kill), stmt(0x20, 0)]
+    if platform.machine() == "x86_64":
+        prog += [(0x35, 0, 1, 0x40000000), stmt(0x06, kill)]  # x32 ABI
+    prog += [jeq(nrs["clone3"], 0, 1), stmt(0x06, enosys)]
+    for name in ("fork", "vfork"):
+        if name in nrs:
+            prog += [jeq(nrs[name], 0, 1), stmt(0x06, eagain)]
+    prog += [jeq(nrs["clone"], 0, 3), stmt(0x20, 16), (0x45, 1, 0, 0x00010000), stmt(0x06, eagain)]
+    prog += [stmt(0x06, allow)]
+
+    class Filter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
+                    ("k", ctypes.c_uint)]
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+
+    arr = (Filter * len(prog))(*[Filter(*p) for p in prog])
+    fprog = Prog(len(prog), arr)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        return "off"
+    if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, FILTER
+        return "off"
+    return "on"
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    chunks, got = [], 0
+    while got < n:
+        b = os.read(fd, min(n - got, 1 << 20))
+        if not b:
+            return None
+        chunks.append(b)
+        got += len(b)
+    return b"".join(chunks)
+
+
+def _write_frame(fd: int, data: bytes) -> None:
+    view = memoryview(_FRAME.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _error(e: BaseException) -> dict[str, Any]:
+    import builtins
+
+    # The nearest builtin base class the trusted side knows (a subclass of
+    # ValueError passes ``pytest.raises(ValueError)`` locally, so here too).
+    name = next((c.__name__ for c in type(e).__mro__
+                 if c.__name__ in _MAPPED and getattr(builtins, c.__name__, None) is c), "RemoteError")
+    tb_obj = e.__traceback__
+    while tb_obj is not None and tb_obj.tb_frame.f_code.co_filename == __file__:
+        tb_obj = tb_obj.tb_next  # the worker's own frames are noise to students
+    tb = "".join(traceback.format_exception(type(e), e, tb_obj))
+    return {"ok": False, "type": name, "original": type(e).__qualname__,
+            "message": str(e)[:20_000], "traceback": tb[-20_000:]}
+
+
+def main() -> None:
+    in_fd, out_fd, config = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+    _set_rlimits({k: int(v) for k, v in config.get("rlimits", {}).items()})
+    _die_with_parent(int(config.get("parent", 0)))
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    sys.dont_write_bytecode = True
+    import numpy  # noqa: F401  (pre-imported: a warm worker answers at once)
+    import torch
+
+    from tests import wire
+    from tests.harness import HANDOUT_MODULES, Modules, resolve_scenario
+
+    for name in config.get("preimport", []):
+        with contextlib.suppress(Exception):  # optional: the submission will see the error itself
+            importlib.import_module(name)
+    seccomp = _forbid_processes() if config.get("seccomp", True) else "off"
+    _write_frame(out_fd, wire.encode({"hello": {
+        "seccomp": seccomp, "python": sys.version.split()[0], "torch": str(torch.__version__),
+        "cuda": bool(torch.cuda.is_available()) if config.get("cuda") else False}}))
+    lab = Modules("student")
+
+    while True:
+        head = _read_exact(in_fd, _FRAME.size)
+        if head is None:
+            return
+        body = _read_exact(in_fd, _FRAME.unpack(head)[0])
+        if body is None:
+            return
+        req = wire.decode(body)
+        try:
+            args, kwargs = req["args"], req["kwargs"]
+            if req["op"] == "call":
+                module, function = req["module"], req["function"]
+                if module not in HANDOUT_MODULES or not function.isidentifier() or function.startswith("_"):
+                    raise AttributeError(f"{module}.{function} is not a handout function")
+                fn = getattr(importlib.import_module(f"student.{module}"), function)
+                where = f"{module}.{function}"
+                value = fn(*args, **kwargs)
+            else:
+                fn = resolve_scenario(req["name"])
+                where = fn.__qualname__
+                value = fn(lab, *args, **kwargs)
+            try:
+                reply = wire.encode({"ok": True, "value": value})
+            except wire.WireError as e:
+                reply = wire.encode({"ok": False, "type": "NotData", "original": "WireError",
+                                     "message": f"{where} returned something that is not data: {e}",
+                                     "traceback": ""})
+        except BaseException as e:  # the submission's error, whatever it is, is data
+            reply = wire.encode(_error(e))
+        _write_frame(out_fd, reply)
+
+if __name__ == "__main__":
+    main()
