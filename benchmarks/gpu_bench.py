@@ -1,0 +1,238 @@
+"""GPU benchmarks: matmul rate, the reference loop's MFU, a slow loop, optimizer bandwidth.
+
+Run by ``benchmarks/gpu.sh`` (under 5 minutes on one GPU); writes a markdown
+table under ``benchmarks/results/``. Without CUDA it runs tiny sizes on the
+CPU as a smoke test and says loudly that its figures are not GPU figures.
+benchmarks/README.md explains how each figure is measured and what it means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import platform
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from grader import mfu, peaks  # noqa: E402
+from tests.harness import LocalImpl  # noqa: E402
+from tests.scenarios import mfu as scenarios  # noqa: E402
+
+#: CPU smoke-test sizes: seconds on a laptop, meaningless as performance figures.
+TINY = mfu.Workload(dim=64, num_layers=2, batch=128, steps=8, warmup_steps=2, repeats=2, probe=16)
+#: The bytes fused/foreach AdamW moves per fp32 parameter and step: it reads the
+#: parameter, its gradient and both moments, and writes the parameter and both moments.
+ADAMW_BYTES_PER_PARAM = 7 * 4
+
+
+@dataclass
+class Row:
+    what: str
+    value: str
+    note: str = ""
+
+
+# ----------------------------------------------------------------- loops for contrast
+
+
+def slow_train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: Any, *, steps: int,
+               precision: str) -> list[float]:
+    """Deliberately slow: fp32 whatever ``precision`` says, and ``loss.item()``
+    every step (the host waits for the GPU each step, so the launch queue drains)."""
+    losses = []
+    for _, (x, y) in zip(range(steps), batches, strict=False):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def synced_bf16_train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: Any, *, steps: int,
+                      precision: str) -> list[float]:
+    """bf16 autocast like the reference, but with a ``loss.item()`` every step:
+    isolates the cost of the per-step host sync."""
+    losses = []
+    for _, (x, y) in zip(range(steps), batches, strict=False):
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+            out = model(x)
+        loss = torch.nn.functional.mse_loss(out.float(), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+class _LoopImpl:
+    """An in-process Impl whose ``training.train`` is one of the loops above."""
+
+    def __init__(self, name: str, train: Callable[..., list[float]]) -> None:
+        self.name = name
+        self._lab = SimpleNamespace(training=SimpleNamespace(train=train))
+
+    def scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return fn(self._lab, *args, **kwargs)
+
+
+# ----------------------------------------------------------------- measurements
+
+
+def _sync_for(device: torch.device) -> Callable[[], None]:
+    return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+
+
+def time_loop(impl: Any, workload: mfu.Workload, device: torch.device) -> float:
+    """Best seconds of ``workload.repeats`` timed scenario calls after one warm-up."""
+    sync, data = _sync_for(device), workload.as_data()
+
+    def call(seed: int, steps: int) -> Any:
+        return impl.scenario(scenarios.train_workload, data, seed, steps, 0, str(device))
+
+    call(1, workload.warmup_steps)
+    return min(mfu.time_call(lambda s=s: call(s, workload.steps), time.perf_counter, sync)[0]
+               for s in range(2, 2 + workload.repeats))
+
+
+def optimizer_bandwidth(workload: mfu.Workload, device: torch.device, fused: bool, steps: int) -> float:
+    """Bytes/s moved by AdamW steps on the workload's parameters (grads preset)."""
+    model, _ = scenarios.build(workload.as_data(), 0, str(device))
+    params = list(model.parameters())
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.AdamW(params, lr=1e-4, fused=fused or None, foreach=None if fused else True)
+    opt.step()  # allocates the moments
+    sync = _sync_for(device)
+    seconds = min(mfu.time_call(opt.step, time.perf_counter, sync)[0] for _ in range(steps))
+    return ADAMW_BYTES_PER_PARAM * sum(p.numel() for p in params) / seconds
+
+
+def copy_bandwidth(nbytes: int, device: torch.device, iters: int = 10) -> float:
+    """Bytes/s of a device-to-device copy (read + write), a practical memory ceiling."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    sync = _sync_for(device)
+    seconds = min(mfu.time_call(lambda: dst.copy_(src), time.perf_counter, sync)[0] for _ in range(iters))
+    return 2 * src.numel() * 4 / seconds
+
+
+# ----------------------------------------------------------------- the run
+
+
+def _tflops(x: float) -> str:
+    return f"{x / 1e12:.1f} TFLOP/s" if x >= 1e12 else f"{x / 1e9:.2f} GFLOP/s"
+
+
+def run(device: torch.device, tiny: bool) -> tuple[str, list[Row]]:
+    """All benchmarks; returns (title, rows)."""
+    gpu = device.type == "cuda"
+    workload = TINY if tiny else mfu.DEFAULT_WORKLOAD
+    name = torch.cuda.get_device_name(device) if gpu else f"CPU ({platform.processor() or platform.machine()})"
+    n = 256 if tiny else 8192
+    rows: list[Row] = []
+    if not gpu or tiny:
+        rows.append(Row("NOT A GPU FIGURE", "smoke test", "tiny sizes; the numbers below only show the script runs"))
+    peak, peak_note = peaks.dense_peak(name, "bf16") if gpu else (None, "no peak: not a GPU")
+    peak32, _ = peaks.dense_peak(name, "fp32") if gpu else (None, "")
+    rows.append(Row("dense bf16 peak (datasheet)", _tflops(peak) if peak else "unknown", peak_note))
+
+    sync = _sync_for(device)
+    mm16 = mfu.matmul_rate(n, torch.bfloat16, str(device), time.perf_counter, sync)
+    mm32 = mfu.matmul_rate(n, torch.float32, str(device), time.perf_counter, sync)
+    rows.append(Row(f"bf16 matmul {n}^3, random inputs", _tflops(mm16),
+                    f"{mm16 / peak:.2f} of dense peak" if peak else ""))
+    rows.append(Row(f"fp32 matmul {n}^3 (TF32 {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'})",
+                    _tflops(mm32), f"{mm32 / peak32:.2f} of fp32 peak" if peak32 else ""))
+
+    flops = mfu.model_flops(workload, workload.steps)
+    shape = f"{workload.num_layers} x {workload.dim}^2, batch {workload.batch}, {workload.steps} steps"
+    try:
+        reference = LocalImpl("reference")
+        loops = [("reference train (bf16 autocast, no per-step sync)", reference)]
+    except (ImportError, ValueError) as e:  # pragma: no cover - only without reference/
+        loops = []
+        rows.append(Row("reference train", "not available", str(e)))
+    loops += [("bf16 autocast + loss.item() every step", _LoopImpl("synced", synced_bf16_train)),
+              ("slow: fp32 + loss.item() every step", _LoopImpl("slow", slow_train))]
+    for label, impl in loops:
+        try:
+            seconds = time_loop(impl, workload, device)
+        except (NotImplementedError, AttributeError, ImportError) as e:
+            rows.append(Row(label, "not available", f"{type(e).__name__}: {e}"))
+            continue
+        achieved = flops / seconds
+        note = [f"{shape}: {seconds / workload.steps * 1e3:.2f} ms/step"]
+        if peak:
+            note.append(f"MFU {mfu.mfu(flops, seconds, peak):.3f} of dense bf16 peak")
+        note.append(f"{achieved / mm16:.3f} of the measured bf16 matmul rate")
+        rows.append(Row(label, _tflops(achieved), "; ".join(note)))
+
+    opt_steps = 5 if tiny else 20
+    copy = copy_bandwidth(8 << 20 if tiny else 2 << 30, device)
+    rows.append(Row("device copy bandwidth (read + write)", f"{copy / 1e9:.0f} GB/s", "practical memory ceiling"))
+    for fused in ((True, False) if gpu else (False,)):
+        bw = optimizer_bandwidth(workload, device, fused, opt_steps)
+        rows.append(Row(f"AdamW step, {'fused' if fused else 'foreach'}", f"{bw / 1e9:.0f} GB/s",
+                        f"{ADAMW_BYTES_PER_PARAM} bytes/param; {bw / copy:.2f} of the copy bandwidth"))
+    title = f"{name}, torch {torch.__version__}, {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
+    return title, rows
+
+
+def to_markdown(title: str, rows: list[Row], gpu: bool) -> str:
+    head = "# Benchmarks: " + title + "\n\n"
+    if not gpu:
+        head += "**CPU smoke run: these are NOT GPU figures.**\n\n"
+    lines = ["| measurement | value | notes |", "|---|---|---|"]
+    lines += [f"| {r.what} | {r.value} | {r.note} |" for r in rows]
+    return head + "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--tiny", action="store_true", help="tiny sizes (forced on the CPU): a smoke test")
+    parser.add_argument("--out", type=Path, default=None, help="markdown file (default: benchmarks/results/...)")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    gpu = device.type == "cuda"
+    if gpu and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device here")
+    tiny = args.tiny or not gpu
+    if not gpu:
+        print("no GPU: running tiny sizes on the CPU as a smoke test (NOT GPU figures)", file=sys.stderr)
+    threads = torch.get_num_threads()
+    if not gpu:
+        torch.set_num_threads(1)  # tiny matmuls: threads only add contention
+    try:
+        title, rows = run(device, tiny)
+    finally:
+        torch.set_num_threads(threads)
+    text = to_markdown(title, rows, gpu and not tiny)
+    out = args.out
+    if out is None:
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", title.split(",")[0]).strip("-").lower()
+        kind = "" if gpu and not tiny else "-smoke"
+        out = REPO / "benchmarks" / "results" / f"{_dt.date.today():%Y-%m-%d}-{slug}{kind}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(text)
+    print(f"written to {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
