@@ -1,0 +1,130 @@
+"""The Gradescope autograder bundle: ``python -m grader gradescope OUT.zip``.
+
+The zip holds, at its root, what Gradescope needs (``setup.sh``, run once as root
+to build the image; ``run_autograder``, run for each submission) and what the
+grader needs at ``/autograder/source``: ``grader/`` (with the hidden checks),
+``reference/``, ``tests/``, the stubs' ``student/__init__.py`` (for submissions
+uploaded as loose files), ``conftest.py``, ``pyproject.toml``,
+``constraints.txt`` and a ``requirements.txt`` made from pyproject's runtime
+dependencies. Not shipped: the corpus, the project's own checks, benchmarks,
+docs, local state.
+
+``run_autograder`` copies ``/autograder/submission`` to a scratch folder (a
+``student/`` folder, a zip of it, or the modules uploaded loose), makes the
+reference and hidden checks readable by the grading user only, and runs
+``python -m grader SUB --gradescope /autograder/results/results.json`` with the
+bundle's grader arguments (default ``--profile grade``). If the grader cannot
+run, it still writes a results.json that says so (score 0), so a student never
+sees Gradescope's bare "autograder failed".
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import sys
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from grader.release import _candidate_files
+
+__all__ = ["build_bundle", "bundle_files", "main", "requirements"]
+
+REPO = Path(__file__).resolve().parent.parent
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+_SHIPPED_DIRS = ("grader", "reference", "tests")
+_SHIPPED_FILES = ("conftest.py", "pyproject.toml", "constraints.txt", "student/__init__.py")
+_NOT_SHIPPED = ("grader/corpus", "grader/templates")
+#: Fixed timestamp: the same sources give the same zip, byte for byte.
+_EPOCH = (2020, 1, 1, 0, 0, 0)
+
+
+def requirements(repo: Path = REPO) -> str:
+    """pyproject's runtime dependencies, one per line (setup.sh installs them
+    with constraints.txt; the instructor-only extras are not needed to grade)."""
+    text = (repo / "pyproject.toml").read_text()
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the one array we need, by hand
+        block = re.search(r"^dependencies\s*=\s*\[(.*?)\]", text, flags=re.M | re.S)
+        deps = re.findall(r'"([^"]+)"', block.group(1)) if block else []
+    else:
+        deps = tomllib.loads(text)["project"]["dependencies"]
+    return "".join(f"{d}\n" for d in deps)
+
+
+def bundle_files(repo: Path = REPO) -> list[str]:
+    """Relative paths of the repository files the bundle ships."""
+    keep = []
+    for name in _candidate_files(repo):
+        top = name.split("/")[0]
+        if name in _SHIPPED_FILES or (top in _SHIPPED_DIRS and not any(
+                name == d or name.startswith(d + "/") for d in _NOT_SHIPPED)):
+            keep.append(name)
+    return keep
+
+
+def _render(template: str, values: dict[str, str]) -> str:
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: values[m.group(1)], template)
+
+
+def _add(z: zipfile.ZipFile, name: str, data: bytes, mode: int) -> None:
+    info = zipfile.ZipInfo(name, date_time=_EPOCH)
+    info.external_attr = (0o100000 | mode) << 16  # a regular file with these permission bits
+    info.compress_type = zipfile.ZIP_DEFLATED
+    z.writestr(info, data)
+
+
+def build_bundle(out: Path, repo: Path = REPO, grader_args: Sequence[str] = ("--profile", "grade")) -> list[str]:
+    """Write the bundle zip to ``out``; return the names it holds."""
+    out = out.expanduser().resolve()
+    if out.suffix.lower() != ".zip":
+        raise ValueError(f"gradescope: OUT must end in .zip, got {out.name}")
+    files = bundle_files(repo)
+    missing = [d for d in ("reference", "grader/hidden", "tests") if not any(f.startswith(d + "/") for f in files)]
+    if missing:
+        raise ValueError(f"gradescope: {', '.join(missing)} missing from {repo}: is this the instructor repository?")
+    args = " ".join(shlex.quote(a) for a in grader_args)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    names = []
+    with zipfile.ZipFile(tmp, "w") as z:
+        for name in ("setup.sh", "run_autograder"):
+            text = _render((TEMPLATES / "gradescope" / name).read_text(), {"grader_args": args})
+            _add(z, name, text.encode(), 0o755)
+            names.append(name)
+        _add(z, "requirements.txt", requirements(repo).encode(), 0o644)
+        names.append("requirements.txt")
+        for name in files:
+            mode = 0o755 if (repo / name).stat().st_mode & 0o111 else 0o644
+            _add(z, name, (repo / name).read_bytes(), mode)
+            names.append(name)
+    tmp.replace(out)
+    return names
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m grader gradescope``."""
+    p = argparse.ArgumentParser(prog="python -m grader gradescope",
+                                description="Build the Gradescope autograder zip (setup.sh, run_autograder, grader).")
+    p.add_argument("out", type=Path, help="the zip to write, e.g. autograder.zip")
+    p.add_argument("--profile", choices=("dev", "ci", "grade"), default="grade",
+                   help="hypothesis profile the bundle grades with (default: grade)")
+    p.add_argument("--problems", default=None, help="grade only these problems (comma-separated)")
+    args = p.parse_args(list(argv) if argv is not None else None)
+    grader_args = ["--profile", args.profile] + (["--problems", args.problems] if args.problems else [])
+    try:
+        names = build_bundle(args.out, grader_args=grader_args)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    print(f"gradescope: {args.out} ({len(names)} files); upload it as the assignment's autograder "
+          "(Configure Autograder > Zip file upload), base image Ubuntu")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""The student release: what it holds, that its tests run and fail on the stubs, that
+nothing of the reference or the hidden checks leaked into it, and that its
+submission CI (``.github/workflows/grade.yml`` -> ``.ci/run``) runs the public grader.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader import release
+from tests.harness import HANDOUT_MODULES
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def release_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("release") / "student-repo"
+    proc = subprocess.run([sys.executable, "-m", "grader.release", str(out)], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
+def _files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and ".git" not in p.relative_to(root).parts
+            and ".venv" not in p.relative_to(root).parts and "__pycache__" not in p.parts]
+
+
+def test_layout(release_dir):
+    names = {p.relative_to(release_dir).as_posix() for p in _files(release_dir)}
+    for absent in ("reference", "grader/hidden", "grader/corpus", "selftest", "docs", "grader/templates"):
+        assert not any(n == absent or n.startswith(absent + "/") for n in names), f"{absent} is in the release"
+    for absent in ("docs/instructors.md", "grader/batch.py", "grader/release.py", "grader/bundle.py",
+                   "benchmarks/batch.py"):
+        assert absent not in names
+    for present in ("README.md", "handout.md", "lab", "pyproject.toml", "constraints.txt", "conftest.py",
+                    ".ci/run", ".github/workflows/grade.yml", "student/__init__.py", "tests/harness.py",
+                    "grader/__init__.py"):
+        assert present in names, f"{present} is missing from the release"
+    for module in HANDOUT_MODULES:
+        if (REPO / "student" / f"{module}.py").exists():
+            assert (release_dir / "student" / f"{module}.py").read_bytes() == \
+                (REPO / "student" / f"{module}.py").read_bytes()
+    readme = (release_dir / "README.md").read_text()
+    assert "pytest" in readme and "./lab grade" in readme and "reference" not in readme
+    assert os.access(release_dir / "lab", os.X_OK) and os.access(release_dir / ".ci" / "run", os.X_OK)
+    if shutil.which("git"):
+        log = subprocess.run(["git", "log", "--format=%s"], cwd=release_dir, capture_output=True, text=True).stdout
+        assert log.splitlines() == ["Assignment release"], log
+        status = subprocess.run(["git", "status", "--porcelain"], cwd=release_dir, capture_output=True,
+                                text=True).stdout
+        assert status == "", f"the release's commit misses files:\n{status}"
+
+
+def test_refuses_to_overwrite_or_write_inside_the_repo(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "keep").write_text("mine")
+    assert release.main([str(tmp_path / "x")]) == 2
+    assert (tmp_path / "x" / "keep").read_text() == "mine"
+    assert release.main([str(REPO / "student-release")]) == 2
+    assert not (REPO / "student-release").exists()
+
+
+# ------------------------------------------------------------------ leaks
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def _normalized(path: Path) -> str:
+    """A file's text with formatting, comments and docstrings' layout erased:
+    python files through ast (so re-indenting or re-quoting hides nothing)."""
+    text = path.read_text(errors="replace")
+    if path.suffix == ".py":
+        try:
+            return _squash(ast.unparse(ast.parse(text)))
+        except (SyntaxError, ValueError):
+            pass
+    return _squash(text)
+
+
+def reference_bodies(min_lines: int = 4) -> dict[str, str]:
+    """Normalized source of every reference function body (docstring dropped)
+    of at least ``min_lines`` lines of code, by qualified name. Shorter bodies
+    (``return x @ self.weight``) are what the handout's formulas say anyway."""
+    bodies = {}
+    for path in sorted((REPO / "reference").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+                body = body[1:]
+            source = ast.unparse(ast.Module(body=body, type_ignores=[]))  # comments and blank lines gone
+            if len(source.splitlines()) >= min_lines:
+                bodies[f"{path.stem}.{node.name}"] = _squash(source)
+    return bodies
+
+
+def hidden_test_names() -> set[str]:
+    names = set()
+    for path in (REPO / "grader" / "hidden").rglob("*.py"):
+        names |= set(re.findall(r"^\s*(?:async\s+)?def\s+(test_\w+)", path.read_text(), flags=re.M))
+    public = set()
+    for path in (REPO / "tests").rglob("*.py"):
+        public |= set(re.findall(r"def\s+(test_\w+)", path.read_text()))
+    return names - public  # a hidden check may share a public test's name: that name is public
+
+
+def _leaks(root: Path) -> list[str]:
+    bodies, hidden = reference_bodies(), hidden_test_names()
+    found = []
+    for path in _files(root):
+        if path.suffix in (".png", ".zip", ".pyc"):
+            continue
+        norm, raw = _normalized(path), path.read_text(errors="replace")
+        rel = path.relative_to(root).as_posix()
+        found += [f"{rel}: body of reference {name}" for name, body in bodies.items() if body in norm]
+        found += [f"{rel}: hidden check {name}" for name in hidden if re.search(rf"\b{name}\b", raw)]
+        if re.search(r"^\s*(from|import)\s+reference\b", raw, flags=re.M):
+            found.append(f"{rel}: imports reference")
+    return found
+
+
+def test_no_reference_code_or_hidden_check_leaked(release_dir):
+    bodies = reference_bodies()
+    assert len(bodies) >= 5, f"too few reference bodies to search for: {sorted(bodies)}"
+    leaks = _leaks(release_dir)
+    assert not leaks, "leaked into the release:\n" + "\n".join(leaks)
+
+
+def test_leak_search_finds_a_planted_leak(release_dir, tmp_path):
+    """The search is not vacuous: a reference function pasted (re-indented, with
+    other comments) into a release file is found."""
+    copy = tmp_path / "copy"
+    shutil.copytree(release_dir, copy, ignore=shutil.ignore_patterns(".git"))
+    name, _ = max(reference_bodies().items(), key=lambda kv: len(kv[1]))
+    module, func = name.split(".")
+    tree = ast.parse((REPO / "reference" / f"{module}.py").read_text())
+    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == func)
+    pasted = "\n".join("    # mine\n    " + line for line in ast.unparse(fn).splitlines())
+    target = copy / "student" / "views.py"
+    target.write_text(target.read_text() + "\n\nclass Sneaky:\n" + pasted + "\n")
+    found = [f for f in _leaks(copy) if f.startswith("student/views.py")]
+    assert found == [f"student/views.py: body of reference {name}"], found
+
+
+# ------------------------------------------------------------------ pytest there
+
+
+def test_pytest_runs_in_the_release_and_fails_every_test_on_the_stubs(release_dir, tmp_path):
+    plugin_dir = tmp_path / "plugin"
+    plugin_dir.mkdir()
+    shutil.copy(REPO / "selftest" / "outcomes.py", plugin_dir / "release_outcomes.py")
+    out = tmp_path / "outcomes.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HYPOTHESIS_PROFILE")}
+    env["PYTHONPATH"] = str(plugin_dir)  # the recorder only: nothing of this repo is importable there
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "release_outcomes", f"--outcomes={out}", "-q",
+                           "-p", "no:cacheprovider", "-n", "2"],
+                          cwd=release_dir, env=env, capture_output=True, text=True, timeout=900)
+    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "implementation under test: student" in proc.stdout or proc.returncode == 1, proc.stdout[-2000:]
+    results = json.loads(out.read_text())
+    assert len(results) >= 50, f"only {len(results)} tests ran in the release:\n{proc.stdout[-3000:]}"
+    bad = [f"{nodeid}: {r['outcome']} {r['exceptions'][:2]} {r['messages'][:1]}" for nodeid, r in results.items()
+           if not (r["outcome"] == "skipped" and "gpu" in r["markers"])
+           and not (r["outcome"] == "failed" and "NotImplementedError" in r["exceptions"])]
+    assert not bad, "in the release, not failing with the stubs' NotImplementedError:\n" + "\n".join(bad[:20])
+    assert proc.returncode == 1, f"pytest exit code {proc.returncode}"
+
+
+# ------------------------------------------------------------------ submission CI
+
+
+def _grader_available() -> bool:
+    if not (REPO / "grader" / "__main__.py").exists():
+        return False
+    proc = subprocess.run([sys.executable, "-m", "grader", "--help"], cwd=REPO, capture_output=True, timeout=120)
+    return proc.returncode == 0
+
+
+def _borrow_venv(repo: Path) -> None:
+    """Give ``repo`` a .venv that is this one's (no install, no network), stamped
+    the way ./lab stamps a venv it set up, so ``./lab grade`` runs as for a student."""
+    venv = repo / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    here = Path(sys.prefix)
+    (venv / "bin" / "python").symlink_to(Path(sys.executable))
+    (venv / "pyvenv.cfg").write_text((here / "pyvenv.cfg").read_text())
+    (venv / "lib").symlink_to(here / "lib")
+    stamp = subprocess.run("cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1", shell=True, cwd=repo,
+                           capture_output=True, text=True, check=True).stdout
+    (venv / ".lab-stamp").write_text(stamp)
+
+
+def test_ci_workflow_runs_ci_run_and_uploads_its_json(release_dir):
+    workflow = (release_dir / ".github" / "workflows" / "grade.yml").read_text()
+    runs = re.findall(r"^\s*run:\s*(.+)$", workflow, flags=re.M)
+    assert runs == [".ci/run"], runs
+    uploaded = re.findall(r"^\s*path:\s*(.+)$", workflow, flags=re.M)
+    ci_run = (release_dir / ".ci" / "run").read_text()
+    json_out = re.search(r"--json\s+(\S+)", ci_run)
+    assert json_out and uploaded == [json_out.group(1)], (uploaded, ci_run)
+    assert "./lab grade" in ci_run and "--public-only" in ci_run
+
+
+@pytest.mark.skipif(not _grader_available(), reason="the grader CLI (python -m grader) is not available yet")
+def test_ci_run_grades_the_stubs_with_the_public_checks(release_dir, tmp_path):
+    """What the workflow runs, run verbatim in a copy of the release: the grader
+    works without reference/ and grader/hidden/, and writes the uploaded JSON."""
+    repo = tmp_path / "clone"
+    shutil.copytree(release_dir, repo, symlinks=True)
+    _borrow_venv(repo)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    proc = subprocess.run([".ci/run"], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "setting up" not in proc.stderr, "./lab reinstalled the venv"
+    result = json.loads((repo / "grade-out" / "results.json").read_text())
+    assert result["score"] == 0, f"the stubs scored {result['score']}"
+    assert result["max_score"] > 0
+    names = {p["name"] for p in result["problems"]}
+    shipped = {m for m in HANDOUT_MODULES if (repo / "tests" / f"test_{m}.py").exists()}
+    assert shipped <= names, f"problems graded: {sorted(names)}; public test files: {sorted(shipped)}"
+    for p in result["problems"]:
+        assert p["score"] == 0 and p["status"] in ("failed", "error", "not run on a GPU"), p
