@@ -107,10 +107,11 @@ class Criteria:
 
     ``update_tolerance``: the largest accepted ``|du - du_ref| / |du_ref|``
     where ``du`` is the probed parameter update (final - initial). Measured on
-    the CPU (256-wide, 64 steps, lr 1e-4): bf16 vs fp32 training 0.011, the
-    same bf16 loop with the batch split in two 0.002; half the steps 0.43,
-    half the batch 0.30. 0.1 leaves room for other kernels on a GPU and
-    still catches a run that does a quarter less work.
+    the CPU (widths 32-256, 16-64 steps, lr 1e-4, the scenario's teacher
+    targets): bf16 vs fp32 training 0.002-0.016, the same bf16 loop with the
+    batch split in two 0.002-0.005; half the steps ~0.49, half the batch
+    0.25-0.36. 0.1 leaves room for other kernels on a GPU (to be confirmed
+    there) and still catches a run that skips a quarter of the work.
     """
 
     fraction: float = 0.8
