@@ -1,0 +1,62 @@
+"""Handout §2: tensor operations written with einops, shapes checked by jaxtyping.
+
+Every function is wrapped in ``@jaxtyped(typechecker=beartype)``: at each call
+jaxtyping binds the named dimensions of the annotations (``batch``, ``d_in``,
+``*batch``...) across all arguments and the return value, and raises its
+``TypeCheckError`` (a ``TypeError``) when a tensor's shape or dtype disagrees.
+Checks that annotations cannot express (``heads`` must divide the last
+dimension) raise ``ValueError`` naming the argument.
+"""
+
+from __future__ import annotations
+
+from beartype import beartype
+from einops import einsum, rearrange, reduce
+from jaxtyping import Float, jaxtyped
+from torch import Tensor
+
+from ._validate import require_int
+
+__all__ = ["apply_linear", "mean_hidden", "merge_heads", "pairwise_scores", "split_heads", "sum_hidden"]
+
+
+@jaxtyped(typechecker=beartype)
+def pairwise_scores(
+    x: Float[Tensor, "batch seq1 hidden"], y: Float[Tensor, "batch seq2 hidden"]
+) -> Float[Tensor, "batch seq1 seq2"]:
+    """Dot product of every row of ``x`` with every row of ``y``, per batch."""
+    return einsum(x, y, "batch seq1 hidden, batch seq2 hidden -> batch seq1 seq2")
+
+
+@jaxtyped(typechecker=beartype)
+def apply_linear(x: Float[Tensor, "*batch d_in"], w: Float[Tensor, "d_out d_in"]) -> Float[Tensor, "*batch d_out"]:
+    """``x`` times ``w`` transposed (``nn.Linear``'s weight layout), any leading dimensions."""
+    return einsum(x, w, "... d_in, d_out d_in -> ... d_out")
+
+
+@jaxtyped(typechecker=beartype)
+def split_heads(x: Float[Tensor, "*batch hidden"], heads: int) -> Float[Tensor, "*batch {heads} d_head"]:
+    """Split the last dimension into ``heads`` groups: element ``h * d_head + i``
+    of the last dimension becomes element ``[h, i]`` (heads outer, d_head inner)."""
+    heads = require_int("heads", heads, minimum=1)
+    if x.shape[-1] % heads:
+        raise ValueError(f"heads={heads} does not divide the last dimension of x, {x.shape[-1]}")
+    return rearrange(x, "... (heads d_head) -> ... heads d_head", heads=heads)
+
+
+@jaxtyped(typechecker=beartype)
+def merge_heads(x: Float[Tensor, "*batch heads d_head"]) -> Float[Tensor, "*batch heads*d_head"]:
+    """The inverse of :func:`split_heads`: ``[..., h, i]`` goes to ``[..., h * d_head + i]``."""
+    return rearrange(x, "... heads d_head -> ... (heads d_head)")
+
+
+@jaxtyped(typechecker=beartype)
+def sum_hidden(x: Float[Tensor, "*batch hidden"]) -> Float[Tensor, "*batch"]:
+    """Sum over the last dimension."""
+    return reduce(x, "... hidden -> ...", "sum")
+
+
+@jaxtyped(typechecker=beartype)
+def mean_hidden(x: Float[Tensor, "*batch hidden"]) -> Float[Tensor, "*batch"]:
+    """Mean over the last dimension."""
+    return reduce(x, "... hidden -> ...", "mean")

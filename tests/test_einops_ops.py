@@ -1,0 +1,131 @@
+"""Handout §2: einops and jaxtyping.
+
+Oracles: plain torch (``@``, ``transpose``, ``reshape``, ``sum``, ``mean``) on
+hypothesis-drawn shapes, with any number of leading dimensions and with
+non-contiguous inputs (transposed or strided views).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.strategies import compute_dtypes, dims, make_tensor, shapes, tensors
+from tests.tolerances import assert_close
+
+#: leading ("...") dimensions: none up to three
+leading = shapes(min_dims=0, max_dims=3, max_side=4)
+
+
+@given(b=dims(4), s1=dims(5), s2=dims(5), h=dims(8), dtype=compute_dtypes, data=st.data())
+def test_pairwise_scores_matches_matmul(impl, b, s1, s2, h, dtype, data):
+    x = data.draw(tensors((b, s1, h), dtype), label="x")
+    y = data.draw(tensors((b, s2, h), dtype), label="y")
+    expected = x @ y.transpose(-1, -2)
+    got = impl.einops_ops.pairwise_scores(x, y)
+    assert_close(got, expected, scale=h, what=f"pairwise_scores(x {tuple(x.shape)}, y {tuple(y.shape)})")
+
+
+@given(batch=leading, d_in=dims(8), d_out=dims(8), dtype=compute_dtypes, data=st.data())
+def test_apply_linear_matches_matmul(impl, batch, d_in, d_out, dtype, data):
+    x = data.draw(tensors((*batch, d_in), dtype), label="x")
+    w = data.draw(tensors((d_out, d_in), dtype), label="w")
+    expected = x @ w.T
+    got = impl.einops_ops.apply_linear(x, w)
+    assert_close(got, expected, scale=d_in, what=f"apply_linear(x {tuple(x.shape)}, w {tuple(w.shape)})")
+
+
+@given(batch=leading, heads=dims(4), d_head=dims(4), dtype=compute_dtypes, data=st.data())
+def test_split_heads_matches_reshape(impl, batch, heads, d_head, dtype, data):
+    x = data.draw(tensors((*batch, heads * d_head), dtype), label="x")
+    expected = x.reshape(*batch, heads, d_head)
+    got = impl.einops_ops.split_heads(x, heads)
+    # A pure rearrangement moves values without arithmetic: exact equality.
+    assert_close(got, expected, scale=0, what=f"split_heads(x {tuple(x.shape)}, heads={heads})")
+
+
+@given(batch=leading, heads=dims(4), d_head=dims(4), dtype=compute_dtypes, data=st.data())
+def test_merge_heads_matches_reshape_and_inverts_split(impl, batch, heads, d_head, dtype, data):
+    x = data.draw(tensors((*batch, heads, d_head), dtype), label="x")
+    expected = x.reshape(*batch, heads * d_head)
+    got = impl.einops_ops.merge_heads(x)
+    assert_close(got, expected, scale=0, what=f"merge_heads(x {tuple(x.shape)})")
+    back = impl.einops_ops.split_heads(expected, heads)
+    assert_close(back, x.contiguous(), scale=0, what=f"split_heads(merge_heads(x), {heads})")
+
+
+@given(batch=leading, hidden=dims(8), dtype=compute_dtypes, data=st.data())
+def test_sum_and_mean_hidden_match_torch(impl, batch, hidden, dtype, data):
+    x = data.draw(tensors((*batch, hidden), dtype), label="x")
+    assert_close(impl.einops_ops.sum_hidden(x), x.sum(-1), scale=hidden, what=f"sum_hidden(x {tuple(x.shape)})")
+    assert_close(impl.einops_ops.mean_hidden(x), x.mean(-1), scale=hidden, what=f"mean_hidden(x {tuple(x.shape)})")
+
+
+def test_worked_examples(impl):
+    """The handout's examples: heads are the outer factor of the last dimension."""
+    x = torch.arange(6.0)
+    got = impl.einops_ops.split_heads(x, 2)
+    assert torch.equal(got, torch.tensor([[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]])), (
+        f"split_heads(arange(6), heads=2): expected [[0, 1, 2], [3, 4, 5]] "
+        f"(head h holds elements h*d_head ... h*d_head + d_head - 1), got {got.tolist()}"
+    )
+    got = impl.einops_ops.mean_hidden(torch.tensor([[1.0, 2.0, 3.0, 6.0]]))
+    assert torch.equal(got, torch.tensor([3.0])), f"mean_hidden([[1, 2, 3, 6]]): expected [3.0], got {got.tolist()}"
+
+
+@pytest.mark.parametrize("function", ["pairwise_scores", "apply_linear", "split_merge", "reduce"])
+def test_noncontiguous_inputs(impl, function):
+    """Transposed and strided views give the same answers as their contiguous copies."""
+    a = make_tensor((3, 5, 4), seed=1).transpose(-1, -2)  # (3, 4, 5), transposed storage
+    b = make_tensor((3, 6, 10), seed=2)[..., ::2]  # (3, 6, 5), every other element
+    ops = impl.einops_ops
+    if function == "pairwise_scores":
+        assert_close(ops.pairwise_scores(a, b), a @ b.transpose(-1, -2), scale=5, what="pairwise_scores(views)")
+    elif function == "apply_linear":
+        w = make_tensor((5, 7), seed=3).T  # (7, 5), not contiguous
+        assert_close(ops.apply_linear(b, w), b @ w.T, scale=5, what="apply_linear(views)")
+    elif function == "split_merge":
+        c = make_tensor((2, 12, 3), seed=4).transpose(-1, -2)  # (2, 3, 12)
+        assert_close(ops.split_heads(c, 3), c.reshape(2, 3, 3, 4), scale=0, what="split_heads(view)")
+        d = c[..., ::3].reshape(2, 3, 2, 2).transpose(-1, -2)  # (2, 3, 2, 2), a copy made non-contiguous
+        assert_close(ops.merge_heads(d), d.reshape(2, 3, 4), scale=0, what="merge_heads(view)")
+    else:
+        assert_close(ops.sum_hidden(a), a.sum(-1), scale=5, what="sum_hidden(view)")
+        assert_close(ops.mean_hidden(b), b.mean(-1), scale=5, what="mean_hidden(view)")
+
+
+def _t(*shape: int) -> torch.Tensor:
+    return make_tensor(shape)
+
+
+# Shape mismatches must raise TypeError (jaxtyping's TypeCheckError is one) or
+# ValueError; the RuntimeError torch or einops would raise later does not count.
+SHAPE_ERRORS = (TypeError, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("function", "args", "error"),
+    [
+        ("pairwise_scores", (_t(2, 3, 4), _t(3, 3, 4)), SHAPE_ERRORS),  # batch sizes differ
+        ("pairwise_scores", (_t(2, 3, 4), _t(2, 3, 5)), SHAPE_ERRORS),  # hidden sizes differ
+        ("pairwise_scores", (_t(3, 4), _t(3, 4)), SHAPE_ERRORS),  # no batch dimension
+        ("apply_linear", (_t(2, 3, 4), _t(5, 3)), SHAPE_ERRORS),  # d_in differs
+        ("apply_linear", (_t(2, 4), _t(4)), SHAPE_ERRORS),  # w is not a matrix
+        ("apply_linear", (_t(), _t(5, 1)), SHAPE_ERRORS),  # x has no d_in
+        ("split_heads", (_t(2, 6), 4), ValueError),  # 4 does not divide 6
+        ("split_heads", (_t(2, 6), 0), ValueError),
+        ("split_heads", (_t(2, 6), 2.0), TypeError),
+        ("split_heads", (_t(), 1), SHAPE_ERRORS),
+        ("merge_heads", (_t(6),), SHAPE_ERRORS),  # needs heads and d_head
+        ("sum_hidden", (_t(),), SHAPE_ERRORS),
+        ("mean_hidden", (_t(),), SHAPE_ERRORS),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_bad_input_is_rejected(impl, function, args, error):
+    shapes_ = [tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args]
+    with pytest.raises(error):
+        result = getattr(impl.einops_ops, function)(*args)
+        pytest.fail(f"{function}{tuple(shapes_)} should raise {error}, returned {result!r:.200}")
