@@ -1,0 +1,79 @@
+"""Hidden differential checks for handout §3.2: the submission against the
+reference on model sizes and seeds the public tests do not use.
+
+Initialisations are random, so the submission's weights are not compared with
+the reference's value by value: both must be within ±3 std, and their mean
+squares (w / std)² must agree within twice the Bernstein half-width of
+tests/test_model.py (each within it of the truth, so a correct submission
+fails with probability below 2e-7 per example; seeds are fixed by the grade
+profile's derandomised draws).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.scenarios import model as scenarios
+from tests.strategies import dims, make_tensor, seeds, shapes
+from tests.test_model import M2, M4, bernstein_halfwidth
+from tests.tolerances import assert_close, check_tensor
+
+
+@settings(max_examples=12)
+@given(d_in=st.sampled_from([3, 10, 100, 300, 1000, 3000]), seed=seeds, data=st.data())
+def test_xavier_init_statistics(impl, ref, d_in, seed, data):
+    d_out = data.draw(st.integers(max(1, 2**17 // d_in), 2**18 // d_in), label="d_out")
+    bound = bernstein_halfwidth(d_in * d_out, M4 - M2**2, 9.0 - M2)
+    mean_squares = {}
+    for who, lab in (("submission", impl), ("reference", ref)):
+        w = check_tensor(lab.scenario(scenarios.xavier_from_generator, d_in, d_out, seed), dtype=torch.float32,
+                         shape=(d_in, d_out), what=f"{who} xavier_init({d_in}, {d_out})")
+        z = w.double() * math.sqrt(d_in)
+        assert z.abs().max().item() <= 3 * (1 + 1e-6), f"{who} xavier_init({d_in}, {d_out}) exceeds 3 std"
+        mean_squares[who] = (z**2).mean().item()
+    diff = abs(mean_squares["submission"] - mean_squares["reference"])
+    assert diff <= 2 * bound, (
+        f"xavier_init({d_in}, {d_out}): mean (w/std)² {mean_squares['submission']:.4f}, "
+        f"the reference's {mean_squares['reference']:.4f} (tolerance {2 * bound:.4f})"
+    )
+
+
+@given(dim=dims(64), num_layers=st.integers(0, 12))
+def test_cruncher_parameters(impl, ref, dim, num_layers):
+    got = impl.scenario(scenarios.cruncher_parameters, dim, num_layers)
+    expected = ref.scenario(scenarios.cruncher_parameters, dim, num_layers)
+    assert got == expected, f"Cruncher({dim}, {num_layers}) parameters: expected {expected}, got {got}"
+
+
+@given(batch=shapes(0, 4, max_side=5), dim=dims(48), num_layers=st.integers(0, 8), seed=seeds)
+def test_cruncher_forward(impl, ref, batch, dim, num_layers, seed):
+    state = {f"layers.{i}.weight": make_tensor((dim, dim), seed=seed + i) / math.sqrt(dim) for i in range(num_layers)}
+    state["final.weight"] = make_tensor((dim, 1), seed=seed + num_layers) / math.sqrt(dim)
+    x = make_tensor((*batch, dim), seed=seed)
+    expected = ref.scenario(scenarios.cruncher_run, dim, num_layers, state, x)
+    got = impl.scenario(scenarios.cruncher_run, dim, num_layers, state, x)
+    assert_close(got, expected, scale=4 * dim * (num_layers + 1), what=f"Cruncher({dim}, {num_layers})")
+
+
+@given(batch=shapes(0, 4, max_side=5), d_in=dims(96), d_out=dims(96), seed=seeds)
+def test_linear_forward(impl, ref, batch, d_in, d_out, seed):
+    state = {"weight": make_tensor((d_in, d_out), seed=seed)}
+    x = make_tensor((*batch, d_in), seed=seed ^ 1)
+    expected = ref.scenario(scenarios.linear_run, d_in, d_out, state, x)
+    got = impl.scenario(scenarios.linear_run, d_in, d_out, state, x)
+    assert_close(got, expected, scale=4 * d_in, what=f"Linear({d_in}, {d_out})")
+
+
+@given(seed=st.integers(0, 2**32 - 1), dim=dims(16), num_layers=st.integers(0, 4))
+def test_seed_everything(impl, ref, seed, dim, num_layers):
+    got, expected = impl.scenario(scenarios.seeded_draws, seed), ref.scenario(scenarios.seeded_draws, seed)
+    assert torch.equal(got["torch"], expected["torch"]), f"seed_everything({seed}): torch draws differ"
+    assert (got["numpy"] == expected["numpy"]).all(), f"seed_everything({seed}): NumPy draws differ"
+    assert got["random"] == expected["random"], f"seed_everything({seed}): random draws differ"
+    a = impl.scenario(scenarios.seeded_cruncher, dim, num_layers, seed)
+    b = impl.scenario(scenarios.seeded_cruncher, dim, num_layers, seed)
+    assert all(torch.equal(a[k], b[k]) for k in a), f"seed_everything({seed}) then Cruncher is not reproducible"

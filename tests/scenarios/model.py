@@ -1,0 +1,110 @@
+"""Scenarios for handout §3.2: build the implementation's modules, return plain data.
+
+Seeds and generators are made here from plain ints, since a ``torch.Generator``
+is not data. Nothing here judges the results: the tests do.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def _parameters(module: nn.Module) -> list[tuple[str, tuple[int, ...], torch.dtype, bool]]:
+    return [(name, tuple(p.shape), p.dtype, p.requires_grad) for name, p in module.named_parameters()]
+
+
+def _state(module: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def xavier_from_generator(lab: Any, d_in: int, d_out: int, seed: int) -> Any:
+    """``xavier_init`` drawing from a fresh generator seeded with ``seed``."""
+    return lab.model.xavier_init(d_in, d_out, generator=torch.Generator().manual_seed(seed))
+
+
+def xavier_from_global(lab: Any, d_in: int, d_out: int, global_seed: int) -> Any:
+    """``xavier_init`` without a generator, right after ``torch.manual_seed(global_seed)``."""
+    torch.manual_seed(global_seed)
+    return lab.model.xavier_init(d_in, d_out)
+
+
+def xavier_under_global_seeds(lab: Any, d_in: int, d_out: int, seed: int, global_seeds: list[int]) -> Any:
+    """For each global seed: the global RNG state before and after one
+    ``xavier_init`` from a generator seeded with ``seed``, and the weight."""
+    out = []
+    for global_seed in global_seeds:
+        torch.manual_seed(global_seed)
+        before = torch.get_rng_state()
+        weight = lab.model.xavier_init(d_in, d_out, generator=torch.Generator().manual_seed(seed))
+        out.append({"weight": weight, "global_before": before, "global_after": torch.get_rng_state()})
+    return out
+
+
+def linear_parameters(lab: Any, d_in: int, d_out: int) -> Any:
+    return _parameters(lab.model.Linear(d_in, d_out))
+
+
+def linear_forward_backward(lab: Any, d_in: int, d_out: int, x: torch.Tensor, seed: int) -> Any:
+    """A Linear made after ``torch.manual_seed(seed)``: its weight, its output
+    on ``x``, and the weight's gradient of ``output.sum()``."""
+    torch.manual_seed(seed)
+    layer = lab.model.Linear(d_in, d_out)
+    weight = layer.weight.detach().clone()
+    out = layer(x)
+    out.sum().backward()
+    return {"weight": weight, "out": out.detach(), "grad": layer.weight.grad}
+
+
+def linear_weight_from_generator(lab: Any, d_in: int, d_out: int, seed: int) -> Any:
+    return _state(lab.model.Linear(d_in, d_out, generator=torch.Generator().manual_seed(seed)))
+
+
+def cruncher_parameters(lab: Any, dim: int, num_layers: int) -> Any:
+    return _parameters(lab.model.Cruncher(dim, num_layers))
+
+
+def cruncher_run(lab: Any, dim: int, num_layers: int, state: dict[str, torch.Tensor], x: torch.Tensor) -> Any:
+    """A Cruncher with the given weights (``load_state_dict``, strict) applied to ``x``."""
+    model = lab.model.Cruncher(dim, num_layers)
+    model.load_state_dict(state)
+    with torch.no_grad():
+        return model(x)
+
+
+def cruncher_from_generator(lab: Any, dim: int, num_layers: int, seed: int) -> Any:
+    """A Cruncher's state dict, and what ``xavier_init`` draws from a generator
+    with the same seed for each of its layers in turn."""
+    model = _state(lab.model.Cruncher(dim, num_layers, generator=torch.Generator().manual_seed(seed)))
+    g = torch.Generator().manual_seed(seed)
+    draws = [lab.model.xavier_init(dim, dim, generator=g) for _ in range(num_layers)]
+    return {"state": model, "xavier_draws": [*draws, lab.model.xavier_init(dim, 1, generator=g)]}
+
+
+def seeded_cruncher(lab: Any, dim: int, num_layers: int, seed: int) -> Any:
+    """A Cruncher's state dict after ``seed_everything(seed)``."""
+    lab.model.seed_everything(seed)
+    return _state(lab.model.Cruncher(dim, num_layers))
+
+
+def seeded_draws(lab: Any, seed: int) -> Any:
+    """Draws from torch, NumPy and ``random`` right after ``seed_everything(seed)``."""
+    lab.model.seed_everything(seed)
+    return {"torch": torch.rand(4), "numpy": np.random.rand(4), "random": [random.random() for _ in range(4)]}
+
+
+def construct(lab: Any, name: str, args: list[Any]) -> None:
+    """Build ``lab.model.<name>(*args)`` (to see it rejected)."""
+    getattr(lab.model, name)(*args)
+
+
+def linear_run(lab: Any, d_in: int, d_out: int, state: dict[str, torch.Tensor], x: torch.Tensor) -> Any:
+    """A Linear with the given weight (``load_state_dict``, strict) applied to ``x``."""
+    layer = lab.model.Linear(d_in, d_out)
+    layer.load_state_dict(state)
+    with torch.no_grad():
+        return layer(x)

@@ -1,0 +1,286 @@
+"""Handout §3.2: parameters, Xavier initialisation, a deep linear model, seeding.
+
+Oracles: matrix products computed here from the weights a scenario returns,
+scipy's truncated normal, and torch/NumPy/``random`` seeded directly.
+
+**Statistical tests never flake.** Each one uses fixed seeds, so a given
+implementation always gets the same verdict, and its acceptance bounds come
+from tail inequalities that hold at every sample size (no normal
+approximation): each check wrongly fails a correct implementation with
+probability below ``DELTA`` = 1e-7, and each test makes at most three checks,
+so a correct implementation fails one with probability below 1e-6.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import stats
+
+from tests.scenarios import model as scenarios
+from tests.strategies import dims, make_tensor, seeds, shapes
+from tests.tolerances import assert_close, check_tensor
+
+DELTA = 1e-7
+#: The standard normal truncated at ±3: what w / std follows for a correct xavier_init.
+TRUNCATED = stats.truncnorm(-3, 3)
+M2 = float(TRUNCATED.var())  # E[z²] ≈ 0.9733: truncation shrinks the variance
+M4 = float(TRUNCATED.moment(4))  # E[z⁴] ≈ 2.680
+
+
+def bernstein_halfwidth(n: int, variance: float, bound: float, delta: float = DELTA) -> float:
+    """t with P(|mean of n iid draws - E| >= t) <= delta when each draw is
+    within ``bound`` of E and has ``variance`` (Bernstein's inequality:
+    P <= 2 exp(-n t² / (2 variance + 2 bound t / 3)), solved for t)."""
+    log_term = math.log(2 / delta)
+    b = 2 * bound * log_term / 3
+    return (b + math.sqrt(b * b + 8 * n * variance * log_term)) / (2 * n)
+
+
+def _w_over_std(weight: torch.Tensor, d_in: int) -> np.ndarray:
+    return (weight.double() * math.sqrt(d_in)).numpy().ravel()
+
+
+# ------------------------------------------------------------------- xavier_init
+
+# (d_in, d_out, seed): d_in != d_out, so 1/sqrt(d_out) is a different std, and
+# d_in > 9, so ±3 in absolute terms is wider than ±3 std.
+BIG = [(1024, 1024, 0), (4096, 256, 1), (64, 8192, 2)]
+
+
+@given(d_in=dims(64), d_out=dims(64), seed=seeds)
+def test_xavier_init_shape_dtype_and_bounds(impl, d_in, d_out, seed):
+    w = impl.scenario(scenarios.xavier_from_generator, d_in, d_out, seed)
+    check_tensor(w, dtype=torch.float32, shape=(d_in, d_out), device="cpu", what=f"xavier_init({d_in}, {d_out})")
+    bound = 3 / math.sqrt(d_in)
+    # A property of every draw, not a statistic: cannot fail by chance.
+    assert w.abs().max().item() <= bound * (1 + 1e-6), (
+        f"xavier_init({d_in}, {d_out}): every value must lie within ±3 std = ±{bound:.4g}, "
+        f"got {w.abs().max().item():.4g}"
+    )
+
+
+@pytest.mark.parametrize(("d_in", "d_out", "seed"), BIG)
+def test_xavier_init_std(impl, d_in, d_out, seed):
+    z = _w_over_std(impl.scenario(scenarios.xavier_from_generator, d_in, d_out, seed), d_in)
+    n = z.size
+    # w / std lies in [-3, 3] with variance M2; (w / std)² in [0, 9], variance M4 - M2².
+    mean_tol = bernstein_halfwidth(n, M2, 3.0)
+    assert abs(z.mean()) <= mean_tol, (
+        f"xavier_init({d_in}, {d_out}): mean/std should be 0 ± {mean_tol:.2g}, got {z.mean():.4g}"
+    )
+    var_tol = bernstein_halfwidth(n, M4 - M2**2, 9.0 - M2)
+    got_std = math.sqrt((z**2).mean()) / math.sqrt(d_in)
+    assert abs((z**2).mean() - M2) <= var_tol, (
+        f"xavier_init({d_in}, {d_out}): std should be {math.sqrt(M2):.4f}/sqrt(d_in) = {math.sqrt(M2 / d_in):.5g} "
+        f"(std 1/sqrt(d_in) before truncating at ±3 std; relative tolerance {var_tol / M2 / 2:.1%}), got {got_std:.5g}"
+    )
+
+
+@pytest.mark.parametrize(("d_in", "d_out", "seed"), BIG)
+def test_xavier_init_is_truncated_at_3_std(impl, d_in, d_out, seed):
+    z = _w_over_std(impl.scenario(scenarios.xavier_from_generator, d_in, d_out, seed), d_in)
+    top = np.abs(z).max()
+    assert top <= 3 * (1 + 1e-6), f"xavier_init({d_in}, {d_out}): |w| reaches {top:.3f} std; truncate at 3 std"
+    # Values come close to the bound: each draw lands beyond 2.9 std with
+    # probability p, so none of n does with probability (1 - p)^n < DELTA.
+    p = 2 * TRUNCATED.sf(2.9)
+    assert (1 - p) ** z.size < DELTA
+    assert top >= 2.9, f"xavier_init({d_in}, {d_out}): no value beyond 2.9 std among {z.size}: truncated too tightly?"
+
+
+def test_xavier_init_follows_the_truncated_normal(impl):
+    """Kolmogorov-Smirnov test of w / std against the normal truncated at ±3."""
+    z = _w_over_std(impl.scenario(scenarios.xavier_from_generator, 512, 512, 3), 512)
+    result = stats.kstest(z, TRUNCATED.cdf)
+    assert result.pvalue >= DELTA, (
+        f"xavier_init(512, 512) / std does not follow a normal truncated at ±3: "
+        f"KS statistic {result.statistic:.4f}, p = {result.pvalue:.2g}"
+    )
+
+
+def test_xavier_init_draws_only_from_its_generator(impl):
+    runs = impl.scenario(scenarios.xavier_under_global_seeds, 16, 8, 7, [0, 1])
+    assert torch.equal(runs[0]["weight"], runs[1]["weight"]), (
+        "xavier_init(16, 8, generator) changed with torch's global seed: draw from the generator"
+    )
+    for run in runs:
+        assert torch.equal(run["global_before"], run["global_after"]), (
+            "xavier_init(16, 8, generator) advanced torch's global generator: draw only from the generator"
+        )
+    again = impl.scenario(scenarios.xavier_from_generator, 16, 8, 7)
+    other = impl.scenario(scenarios.xavier_from_generator, 16, 8, 8)
+    assert torch.equal(again, runs[0]["weight"]), "xavier_init: the same generator seed gave different weights"
+    assert not torch.equal(other, again), "xavier_init: generator seeds 7 and 8 gave the same weights"
+
+
+def test_xavier_init_without_generator_uses_the_global_one(impl):
+    a = impl.scenario(scenarios.xavier_from_global, 16, 8, 5)
+    b = impl.scenario(scenarios.xavier_from_global, 16, 8, 5)
+    c = impl.scenario(scenarios.xavier_from_global, 16, 8, 6)
+    assert torch.equal(a, b), "xavier_init(16, 8) after torch.manual_seed(5) twice gave different weights"
+    assert not torch.equal(a, c), "xavier_init(16, 8) gave the same weights after torch.manual_seed(5) and (6)"
+
+
+# ------------------------------------------------------------------------ Linear
+
+
+@given(d_in=dims(16), d_out=dims(16))
+def test_linear_has_one_weight(impl, d_in, d_out):
+    got = impl.scenario(scenarios.linear_parameters, d_in, d_out)
+    expected = [("weight", (d_in, d_out), torch.float32, True)]
+    assert got == expected, f"Linear({d_in}, {d_out}).named_parameters(): expected {expected}, got {got}"
+
+
+@given(batch=shapes(0, 3, max_side=4), d_in=dims(8), d_out=dims(8), seed=seeds)
+def test_linear_forward_and_gradient(impl, batch, d_in, d_out, seed):
+    x = make_tensor((*batch, d_in), seed=seed)
+    got = impl.scenario(scenarios.linear_forward_backward, d_in, d_out, x, seed)
+    w = check_tensor(got["weight"], dtype=torch.float32, shape=(d_in, d_out), what="Linear.weight")
+    assert_close(got["out"], x @ w, scale=d_in, what=f"Linear({d_in}, {d_out})(x {tuple(x.shape)})")
+    # d(sum(x @ w)) / dw[i, j] = sum over rows of x[..., i]
+    expected_grad = x.reshape(-1, d_in).sum(0)[:, None].expand(d_in, d_out)
+    assert got["grad"] is not None, "Linear.weight got no gradient: is it an nn.Parameter used in forward?"
+    assert_close(got["grad"], expected_grad, scale=max(1, x.numel()), what="Linear.weight.grad of out.sum()")
+
+
+def test_linear_is_initialised_with_xavier_init(impl):
+    state = impl.scenario(scenarios.linear_weight_from_generator, 32, 16, 11)
+    w = impl.scenario(scenarios.xavier_from_generator, 32, 16, 11)
+    assert list(state) == ["weight"], f"Linear state dict: expected ['weight'], got {list(state)}"
+    assert torch.equal(state["weight"], w), "Linear(32, 16, generator) should hold xavier_init(32, 16, generator)"
+
+
+def test_linear_keeps_the_variance(impl):
+    """Unit-variance inputs give outputs of variance M2 ≈ 0.973 (1 before truncation).
+
+    Given the weight W, the mean of out² is a weighted sum of independent χ²
+    variables around ||W||²_F / d_out (Laurent & Massart's bound), and
+    ||W||²_F / d_out = mean((w / std)²) is within Bernstein's bound of M2.
+    """
+    d_in, d_out, rows = 512, 128, 1024
+    x = make_tensor((rows, d_in), seed=12)
+    got = impl.scenario(scenarios.linear_forward_backward, d_in, d_out, x, 13)
+    w = check_tensor(got["weight"], dtype=torch.float32, shape=(d_in, d_out), what="Linear.weight").double()
+    out = check_tensor(got["out"], shape=(rows, d_out), what="Linear output").double()
+    variance = (out**2).mean().item()
+    gram = w.T @ w
+    eig_max = torch.linalg.eigvalsh(gram).max().item()
+    u = math.log(2 / DELTA)
+    chi2_tol = (2 * math.sqrt(rows * u) * torch.linalg.matrix_norm(gram).item() + 2 * eig_max * u) / (rows * d_out)
+    weight_tol = bernstein_halfwidth(d_in * d_out, M4 - M2**2, 9.0 - M2)
+    tol = chi2_tol + weight_tol
+    assert abs(variance - M2) <= tol, (
+        f"Linear({d_in}, {d_out}) on unit-variance inputs: output variance should be {M2:.3f} ± {tol:.3f}, "
+        f"got {variance:.4f}"
+    )
+
+
+# ---------------------------------------------------------------------- Cruncher
+
+
+@given(dim=dims(8), num_layers=st.integers(0, 4))
+def test_cruncher_parameters(impl, dim, num_layers):
+    got = impl.scenario(scenarios.cruncher_parameters, dim, num_layers)
+    expected = [(f"layers.{i}.weight", (dim, dim), torch.float32, True) for i in range(num_layers)]
+    expected.append(("final.weight", (dim, 1), torch.float32, True))
+    assert got == expected, f"Cruncher({dim}, {num_layers}).named_parameters(): expected {expected}, got {got}"
+    count = sum(math.prod(shape) for _, shape, _, _ in got)
+    assert count == num_layers * dim * dim + dim, f"Cruncher({dim}, {num_layers}): {count} parameters"
+
+
+@given(batch=shapes(0, 2, max_side=4), dim=dims(6), num_layers=st.integers(0, 3), seed=seeds)
+def test_cruncher_forward(impl, batch, dim, num_layers, seed):
+    state = {f"layers.{i}.weight": make_tensor((dim, dim), seed=seed + i) / math.sqrt(dim) for i in range(num_layers)}
+    state["final.weight"] = make_tensor((dim, 1), seed=seed + num_layers)
+    x = make_tensor((*batch, dim), seed=seed ^ 1)
+    expected = x
+    for i in range(num_layers):
+        expected = expected @ state[f"layers.{i}.weight"]
+    expected = (expected @ state["final.weight"])[..., 0]
+    got = impl.scenario(scenarios.cruncher_run, dim, num_layers, state, x)
+    what = f"Cruncher({dim}, {num_layers})(x {tuple(x.shape)})"
+    assert_close(got, expected, scale=4 * dim * (num_layers + 1), what=what)
+
+
+def test_cruncher_keeps_a_batch_of_one(impl):
+    state = {"layers.0.weight": torch.tensor([[2.0]]), "final.weight": torch.tensor([[3.0]])}
+    got = impl.scenario(scenarios.cruncher_run, 1, 1, state, torch.tensor([[1.5]]))
+    assert_close(got, torch.tensor([9.0]), what="Cruncher(1, 1)(x of shape (1, 1)): squeeze only the last dimension")
+
+
+def test_cruncher_layers_draw_from_the_generator_in_order(impl):
+    got = impl.scenario(scenarios.cruncher_from_generator, 8, 3, 21)
+    names = [*(f"layers.{i}.weight" for i in range(3)), "final.weight"]
+    assert list(got["state"]) == names, f"Cruncher(8, 3) state dict keys: expected {names}, got {list(got['state'])}"
+    for name, draw in zip(names, got["xavier_draws"], strict=True):
+        assert torch.equal(got["state"][name], draw), (
+            f"Cruncher(8, 3, generator): {name} is not the next xavier_init draw from the generator"
+        )
+
+
+def test_cruncher_is_reproducible_after_seed_everything(impl):
+    a = impl.scenario(scenarios.seeded_cruncher, 6, 2, 1234)
+    b = impl.scenario(scenarios.seeded_cruncher, 6, 2, 1234)
+    c = impl.scenario(scenarios.seeded_cruncher, 6, 2, 1235)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), (
+        "seed_everything(1234) then Cruncher(6, 2) twice gave different weights"
+    )
+    assert not all(torch.equal(a[k], c[k]) for k in a), "seeds 1234 and 1235 gave the same Cruncher"
+
+
+# ---------------------------------------------------------------- seed_everything
+
+
+@given(seed=st.integers(0, 2**32 - 1))
+def test_seed_everything_seeds_torch_numpy_and_random(impl, seed):
+    got = impl.scenario(scenarios.seeded_draws, seed)
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+    expected = {"torch": torch.rand(4), "numpy": np.random.rand(4), "random": [random.random() for _ in range(4)]}
+    call = f"seed_everything({seed})"
+    assert torch.equal(got["torch"], expected["torch"]), f"{call} did not seed torch as torch.manual_seed does"
+    assert np.array_equal(got["numpy"], expected["numpy"]), f"{call} did not seed NumPy as np.random.seed does"
+    assert got["random"] == expected["random"], f"{call} did not seed random as random.seed does"
+
+
+# -------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [((0, 3), ValueError), ((3, 0), ValueError), ((3.0, 3), TypeError), ((3, 3, "seed"), TypeError)],
+    ids=str,
+)
+def test_xavier_init_rejects_bad_input(impl, args, error):
+    with pytest.raises(error):
+        impl.model.xavier_init(*args)
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "error"),
+    [
+        ("Linear", [0, 3], ValueError),
+        ("Linear", [3, "3"], TypeError),
+        ("Cruncher", [0, 2], ValueError),
+        ("Cruncher", [4, -1], ValueError),
+        ("Cruncher", [4.0, 1], TypeError),
+    ],
+    ids=str,
+)
+def test_modules_reject_bad_input(impl, name, args, error):
+    with pytest.raises(error):
+        impl.scenario(scenarios.construct, name, args)
+
+
+@pytest.mark.parametrize(("seed", "error"), [(-1, ValueError), (2**32, ValueError), (1.5, TypeError), ("0", TypeError)])
+def test_seed_everything_rejects_bad_input(impl, seed, error):
+    with pytest.raises(error):
+        impl.model.seed_everything(seed)
