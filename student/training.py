@@ -1,0 +1,146 @@
+"""Handout §6: mixed-precision steps, activation checkpointing, crash-safe
+checkpoints and the training loop.
+
+The loss throughout is the mean-squared error ``F.mse_loss(out, y)`` between
+``out = model(x)`` and ``y``, computed in fp32 (the Cruncher of §3.2 predicts
+one scalar per example). ``precision`` is one of:
+
+* ``"fp32"``: everything in float32;
+* ``"bf16"``: the forward pass under ``torch.autocast(device_type, torch.bfloat16)``
+  (on the CPU too); parameters, gradients and optimizer state stay float32
+  ("master weights");
+* ``"fp16"``: the same with float16, plus a ``torch.amp.GradScaler`` (required)
+  that scales the loss, unscales the gradients and skips a step whose
+  gradients hold inf/nan.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor, nn
+
+
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    x: Float[Tensor, "batch ..."],
+    y: Float[Tensor, "batch ..."],
+    *,
+    precision: str = "fp32",
+    scaler: torch.amp.GradScaler | None = None,
+) -> float:
+    """One optimizer step on ``mse_loss(model(x), y)``: zero the gradients
+    (``set_to_none=True``), forward in ``precision``, backward, step. Returns
+    the loss (before the step) as a Python float.
+
+    With ``"bf16"``/``"fp16"`` the parameters and the optimizer state remain
+    float32. With ``"fp16"`` the step goes through ``scaler`` (``scale``,
+    ``step``, ``update``): a step with inf/nan gradients leaves the parameters
+    unchanged and lowers the scale.
+
+    Raises:
+        TypeError: ``model``/``optimizer`` are not an ``nn.Module`` /
+            ``torch.optim.Optimizer``, ``x``/``y`` are not tensors, or
+            ``precision`` is not a str.
+        ValueError: ``precision`` is not "fp32", "bf16" or "fp16"; "fp16"
+            without a ``torch.amp.GradScaler``, or a scaler with another
+            precision; ``model(x)`` and ``y`` have different shapes.
+    """
+    raise NotImplementedError("train_step: see handout §6")
+
+
+def checkpointed_forward(model: nn.Module, x: Tensor) -> Tensor:
+    """The same output (and, after backward, the same gradients) as
+    ``model(x)``, with activation checkpointing
+    (``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``): fewer
+    tensors are saved for backward, and backward recomputes them.
+
+    Supported models: an ``nn.Sequential`` (its children in order), or a
+    Cruncher-like module with a ``layers`` ``nn.ModuleList`` and a ``final``
+    module, whose forward is ``final(layers[-1](...layers[0](x)...)).squeeze(-1)``.
+
+    Raises:
+        TypeError: ``model`` has neither structure, or ``x`` is not a tensor.
+    """
+    raise NotImplementedError("checkpointed_forward: see handout §6")
+
+
+def save_checkpoint(
+    path: str | os.PathLike[str],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    iteration: int,
+    **extra: Any,
+) -> None:
+    """Save the model's and the optimizer's ``state_dict()``, ``iteration``,
+    the RNG states of torch, NumPy's global RNG and ``random`` (and CUDA's when
+    available), and ``extra`` (tensors, numbers, strings, None, and
+    lists/tuples/dicts of those) to ``path``.
+
+    Atomic: write a temporary file in the same directory, flush and
+    ``os.fsync`` it, then ``os.replace`` it onto ``path``. A crash at any moment
+    leaves the previous file at ``path`` intact.
+
+    Raises:
+        TypeError: ``path`` is not a str/PathLike, ``model``/``optimizer`` are
+            not a module/optimizer, ``iteration`` is not an int, or an extra
+            value is not plain data.
+        ValueError: ``iteration`` is negative.
+    """
+    raise NotImplementedError("save_checkpoint: see handout §6")
+
+
+def load_checkpoint(
+    path: str | os.PathLike[str],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    *,
+    extra: dict[str, Any] | None = None,
+) -> int:
+    """Load a checkpoint written by ``save_checkpoint`` with
+    ``torch.load(..., weights_only=True)`` (never unpickle arbitrary objects),
+    restore the model, the optimizer and every RNG state, fill ``extra`` (when
+    given) with the saved extras, and return the saved iteration. Continuing
+    from here reproduces an uninterrupted run bit for bit on the CPU.
+
+    Raises:
+        FileNotFoundError: there is no file at ``path``.
+        TypeError: ``path``, ``model``, ``optimizer`` or ``extra`` has the
+            wrong type.
+        ValueError: the file is truncated, corrupt, unsafe (holds objects
+            ``weights_only`` refuses) or not a checkpoint of
+            ``save_checkpoint``, or does not fit ``model``/``optimizer``.
+    """
+    raise NotImplementedError("load_checkpoint: see handout §6")
+
+
+def train(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: Iterable[tuple[Tensor, Tensor]],
+    *,
+    steps: int,
+    precision: str = "fp32",
+    scaler: torch.amp.GradScaler | None = None,
+    log_every: int = 0,
+) -> list[float]:
+    """Run ``steps`` training steps (as ``train_step``) and return the list of
+    their losses.
+
+    Draws exactly one ``(x, y)`` from ``batches`` just before each step (no
+    read-ahead, so the RNG states a checkpoint saves between two calls are
+    those of the next batch). No per-step host synchronisation: keep the
+    losses on the device and convert them once at the end; with
+    ``log_every=k > 0`` the loss is also logged (a sync) every k steps.
+
+    Raises:
+        TypeError: as ``train_step``, or ``steps``/``log_every`` not ints.
+        ValueError: as ``train_step``; ``steps`` or ``log_every`` negative;
+            ``batches`` runs out before ``steps`` batches.
+    """
+    raise NotImplementedError("train: see handout §6")

@@ -1,0 +1,489 @@
+"""Scenarios for handout §6: models, optimizers, scalers and checkpoint files
+built from plain specs, driven through the implementation's ``training`` module.
+
+The models here are plain ``torch.nn`` (so the training problem is graded
+independently of §3.2 and §4); the tests build the very same models with the
+same builders to compute their oracles with plain torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+# --------------------------------------------------------------------------- models
+
+
+class Stack(nn.Module):
+    """A Cruncher-shaped model: ``layers`` (a ModuleList) then ``final``, squeezed.
+
+    Each layer is a bias-free MLP block d -> 4d -> d with tanh, so it saves
+    more activations than its input alone."""
+
+    def __init__(self, dim: int, num_layers: int, block: bool = True) -> None:
+        super().__init__()
+
+        def layer() -> nn.Module:
+            if not block:
+                return nn.Linear(dim, dim, bias=False)
+            return nn.Sequential(nn.Linear(dim, 4 * dim, bias=False), nn.Tanh(), nn.Linear(4 * dim, dim, bias=False))
+
+        self.layers = nn.ModuleList([layer() for _ in range(num_layers)])
+        self.final = nn.Linear(dim, 1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return self.final(x).squeeze(-1)
+
+
+def build_model(kind: str, dim: int, num_layers: int, seed: int) -> nn.Module:
+    """``"mlp"``: an ``nn.Sequential`` of bias-free Linear+tanh layers ending in a
+    scalar per example; ``"stack"``: :class:`Stack` with MLP blocks;
+    ``"linear_stack"``: :class:`Stack` of plain Linear layers (the Cruncher)."""
+    torch.manual_seed(seed)
+    if kind == "mlp":
+        mods: list[nn.Module] = []
+        for _ in range(num_layers):
+            mods += [nn.Linear(dim, dim, bias=False), nn.Tanh()]
+        return nn.Sequential(*mods, nn.Linear(dim, 1, bias=False), nn.Flatten(0))
+    if kind in ("stack", "linear_stack"):
+        return Stack(dim, num_layers, block=kind == "stack")
+    raise ValueError(kind)
+
+
+def build_linear_chain(weights: list[torch.Tensor]) -> nn.Module:
+    """Bias-free Linear layers with the given (out, in) weights, output flattened."""
+    layers = [nn.Linear(w.shape[1], w.shape[0], bias=False) for w in weights]
+    with torch.no_grad():
+        for layer, w in zip(layers, weights, strict=True):
+            layer.weight.copy_(w)
+    return nn.Sequential(*layers, nn.Flatten(0))
+
+
+def build_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+    raise ValueError(name)
+
+
+def _linear_output_dtypes(model: nn.Module) -> tuple[list[str], list[Any]]:
+    """Record the dtype of every nn.Linear output (what autocast ran in)."""
+    seen: list[str] = []
+    handles = [
+        m.register_forward_hook(lambda _m, _i, out: seen.append(str(out.dtype).removeprefix("torch.")))
+        for m in model.modules()
+        if isinstance(m, nn.Linear)
+    ]
+    return seen, handles
+
+
+def _state_dtypes(optimizer: torch.optim.Optimizer) -> list[str]:
+    return sorted({
+        str(v.dtype).removeprefix("torch.")
+        for state in optimizer.state.values()
+        for v in state.values()
+        if isinstance(v, torch.Tensor) and v.dim() > 0
+    })
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def run_steps(
+    lab: Any,
+    kind: str,
+    dim: int,
+    num_layers: int,
+    seed: int,
+    opt_name: str,
+    lr: float,
+    batches: list[tuple[torch.Tensor, torch.Tensor]],
+    precision: str,
+) -> Any:
+    """``train_step`` once per batch; report losses, parameters and dtypes."""
+    model = build_model(kind, dim, num_layers, seed)
+    opt = build_optimizer(opt_name, model.parameters(), lr)
+    scaler = torch.amp.GradScaler("cpu") if precision == "fp16" else None
+    seen, handles = _linear_output_dtypes(model)
+    losses = [lab.training.train_step(model, opt, x, y, precision=precision, scaler=scaler) for x, y in batches]
+    for h in handles:
+        h.remove()
+    return {
+        "losses": losses,
+        "loss_types": sorted({type(v).__name__ for v in losses}),
+        "params": [p.detach().clone() for p in model.parameters()],
+        "param_dtypes": sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()}),
+        "state_dtypes": _state_dtypes(opt),
+        "forward_dtypes": sorted(set(seen)),
+    }
+
+
+def fp16_step(
+    lab: Any, weights: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor, lr: float, init_scale: float
+) -> Any:
+    """One fp16 ``train_step`` of a chain of bias-free Linear layers with the
+    given weights (SGD, a fresh ``GradScaler(init_scale=...)``); report the
+    weights after it, the loss and the scale."""
+    model = build_linear_chain(weights)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)
+    loss = lab.training.train_step(model, opt, x, y, precision="fp16", scaler=scaler)
+    return {
+        "loss": loss,
+        "weights": [p.detach().clone() for p in model.parameters()],
+        "scale": float(scaler.get_scale()),
+    }
+
+
+def step_with(lab: Any, precision: Any, use_scaler: bool, y_shape: list[int]) -> Any:
+    """``train_step`` with the given precision/scaler and a target of ``y_shape``
+    (for the bad-input checks)."""
+    model = build_model("mlp", 4, 1, 0)
+    opt = build_optimizer("sgd", model.parameters(), 0.1)
+    scaler = torch.amp.GradScaler("cpu") if use_scaler else None
+    x, y = torch.randn(3, 4), torch.randn(*y_shape)
+    return lab.training.train_step(model, opt, x, y, precision=precision, scaler=scaler)
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def train_losses(
+    lab: Any,
+    kind: str,
+    dim: int,
+    num_layers: int,
+    seed: int,
+    lr: float,
+    batches: list[tuple[torch.Tensor, torch.Tensor]],
+    steps: int,
+    precision: str,
+) -> Any:
+    """``train`` over an iterator of ``batches``; report losses, the parameters
+    and how many batches it drew."""
+    model = build_model(kind, dim, num_layers, seed)
+    opt = build_optimizer("adamw", model.parameters(), lr)
+    drawn = [0]
+
+    def stream() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for b in batches:
+            drawn[0] += 1
+            yield b
+
+    losses = lab.training.train(model, opt, stream(), steps=steps, precision=precision)
+    return {"losses": losses, "params": [p.detach().clone() for p in model.parameters()], "drawn": drawn[0]}
+
+
+def train_with(lab: Any, steps: Any, n_batches: int, log_every: Any) -> Any:
+    """``train`` with odd arguments (for the bad-input checks)."""
+    model = build_model("mlp", 4, 1, 0)
+    opt = build_optimizer("sgd", model.parameters(), 0.1)
+    batches = [(torch.randn(3, 4), torch.randn(3)) for _ in range(n_batches)]
+    return lab.training.train(model, opt, iter(batches), steps=steps, log_every=log_every)
+
+
+# --------------------------------------------------------------------------- checkpointing
+
+
+def measure_saved_bytes(model: nn.Module, fn: Any) -> tuple[Any, int]:
+    """Run ``fn()`` under a saved-tensors hook; return its result and the bytes
+    of the distinct non-parameter storages autograd saved for backward (the
+    activations; weights are held anyway)."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in params:
+            saved[ptr] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return out, sum(saved.values())
+
+
+def checkpointed(lab: Any, kind: str, dim: int, num_layers: int, seed: int, x: torch.Tensor) -> Any:
+    """``checkpointed_forward``'s output, the gradients after a backward of a
+    weighted sum of it, and the bytes saved for backward while it ran."""
+    model = build_model(kind, dim, num_layers, seed)
+    x = x.clone().requires_grad_(True)
+    out, nbytes = measure_saved_bytes(model, lambda: lab.training.checkpointed_forward(model, x))
+    weights = torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)
+    (out * weights).sum().backward()
+    return {
+        "out": out.detach().clone(),
+        "grads": [p.grad.clone() if p.grad is not None else None for p in model.parameters()],
+        "x_grad": x.grad.clone() if x.grad is not None else None,
+        "saved_bytes": nbytes,
+    }
+
+
+def checkpointed_unsupported(lab: Any) -> Any:
+    model = nn.Linear(3, 3)
+    return lab.training.checkpointed_forward(model, torch.randn(2, 3))
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def _seed_all(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+def _draws() -> dict[str, Any]:
+    return {"torch": torch.rand(4), "numpy": np.random.rand(4), "python": [random.random() for _ in range(4)]}
+
+
+def _batch_stream(dim: int, batch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Batches drawn from all three global RNGs (as a data loader, augmentation
+    and shuffling might), so a checkpoint must restore each of them."""
+    while True:
+        x = torch.randn(batch, dim)
+        shift = float(np.random.standard_normal())
+        scale = random.uniform(0.5, 1.5)
+        yield x, torch.sin(x.sum(-1)) * scale + shift
+
+
+def resume(lab: Any, kind: str, dim: int, num_layers: int, batch: int, total: int, split: int, seed: int) -> Any:
+    """An uninterrupted run of ``total`` steps, and the same run interrupted at
+    ``split``: saved, every RNG scrambled, reloaded into a fresh model and
+    optimizer built from another seed, and continued."""
+    _seed_all(seed)
+    model = build_model(kind, dim, num_layers, seed)
+    opt = build_optimizer("adamw", model.parameters(), 1e-2)
+    whole = lab.training.train(model, opt, _batch_stream(dim, batch), steps=total)
+    whole_params = [p.detach().clone() for p in model.parameters()]
+
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "ckpt.pt")
+        _seed_all(seed)
+        model = build_model(kind, dim, num_layers, seed)
+        opt = build_optimizer("adamw", model.parameters(), 1e-2)
+        first = lab.training.train(model, opt, _batch_stream(dim, batch), steps=split)
+        lab.training.save_checkpoint(path, model, opt, split)
+        del model, opt
+        _seed_all(seed + 1)  # a new process would start from other RNG states
+        model = build_model(kind, dim, num_layers, seed + 1)
+        opt = build_optimizer("adamw", model.parameters(), 1e-2)
+        iteration = lab.training.load_checkpoint(path, model, opt)
+        rest = lab.training.train(model, opt, _batch_stream(dim, batch), steps=total - iteration)
+    return {
+        "whole": whole,
+        "resumed": list(first) + list(rest),
+        "iteration": iteration,
+        "whole_params": whole_params,
+        "resumed_params": [p.detach().clone() for p in model.parameters()],
+    }
+
+
+def checkpoint_round_trip(lab: Any, seed: int) -> Any:
+    """Save after a step, then report what a fresh model/optimizer hold after
+    loading, the iteration and extras read back, and the RNG draws that follow
+    the save and the load (which must be equal)."""
+    _seed_all(seed)
+    model = build_model("mlp", 6, 2, seed)
+    opt = build_optimizer("adamw", model.parameters(), 1e-2)
+    x, y = torch.randn(5, 6), torch.randn(5)
+    nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "ckpt.pt")
+        _seed_all(seed + 7)
+        lab.training.save_checkpoint(path, model, opt, 41, note="hello", lr=0.5, ids=[1, 2])
+        after_save = _draws()
+        _seed_all(seed + 99)
+        fresh = build_model("mlp", 6, 2, seed + 99)
+        fresh_opt = build_optimizer("adamw", fresh.parameters(), 1e-2)
+        extra: dict[str, Any] = {}
+        iteration = lab.training.load_checkpoint(path, fresh, fresh_opt, extra=extra)
+        after_load = _draws()
+        files = sorted(os.listdir(d))
+    state = fresh_opt.state_dict()["state"]
+    return {
+        "iteration": iteration,
+        "extra": extra,
+        "params": [p.detach().clone() for p in model.parameters()],
+        "loaded_params": [p.detach().clone() for p in fresh.parameters()],
+        "opt_state": [{k: v.clone() for k, v in s.items()} for s in opt.state_dict()["state"].values()],
+        "loaded_opt_state": [{k: v.clone() for k, v in s.items()} for s in state.values()],
+        "after_save": after_save,
+        "after_load": after_load,
+        "files": files,
+    }
+
+
+def _sha256(path: str) -> str | None:
+    if not os.path.exists(path):
+        return None
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+_CHILD = r"""
+import importlib, resource, signal, sys
+sys.path.insert(0, sys.argv[1])
+training = importlib.import_module(sys.argv[2] + ".training")
+import torch
+torch.manual_seed(1)
+model = torch.nn.Linear(256, 256)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+model(torch.randn(4, 256)).sum().backward()
+opt.step()
+# Python ignores SIGXFSZ (a write past the limit fails with EFBIG, so cleanup
+# code would run); restore the default action: the kernel kills the process
+# in the middle of the write, as a crash or a power cut would.
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+limit = int(sys.argv[4])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+training.save_checkpoint(sys.argv[3], model, opt, 99)
+print("save returned")
+"""
+
+
+def killed_mid_save(lab: Any, limit_bytes: int) -> Any:
+    """Save a checkpoint, then let a child process overwrite it with a bigger
+    one while RLIMIT_FSIZE makes the kernel kill it (SIGXFSZ) mid-write. Report
+    the child's return code, the file's sha256 before and after, and what
+    loading the file gives afterwards."""
+    module_dir = Path(lab.training.__file__).resolve().parent
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "ckpt.pt")
+        torch.manual_seed(0)
+        model = nn.Linear(8, 8)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        lab.training.save_checkpoint(path, model, opt, 7)
+        before, size_before = _sha256(path), os.path.getsize(path)
+        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+        proc = subprocess.run(
+            [sys.executable, "-c", _CHILD, str(module_dir.parent), module_dir.name, path, str(limit_bytes)],
+            capture_output=True, text=True, timeout=120, env=env, cwd=d,
+        )
+        after = _sha256(path)
+        fresh = nn.Linear(8, 8)
+        fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=1e-3)
+        try:
+            iteration: Any = lab.training.load_checkpoint(path, fresh, fresh_opt)
+            load_error = None
+        except Exception as e:  # reported as data; the test decides
+            iteration, load_error = None, f"{type(e).__name__}: {e}"
+        return {
+            "returncode": proc.returncode,
+            "stdout": proc.stdout[-2000:],
+            "stderr": proc.stderr[-2000:],
+            "size_before": size_before,
+            "sha_before": before,
+            "sha_after": after,
+            "iteration": iteration,
+            "load_error": load_error,
+            "weight": model.weight.detach().clone(),
+            "loaded_weight": fresh.weight.detach().clone(),
+        }
+
+
+class _Trap:
+    """Unpickling this object creates the folder ``marker``: visible proof that
+    a load ran code from the file."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.mkdir, (self.marker,))
+
+
+def load_bad_file(lab: Any, kind: str) -> Any:
+    """Ask ``load_checkpoint`` to read a bad file and let its error propagate.
+
+    kinds: ``truncated`` (the first half of a real checkpoint), ``garbage``
+    (random bytes), ``tensor`` (a torch.save of a bare tensor), ``dict`` (a
+    torch.save of an unrelated dict), ``missing`` (no file)."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "ckpt.pt")
+        model = build_model("mlp", 4, 1, 0)
+        opt = build_optimizer("adamw", model.parameters(), 1e-2)
+        if kind == "truncated":
+            lab.training.save_checkpoint(path, model, opt, 3)
+            with open(path, "rb") as f:
+                data = f.read()
+            with open(path, "wb") as f:
+                f.write(data[: len(data) // 2])
+        elif kind == "garbage":
+            with open(path, "wb") as f:
+                f.write(np.random.default_rng(0).bytes(5000))
+        elif kind == "tensor":
+            torch.save(torch.zeros(3), path)
+        elif kind == "dict":
+            torch.save({"weights": torch.zeros(3), "step": 5}, path)
+        elif kind != "missing":
+            raise ValueError(kind)
+        return lab.training.load_checkpoint(path, model, opt)
+
+
+def load_trapped_file(lab: Any) -> Any:
+    """Load a checkpoint file that holds, next to a real checkpoint's entries,
+    an object whose unpickling creates a folder. Report the error raised (or
+    None) and whether the folder appeared."""
+    with tempfile.TemporaryDirectory() as d:
+        path, marker = os.path.join(d, "ckpt.pt"), os.path.join(d, "code-ran")
+        model = build_model("mlp", 4, 1, 0)
+        opt = build_optimizer("adamw", model.parameters(), 1e-2)
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "iteration": 1,
+                    "payload": _Trap(marker)}, path)
+        try:
+            lab.training.load_checkpoint(path, model, opt)
+            error = None
+        except NotImplementedError:
+            raise  # an unfilled stub is no answer
+        except Exception as e:  # reported as data; the test decides
+            error = type(e).__name__
+        return {"error": error, "code_ran": os.path.exists(marker)}
+
+
+def save_with(lab: Any, iteration: Any, extra_kind: str | None) -> Any:
+    """``save_checkpoint`` with odd arguments (for the bad-input checks)."""
+    with tempfile.TemporaryDirectory() as d:
+        model = build_model("mlp", 4, 1, 0)
+        opt = build_optimizer("sgd", model.parameters(), 0.1)
+        extra = {} if extra_kind is None else {"thing": {"object": object(), "module": nn.Linear(1, 1)}[extra_kind]}
+        return lab.training.save_checkpoint(os.path.join(d, "c.pt"), model, opt, iteration, **extra)
+
+
+# --------------------------------------------------------------------------- GPU
+
+
+def train_cuda_syncs(lab: Any, steps: int, precision: str) -> Any:
+    """``train`` on CUDA with pre-made device batches under
+    ``torch.cuda.set_sync_debug_mode("warn")``; count the synchronising calls."""
+    import warnings
+
+    model = build_model("stack", 64, 2, 0).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    batches = [(torch.randn(32, 64, device="cuda"), torch.randn(32, device="cuda")) for _ in range(steps)]
+    lab.training.train(model, opt, iter(batches[:1]), steps=1, precision=precision)  # warm-up
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            losses = lab.training.train(model, opt, iter(batches), steps=steps, precision=precision)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = [str(w.message)[:200] for w in caught if "synchroniz" in str(w.message).lower()]
+    return {"losses": losses, "syncs": syncs, "param_dtypes": sorted({str(p.dtype) for p in model.parameters()})}

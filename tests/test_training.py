@@ -1,0 +1,336 @@
+"""Handout §6: mixed-precision steps, activation checkpointing, checkpoints, the loop.
+
+Oracles: the same models trained with a plain torch loop in this process
+(``F.mse_loss``, ``torch.optim``), dtypes of what autocast ran, bytes autograd
+saved for backward (a saved-tensors hook), sha256 of files, and a child
+process the kernel kills in the middle of a write.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.scenarios import training as scenarios
+from tests.strategies import make_tensor, seeds
+from tests.tolerances import assert_close
+
+KINDS = ("mlp", "stack", "linear_stack")
+
+
+def make_batches(n: int, batch: int, dim: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Regression batches: y = tanh(x @ v), a target a small tanh MLP can fit."""
+    v = torch.linspace(-2.0, 2.0, dim) / dim**0.5
+    out = []
+    for i in range(n):
+        x = make_tensor((batch, dim), torch.float32, seed * 1000 + i)
+        out.append((x, torch.tanh(x @ v)))
+    return out
+
+
+def torch_loop(kind, dim, layers, seed, opt_name, lr, batches):
+    """The oracle: plain fp32 training with torch, step by step."""
+    model = scenarios.build_model(kind, dim, layers, seed)
+    opt = scenarios.build_optimizer(opt_name, model.parameters(), lr)
+    losses = []
+    for x, y in batches:
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, [p.detach() for p in model.parameters()]
+
+
+def assert_losses_close(got, expected, rtol, atol, what):
+    assert isinstance(got, list) and len(got) == len(expected), (
+        f"{what}: expected a list of {len(expected)} losses, got {got!r:.200}"
+    )
+    for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+        assert type(g) is float, f"{what}: loss {i} should be a Python float, got {type(g).__name__}"
+        assert abs(g - e) <= atol + rtol * abs(e), (
+            f"{what}: step {i} loss {g!r}, expected {e!r} (rtol={rtol:g}, atol={atol:g});\n"
+            f"got      {[round(v, 6) for v in got]}\nexpected {[round(v, 6) for v in expected]}"
+        )
+
+
+# --------------------------------------------------------------------------- train_step
+
+
+@pytest.mark.parametrize("opt_name", ["sgd", "adamw"])
+@pytest.mark.parametrize("kind", ["mlp", "stack"])
+def test_fp32_steps_match_a_torch_loop(impl, kind, opt_name):
+    # Three steps: a step that forgets to zero the gradients drifts from step 2 on.
+    batches = make_batches(3, 8, 6, seed=1)
+    got = impl.scenario(scenarios.run_steps, kind, 6, 2, 0, opt_name, 0.05, batches, "fp32")
+    losses, params = torch_loop(kind, 6, 2, 0, opt_name, 0.05, batches)
+    assert_losses_close(got["losses"], losses, 1e-5, 1e-7, f"fp32 train_step losses ({kind}, {opt_name})")
+    for i, (g, e) in enumerate(zip(got["params"], params, strict=True)):
+        assert_close(g, e, scale=10, what=f"parameter {i} after 3 fp32 steps ({kind}, {opt_name})")
+
+
+# bf16 has 8 significant bits (eps 2^-7 ~ 0.8%): each forward is off by
+# about a percent, and over 25 AdamW steps the two runs drift apart a little.
+# Measured on these problems: at most 0.15% of the initial loss; the bound is 2%.
+BF16_TOLERANCE = 0.02
+
+
+def test_bf16_tracks_fp32_and_keeps_fp32_master_weights(impl):
+    batches = make_batches(25, 32, 16, seed=2)
+    got = impl.scenario(scenarios.run_steps, "mlp", 16, 2, 3, "adamw", 1e-2, batches, "bf16")
+    losses, _ = torch_loop("mlp", 16, 2, 3, "adamw", 1e-2, batches)
+    assert got["forward_dtypes"] == ["bfloat16"], (
+        f"with precision='bf16' the Linear layers should run in bfloat16 (torch.autocast), "
+        f"they produced {got['forward_dtypes']}"
+    )
+    assert got["param_dtypes"] == ["float32"], (
+        f"mixed precision keeps fp32 master weights: parameters are {got['param_dtypes']} after bf16 steps"
+    )
+    assert got["state_dtypes"] == ["float32"], (
+        f"AdamW's moments should stay float32, they are {got['state_dtypes']}"
+    )
+    assert_losses_close(got["losses"], losses, 0.0, BF16_TOLERANCE * losses[0], "bf16 losses vs the fp32 run")
+    assert losses[-1] < 0.7 * losses[0], "sanity: the fp32 oracle run should learn"
+
+
+def test_fp16_runs_in_fp16_and_keeps_fp32_master_weights(impl):
+    batches = make_batches(3, 8, 6, seed=4)
+    got = impl.scenario(scenarios.run_steps, "mlp", 6, 1, 0, "adamw", 1e-2, batches, "fp16")
+    assert got["forward_dtypes"] == ["float16"], f"fp16 layers produced {got['forward_dtypes']}"
+    assert got["param_dtypes"] == ["float32"] and got["state_dtypes"] == ["float32"], (
+        f"fp16 with a scaler keeps fp32 parameters and state: got {got['param_dtypes']}, {got['state_dtypes']}"
+    )
+
+
+def _tiny_gradient_problem():
+    # Layer 2's weights are ~1e-4, so the gradient reaching layer 1 is ~1e-10:
+    # zero in fp16 (smallest subnormal 6e-8) unless the loss is scaled first.
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 8, generator=g)
+    w1 = torch.randn(8, 8, generator=g) / 8**0.5
+    w2 = torch.randn(1, 8, generator=g) * 1e-4
+    return [w1, w2], x, torch.zeros(64)
+
+
+def test_fp16_scaler_keeps_tiny_gradients(impl):
+    weights, x, y = _tiny_gradient_problem()
+    lr = 1e3
+    got = impl.scenario(scenarios.fp16_step, weights, x, y, lr, 2.0**16)
+    model = scenarios.build_linear_chain(weights)
+    F.mse_loss(model(x), y).backward()
+    for i, (w, p) in enumerate(zip(weights, model.parameters(), strict=True)):
+        expected = -lr * p.grad
+        update = got["weights"][i] - w
+        err = (update - expected).abs().max().item() / expected.abs().max().item()
+        assert err < 1e-2, (
+            f"fp16 step of layer {i + 1}: its update is off by {err:.0%} of the fp32 update "
+            f"(largest fp32 update {expected.abs().max().item():.3g}, got {update.abs().max().item():.3g}); "
+            "without loss scaling its gradients flush to zero in fp16"
+        )
+
+
+def test_fp16_skips_a_step_with_inf_gradients(impl):
+    # 8 * 300 * 300 = 720,000 overflows fp16 (max 65504): the loss and the
+    # gradients are inf/nan, so the scaler must skip the step and halve the scale.
+    w = torch.full((1, 8), 300.0)
+    x = torch.full((4, 8), 300.0)
+    got = impl.scenario(scenarios.fp16_step, [w], x, torch.zeros(4), 0.1, 1024.0)
+    assert torch.equal(got["weights"][0], w), (
+        f"a step with inf/nan gradients must be skipped (weights unchanged), got {got['weights'][0]}"
+    )
+    assert got["scale"] == 512.0, (
+        f"after a skipped step GradScaler.update() halves the scale: expected 512.0, got {got['scale']}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("precision", "use_scaler", "y_shape", "error"),
+    [
+        ("fp8", False, [3], ValueError),
+        ("FP32 ", False, [3], ValueError),
+        (16, False, [3], TypeError),
+        ("fp16", False, [3], ValueError),  # fp16 without a scaler
+        ("fp32", True, [3], ValueError),  # a scaler that would be ignored
+        ("fp32", False, [3, 1], ValueError),  # (B,) vs (B, 1) would broadcast to (B, B)
+    ],
+    ids=["fp8", "spelling", "int", "fp16-no-scaler", "fp32-with-scaler", "shape-mismatch"],
+)
+def test_train_step_rejects_bad_input(impl, precision, use_scaler, y_shape, error):
+    with pytest.raises(error):
+        impl.scenario(scenarios.step_with, precision, use_scaler, y_shape)
+
+
+# --------------------------------------------------------------------------- checkpointed_forward
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@settings(max_examples=4)
+@given(seed=seeds, num_layers=st.integers(6, 9), batch=st.integers(1, 5))
+def test_checkpointed_forward_same_results_fewer_saved_bytes(impl, kind, seed, num_layers, batch):
+    dim = 8
+    x = make_tensor((batch, dim), torch.float32, seed)
+    got = impl.scenario(scenarios.checkpointed, kind, dim, num_layers, seed, x)
+
+    model = scenarios.build_model(kind, dim, num_layers, seed)
+    xr = x.clone().requires_grad_(True)
+    out, plain_bytes = scenarios.measure_saved_bytes(model, lambda: model(xr))
+    (out * torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)).sum().backward()
+
+    assert_close(got["out"], out.detach(), what=f"checkpointed_forward output ({kind}, {num_layers} layers)")
+    assert_close(got["x_grad"], xr.grad, what="gradient of the input")
+    for i, p in enumerate(model.parameters()):
+        assert_close(got["grads"][i], p.grad, what=f"gradient of parameter {i}")
+    # With 6+ layers, checkpointing segments of layers keeps only the segment
+    # inputs (about sqrt(L) of them, at most 4/7 of model(x)'s activations
+    # here); checkpointing each Linear on its own keeps every layer's input,
+    # just as model(x) does.
+    assert 3 * got["saved_bytes"] <= 2 * plain_bytes, (
+        f"checkpointing should save far fewer activations for backward: model(x) saves {plain_bytes} bytes, "
+        f"checkpointed_forward saved {got['saved_bytes']} (expected at most 2/3: checkpoint segments of "
+        "several layers, not each layer alone)"
+    )
+
+
+def test_checkpointed_forward_rejects_unsupported_models(impl):
+    with pytest.raises(TypeError):
+        impl.scenario(scenarios.checkpointed_unsupported)
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+@pytest.mark.parametrize("kind", ["mlp", "stack"])
+def test_resumed_run_equals_the_uninterrupted_run_bit_for_bit(impl, kind):
+    got = impl.scenario(scenarios.resume, kind, 8, 2, 4, 10, 4, 123)
+    assert got["iteration"] == 4, f"load_checkpoint should return the saved iteration 4, got {got['iteration']!r}"
+    whole, resumed = got["whole"], got["resumed"]
+    assert len(whole) == len(resumed) == 10, f"expected 10 losses each, got {len(whole)} and {len(resumed)}"
+    diverged = [i for i, (a, b) in enumerate(zip(whole, resumed, strict=True)) if a != b]
+    assert not diverged, (
+        f"resuming at step 4 must reproduce the uninterrupted run exactly (model, optimizer state and the "
+        f"torch/NumPy/random RNG states all restored); losses differ from step {diverged[0]}:\n"
+        f"uninterrupted {whole}\nresumed       {resumed}"
+    )
+    for i, (a, b) in enumerate(zip(got["whole_params"], got["resumed_params"], strict=True)):
+        assert torch.equal(a, b), f"parameter {i} differs after the resumed run (max diff {(a - b).abs().max()})"
+
+
+def test_checkpoint_round_trip_restores_everything(impl):
+    got = impl.scenario(scenarios.checkpoint_round_trip, 5)
+    assert got["iteration"] == 41, f"load_checkpoint should return 41, got {got['iteration']!r}"
+    assert got["extra"] == {"note": "hello", "lr": 0.5, "ids": [1, 2]}, f"extras read back: {got['extra']!r}"
+    for i, (a, b) in enumerate(zip(got["params"], got["loaded_params"], strict=True)):
+        assert torch.equal(a, b), f"parameter {i} was not restored"
+    assert len(got["loaded_opt_state"]) == len(got["opt_state"]) > 0, "the optimizer state was not restored"
+    for i, (a, b) in enumerate(zip(got["opt_state"], got["loaded_opt_state"], strict=True)):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), (
+            f"optimizer state of parameter {i} differs after loading: saved {sorted(a)}, loaded {sorted(b)}"
+        )
+    for rng in ("torch", "numpy", "python"):
+        a, b = got["after_save"][rng], got["after_load"][rng]
+        same = torch.equal(a, b) if isinstance(a, torch.Tensor) else (a == b).all() if hasattr(a, "all") else a == b
+        assert same, f"the {rng} RNG state was not saved/restored: draws after saving {a}, after loading {b}"
+    assert got["files"] == ["ckpt.pt"], f"save_checkpoint should leave only its file, found {got['files']}"
+
+
+def test_a_save_killed_mid_write_leaves_the_previous_checkpoint(impl):
+    pytest.importorskip("resource", reason="needs POSIX resource limits (RLIMIT_FSIZE)")
+    got = impl.scenario(scenarios.killed_mid_save, 64 * 1024)
+    assert got["sha_before"] is not None, "the first save_checkpoint wrote no file"
+    assert got["returncode"] == -signal.SIGXFSZ, (
+        f"the child saving a ~1 MB checkpoint under a 64 KiB file-size limit should be killed by SIGXFSZ, "
+        f"it exited with {got['returncode']}\nstdout: {got['stdout']}\nstderr: {got['stderr']}"
+    )
+    assert got["sha_after"] == got["sha_before"], (
+        f"a save killed mid-write changed the file at `path` (sha256 {got['sha_before'][:12]} -> "
+        f"{str(got['sha_after'])[:12]}): write to a temporary file in the same folder, fsync it, then os.replace"
+    )
+    assert got["load_error"] is None and got["iteration"] == 7, (
+        f"the previous checkpoint should still load and give iteration 7: {got['load_error'] or got['iteration']}"
+    )
+    assert torch.equal(got["loaded_weight"], got["weight"]), "the previous checkpoint's weights did not load back"
+
+
+@pytest.mark.parametrize("kind", ["truncated", "garbage", "tensor", "dict"])
+def test_load_rejects_broken_or_foreign_files(impl, kind):
+    with pytest.raises(ValueError):
+        impl.scenario(scenarios.load_bad_file, kind)
+
+
+def test_load_of_a_missing_file_is_file_not_found(impl):
+    with pytest.raises(FileNotFoundError):
+        impl.scenario(scenarios.load_bad_file, "missing")
+
+
+def test_load_refuses_files_that_would_run_code(impl):
+    got = impl.scenario(scenarios.load_trapped_file)
+    assert not got["code_ran"], (
+        "loading a checkpoint ran code stored in the file (it created a folder): "
+        "load with torch.load(..., weights_only=True)"
+    )
+    assert got["error"] == "ValueError", f"a file weights_only refuses should raise ValueError, got {got['error']}"
+
+
+@pytest.mark.parametrize(
+    ("iteration", "extra_kind", "error"),
+    [(-1, None, ValueError), ("3", None, TypeError), (2.0, None, TypeError),
+     (3, "object", TypeError), (3, "module", TypeError)],
+    ids=["negative", "str", "float", "extra-object", "extra-module"],
+)
+def test_save_rejects_bad_input(impl, iteration, extra_kind, error):
+    with pytest.raises(error):
+        impl.scenario(scenarios.save_with, iteration, extra_kind)
+
+
+# --------------------------------------------------------------------------- train
+
+
+@pytest.mark.parametrize("kind", ["mlp", "linear_stack"])
+def test_train_matches_a_torch_loop_and_draws_one_batch_per_step(impl, kind):
+    batches = make_batches(9, 8, 6, seed=6)
+    got = impl.scenario(scenarios.train_losses, kind, 6, 2, 1, 1e-2, batches, 6, "fp32")
+    losses, params = torch_loop(kind, 6, 2, 1, "adamw", 1e-2, batches[:6])
+    assert_losses_close(got["losses"], losses, 1e-5, 1e-7, f"train losses ({kind})")
+    for i, (g, e) in enumerate(zip(got["params"], params, strict=True)):
+        assert_close(g, e, scale=10, what=f"parameter {i} after train(steps=6)")
+    assert got["drawn"] == 6, f"train(steps=6) should draw exactly 6 batches (no read-ahead), drew {got['drawn']}"
+
+
+def test_train_bf16_tracks_fp32(impl):
+    batches = make_batches(20, 32, 16, seed=7)
+    got = impl.scenario(scenarios.train_losses, "mlp", 16, 2, 2, 1e-2, batches, 20, "bf16")
+    losses, _ = torch_loop("mlp", 16, 2, 2, "adamw", 1e-2, batches)
+    assert_losses_close(got["losses"], losses, 0.0, BF16_TOLERANCE * losses[0], "train(precision='bf16') losses")
+    assert got["losses"] != losses, "bf16 losses equal fp32's exactly: is autocast on?"
+
+
+@pytest.mark.parametrize(
+    ("steps", "n_batches", "log_every", "error"),
+    [(-1, 3, 0, ValueError), (2.5, 3, 0, TypeError), (4, 3, 0, ValueError), (2, 3, -1, ValueError)],
+    ids=["negative-steps", "float-steps", "too-few-batches", "negative-log-every"],
+)
+def test_train_rejects_bad_input(impl, steps, n_batches, log_every, error):
+    with pytest.raises(error):
+        impl.scenario(scenarios.train_with, steps, n_batches, log_every)
+
+
+def test_train_with_zero_steps_returns_no_losses(impl):
+    assert impl.scenario(scenarios.train_with, 0, 0, 0) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="not run on a GPU: needs CUDA")
+def test_train_on_cuda_does_not_sync_every_step(impl):
+    steps = 12
+    got = impl.scenario(scenarios.train_cuda_syncs, steps, "bf16")
+    assert len(got["losses"]) == steps and all(v == v for v in got["losses"]), f"losses: {got['losses']}"
+    assert got["param_dtypes"] == ["torch.float32"], f"bf16 training changed parameter dtypes: {got['param_dtypes']}"
+    assert len(got["syncs"]) <= steps // 3, (
+        f"train synchronised with the GPU {len(got['syncs'])} times in {steps} steps: keep the losses on the "
+        f"device and convert them once at the end ({got['syncs'][:3]})"
+    )
