@@ -4,9 +4,10 @@ reference on model sizes and seeds the public tests do not use.
 Initialisations are random, so the submission's weights are not compared with
 the reference's value by value: both must be within ±3 std, and their mean
 squares (w / std)² must agree within twice the Bernstein half-width of
-tests/test_model.py (each within it of the truth, so a correct submission
-fails with probability below 2e-7 per example; seeds are fixed by the grade
-profile's derandomised draws).
+tests/test_model.py at delta = 5e-9 (each is within it of the truth but with
+probability 5e-9, so a correct submission fails an example with probability
+below 1e-8, and the 12 examples below 1.2e-7; the grade profile's
+derandomised draws fix the seeds).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from tests.tolerances import assert_close, check_tensor
 @given(d_in=st.sampled_from([3, 10, 100, 300, 1000, 3000]), seed=seeds, data=st.data())
 def test_xavier_init_statistics(impl, ref, d_in, seed, data):
     d_out = data.draw(st.integers(max(1, 2**17 // d_in), 2**18 // d_in), label="d_out")
-    bound = bernstein_halfwidth(d_in * d_out, M4 - M2**2, 9.0 - M2)
+    bound = bernstein_halfwidth(d_in * d_out, M4 - M2**2, 9.0 - M2, delta=5e-9)
     mean_squares = {}
     for who, lab in (("submission", impl), ("reference", ref)):
         w = check_tensor(lab.scenario(scenarios.xavier_from_generator, d_in, d_out, seed), dtype=torch.float32,
