@@ -86,6 +86,7 @@ class Options:
     call_timeout: float | None = None
     time_limit: float | None = None
     reveal_hidden: bool | None = None
+    memory_limit_gib: float | None = None
     rubric: Path = rubric_mod.DEFAULT_RUBRIC
 
 
@@ -120,7 +121,7 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
     reveal = rub.settings.reveal_hidden if opts.reveal_hidden is None else opts.reveal_hidden
     path = Path(submission).expanduser().resolve() if submission else REPO
     cuda = _cuda_available()
-    limits = Limits(memory_bytes=int(rub.settings.memory_limit_gib * (1 << 30)),
+    limits = Limits(memory_bytes=int((opts.memory_limit_gib or rub.settings.memory_limit_gib) * (1 << 30)),
                     cpu_seconds=int(rub.settings.cpu_limit_seconds))
     sandbox = Sandbox(limits=limits, gpu=cuda, want=opts.sandbox)
     result = GradeResult(submission=str(path), profile=profile, sandbox=sandbox.describe())

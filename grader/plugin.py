@@ -64,13 +64,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Grading is reproducible: derandomized examples, no example database
-    (a regrade gives the same verdict, whatever was graded before)."""
+    (a regrade gives the same verdict, whatever was graded before), and fast
+    on failures (no shrinking)."""
     if not _STATE:
         return
-    from hypothesis import settings
+    from hypothesis import Phase, settings
 
     base = settings.get_profile(_STATE["plan"]["profile"])
-    settings.register_profile("grader", parent=base, derandomize=True, database=None)
+    # No shrinking: a failing check reports the first falsifying example at
+    # once (students shrink it with the reproduction line); shrinking every
+    # failure of a half-done submission would cost minutes per problem.
+    settings.register_profile("grader", parent=base, derandomize=True, database=None,
+                              phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target])
     settings.load_profile("grader")
 
 

@@ -1,0 +1,4 @@
+"""Does not parse."""
+
+def bytes_per_element(dtype)
+    return 4

@@ -1,0 +1,221 @@
+"""The trust boundary, call by call: RemoteImpl against small hostile modules
+in a real worker (bubblewrap where usable): exception mapping, timeouts,
+crashes, garbage, resource limits, and what the worker can see."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader.remote import ProtocolError, RemoteError, RemoteImpl, WorkerCrashed, WorkerError, WorkerTimeout
+from grader.sandbox import Limits, Sandbox, bwrap_usable, make_working_copy
+from grader.worker import _ARCH
+
+REPO = Path(__file__).resolve().parent.parent
+BWRAP = bwrap_usable()[0]
+needs_bwrap = pytest.mark.skipif(not BWRAP, reason="bubblewrap is unusable here: " + bwrap_usable()[1])
+
+PRECISION = '''
+import os, socket, sys, time, torch
+
+class MyError(ValueError):
+    pass
+
+def bytes_per_element(kind):
+    if kind == "value":
+        raise MyError("bad dtype")
+    if kind == "assert":
+        assert False, "student assert"
+    if kind == "exit":
+        sys.exit(0)
+    if kind == "crash":
+        os._exit(3)
+    if kind == "hang":
+        while True:
+            pass
+    if kind == "object":
+        return object()
+    if kind == "subclass":
+        class T(torch.Tensor):
+            pass
+        return torch.zeros(2).as_subclass(T)
+    if kind == "fork":
+        return os.fork()
+    if kind == "memory":
+        return len(bytearray(6 << 30))
+    if kind == "print":
+        for _ in range(300):
+            print("y" * 4096)
+        return 1
+    if kind == "view":
+        x = torch.arange(6.0)
+        return x, x[2:]
+    return 4
+
+def tensor_bytes(what, arg=None):
+    if what == "read":
+        try:
+            return open(arg).read()[:100]
+        except OSError as e:
+            return f"refused: {type(e).__name__}"
+    if what == "list":
+        try:
+            return sorted(os.listdir(arg))
+        except OSError as e:
+            return f"refused: {type(e).__name__}"
+    if what == "net":
+        try:
+            socket.create_connection(("1.1.1.1", 53), timeout=2)
+            return "connected"
+        except OSError as e:
+            return f"refused: {type(e).__name__}"
+    if what == "write":
+        try:
+            with open(arg, "w") as f:
+                f.write("forged")
+            return "written"
+        except OSError as e:
+            return f"refused: {type(e).__name__}"
+    if what == "pids":
+        return sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+'''
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sandbox")
+    (root / "sub" / "student").mkdir(parents=True)
+    (root / "sub" / "student" / "__init__.py").write_text("")
+    (root / "sub" / "student" / "precision.py").write_text(textwrap.dedent(PRECISION))
+    scratch = root / "scratch"
+    scratch.mkdir()
+    return make_working_copy(root / "sub" / "student", root / "work"), scratch
+
+
+def make_impl(work, *, time_limit=120.0, call_timeout=20.0, memory_gib=3.0) -> RemoteImpl:
+    wc, scratch = work
+    sandbox = Sandbox(limits=Limits(memory_bytes=int(memory_gib * (1 << 30))))
+    config = json.dumps({"rlimits": sandbox.limits.rlimits(False)})
+    impl = RemoteImpl("test", sandbox, wc, scratch, problems={"precision": time_limit},
+                      call_timeout=call_timeout, config=config)
+    impl.enter("precision")
+    return impl
+
+
+@pytest.fixture(scope="module")
+def impl(work):
+    impl = make_impl(work)
+    yield impl
+    impl.close()
+
+
+def test_values_and_views_cross_as_data(impl):
+    assert impl.precision.bytes_per_element("ok") == 4
+    a, b = impl.precision.bytes_per_element("view")
+    assert type(a) is torch.Tensor and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def test_builtin_exceptions_are_reraised_by_their_nearest_builtin(impl):
+    with pytest.raises(ValueError, match="bad dtype") as e:
+        impl.precision.bytes_per_element("value")
+    assert type(e.value) is ValueError  # never the submission's own class
+    with pytest.raises(RemoteError, match="AssertionError: student assert"):
+        impl.precision.bytes_per_element("assert")
+    with pytest.raises(RemoteError, match="SystemExit"):
+        impl.precision.bytes_per_element("exit")
+    assert impl.precision.bytes_per_element("ok") == 4  # the same worker carries on
+
+
+@pytest.mark.parametrize("kind", ["object", "subclass"])
+def test_non_data_is_not_a_type_error(impl, kind):
+    """Returning a non-data object must not pass a ``pytest.raises(TypeError)`` check."""
+    with pytest.raises(RemoteError, match="not data") as e:
+        impl.precision.bytes_per_element(kind)
+    assert not isinstance(e.value, TypeError)
+
+
+def test_crash_fails_the_call_and_a_fresh_worker_follows(impl):
+    with pytest.raises(WorkerCrashed, match="exited with status 3"):
+        impl.precision.bytes_per_element("crash")
+    assert not issubclass(WorkerError, Exception)  # no pytest.raises(Exception) passes by crashing
+    assert impl.precision.bytes_per_element("ok") == 4
+
+
+def test_timeout_costs_the_problem_only(work):
+    impl = make_impl(work, call_timeout=3.0)
+    try:
+        t = time.monotonic()
+        with pytest.raises(WorkerTimeout, match="longer than 3 s"):
+            impl.precision.bytes_per_element("hang")
+        assert time.monotonic() - t < 30
+        with pytest.raises(WorkerTimeout, match="remaining calls are not run"):
+            impl.precision.bytes_per_element("ok")
+        assert not any(w.alive() for w in impl._workers.values())
+    finally:
+        impl.close()
+
+
+def test_problem_time_limit(work):
+    impl = make_impl(work, time_limit=4.0, call_timeout=60.0)
+    try:
+        with pytest.raises(WorkerTimeout, match="time limit of 4 s"):
+            impl.precision.bytes_per_element("hang")
+    finally:
+        impl.close()
+
+
+def test_memory_limit(impl):
+    with pytest.raises(RemoteError, match="MemoryError"):
+        impl.precision.bytes_per_element("memory")
+
+
+@pytest.mark.skipif(__import__("platform").machine() not in _ARCH or __import__("sys").platform != "linux",
+                    reason="the seccomp filter is Linux x86_64/aarch64 only")
+def test_no_processes(impl):
+    with pytest.raises(OSError, match="BlockingIOError"):
+        impl.precision.bytes_per_element("fork")
+    assert impl.states["precision"].seccomp == "on"
+
+
+def test_output_is_captured_and_capped(work):
+    impl = make_impl(work)
+    try:
+        for _ in range(3):
+            assert impl.precision.bytes_per_element("print") == 1
+    finally:
+        impl.close()
+    st = impl.states["precision"]
+    assert len(st.log) <= 64 << 10 and st.log_dropped > 0
+
+
+@needs_bwrap
+def test_the_worker_sees_no_repository_no_host_and_no_network(impl, tmp_path):
+    assert impl.precision.tensor_bytes("read", str(REPO / "reference" / "precision.py")).startswith("refused")
+    assert impl.precision.tensor_bytes("read", str(REPO / "grader" / "hidden" / "conftest.py")).startswith(
+        "refused")
+    listing = impl.precision.tensor_bytes("list", str(REPO))
+    assert "reference" not in listing and "grader" not in listing, listing
+    assert impl.precision.tensor_bytes("list", "/submission") == ["_grader_worker.py", "student", "tests"]
+    assert "reference" not in impl.precision.tensor_bytes("list", "/proc/1/cwd/..")
+    assert impl.precision.tensor_bytes("net").startswith("refused")
+    assert max(impl.precision.tensor_bytes("pids")) < 100  # its own PID namespace
+    target = tmp_path / "forged.json"
+    assert impl.precision.tensor_bytes("write", str(target)).startswith("refused")
+    assert not target.exists()
+    assert impl.precision.tensor_bytes("write", "/submission/student/x.py").startswith("refused")
+
+
+def test_protocol_garbage_is_a_crash_not_a_value(work):
+    """A reply frame announcing more than the cap is refused before it is read."""
+    impl = make_impl(work)
+    impl.max_reply = 16
+    try:
+        with pytest.raises(ProtocolError, match="limit 16"):
+            impl.precision.bytes_per_element("view")
+    finally:
+        impl.close()
