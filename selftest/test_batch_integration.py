@@ -1,0 +1,176 @@
+"""Batch grading of a generated class of 30 with the real grader: killed (SIGKILL)
+mid-run, rerun, and then exactly 30 rows with the expected scores.
+
+To fit CI (2 cores) it grades two problems (precision, views) with the dev
+profile. The rubric gives a problem's points only when all its checks pass.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from grader import batch
+from grader.corpus import build_wrong, wrong_submissions
+
+REPO = Path(__file__).resolve().parent.parent
+PROBLEMS = ("precision", "views")
+
+
+def _points() -> dict[str, float]:
+    rubric = tomllib.loads((REPO / "grader" / "rubric.toml").read_text())
+    return {p["name"]: float(p["points"]) for p in rubric["problem"] if p["name"] in PROBLEMS}
+
+
+def _grader_available() -> bool:
+    if not (REPO / "grader" / "__main__.py").exists():
+        return False
+    return subprocess.run([sys.executable, "-m", "grader", "--help"], cwd=REPO, capture_output=True,
+                          timeout=120).returncode == 0
+
+
+def _zip_folder(folder: Path, archive: Path) -> None:
+    with zipfile.ZipFile(archive, "w") as z:
+        for p in sorted(folder.rglob("*")):
+            if p.is_file() and "__pycache__" not in p.parts:
+                z.write(p, p.relative_to(folder).as_posix())
+    shutil.rmtree(folder)
+
+
+def generate_class(root: Path) -> dict[str, tuple[str, float]]:
+    """30 submissions; returns id -> (status, expected score)."""
+    pts = _points()
+    full = sum(pts.values())
+    root.mkdir(parents=True)
+    expected: dict[str, tuple[str, float]] = {}
+    ignore = shutil.ignore_patterns("__pycache__")
+
+    def reference_copy(folder: Path) -> Path:
+        shutil.copytree(REPO / "reference", folder / "student", ignore=ignore)
+        return folder / "student"
+
+    for i in range(8):  # correct: as folders, nested one level (a GitHub Classroom repo inside), zips
+        sid = f"correct-{i}"
+        reference_copy(root / sid / "repo" if i % 4 == 1 else root / sid)
+        if i % 4 == 2:
+            _zip_folder(root / sid, root / f"{sid}.zip")
+        expected[sid] = ("graded", full)
+    wrong = [w for w in wrong_submissions() if w.problem in PROBLEMS]
+    for i in range(6):  # partly correct: one classic bug of the corpus each
+        w = wrong[i % len(wrong)]
+        sid = f"partial-{i}-{w.name}"
+        folder = build_wrong(w, root / "_tmp")
+        shutil.move(folder, root / sid)
+        expected[sid] = ("graded", full - pts[w.problem])
+    shutil.rmtree(root / "_tmp", ignore_errors=True)
+    for i in range(3):  # the untouched stubs
+        shutil.copytree(REPO / "student", root / f"stubs-{i}" / "student", ignore=ignore)
+        expected[f"stubs-{i}"] = ("graded", 0.0)
+    for i in range(2):  # a syntax error in views.py costs views only
+        pkg = reference_copy(root / f"syntax-{i}")
+        (pkg / "views.py").write_text((pkg / "views.py").read_text() + "\ndef broken(:\n")
+        expected[f"syntax-{i}"] = ("graded", full - pts["views"])
+    pkg = reference_copy(root / "exits-on-import")  # hostile-ish: leaves at import
+    (pkg / "views.py").write_text("import sys\nsys.exit(0)\n" + (pkg / "views.py").read_text())
+    expected["exits-on-import"] = ("graded", full - pts["views"])
+    for i in range(5):  # no student/: loose notes, an empty folder, a zip without it
+        sid = f"missing-{i}"
+        (root / sid).mkdir()
+        if i % 2 == 0:
+            (root / sid / "answers.txt").write_text("see attached\n")
+        if i == 4:
+            (root / sid / "other").mkdir()
+            (root / sid / "other" / "x.txt").write_text("x")
+            _zip_folder(root / sid, root / f"{sid}.zip")
+        expected[sid] = ("no student/", 0.0)
+    for i in range(5):  # bad zips: garbage, truncated, empty file
+        sid = f"badzip-{i}"
+        if i < 2:
+            (root / f"{sid}.zip").write_bytes(os.urandom(200))
+        elif i < 4:
+            reference_copy(root / sid)
+            _zip_folder(root / sid, root / f"{sid}.zip")
+            data = (root / f"{sid}.zip").read_bytes()
+            (root / f"{sid}.zip").write_bytes(data[: len(data) // 2])
+        else:
+            (root / f"{sid}.zip").write_bytes(b"")
+        expected[sid] = ("bad zip", 0.0)
+    assert len(expected) == 30
+    return expected
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _descendants(pid: int) -> set[int]:
+    import psutil
+
+    try:
+        return {p.pid for p in psutil.Process(pid).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return set()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _grader_available(), reason="the grader CLI (python -m grader) is not available yet")
+def test_class_of_30_killed_and_resumed(tmp_path):
+    expected = generate_class(tmp_path / "class")
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != batch.GRADER_ENV}
+    cmd = [sys.executable, "-m", "grader", "batch", str(tmp_path / "class"), "--out", str(out), "--jobs", "2",
+           "--problems", ",".join(PROBLEMS), "--profile", "dev", "--timeout", "600"]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    graded_before: set[str] = set()
+    children: set[int] = set()
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        children |= _descendants(proc.pid)
+        done = {p.stem for p in (out / "results").glob("*.json")} if (out / "results").exists() else set()
+        graded_before = {d for d in done if expected.get(d, ("",))[0] == "graded"}
+        if len(graded_before) >= 3 and len(children) > 0:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the batch finished before it could be killed"
+    children |= _descendants(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    snapshot = {p.name: p.read_bytes() for p in (out / "results").glob("*.json")}
+    assert 3 <= len(snapshot) < 30, sorted(snapshot)
+    time.sleep(2)
+    alive = [pid for pid in children if _alive(pid)]
+    assert not alive, f"graders left running after the batch was killed: {alive}"
+
+    rerun = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert f"resuming: {len(snapshot)} of 30" in rerun.stdout, rerun.stdout[:2000]
+    for name, data in snapshot.items():  # what was done is kept, not regraded
+        assert (out / "results" / name).read_bytes() == data, f"{name} was graded twice"
+
+    with open(out / "gradebook.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 30 and len({r["id"] for r in rows}) == 30
+    got = {r["id"]: (r["status"], float(r["score"])) for r in rows}
+    wrong = {k: (got.get(k), v) for k, v in expected.items() if got.get(k) != v}
+    assert not wrong, "unexpected rows (got, expected):\n" + "\n".join(f"{k}: {v}" for k, v in wrong.items())
+    for r in rows:
+        assert r["status"] == "graded" or r["reason"], r
+        assert float(r["max_score"]) == sum(_points().values()), r
+        assert float(r["precision"]) + float(r["views"]) == float(r["score"]), r
+    summary = (out / "summary.md").read_text()
+    assert "| precision |" in summary and "| views |" in summary
+    assert (out / "summary.png").stat().st_size > 10_000
