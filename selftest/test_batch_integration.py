@@ -127,6 +127,7 @@ def _descendants(pid: int) -> set[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # about 5 minutes on 2 busy cores; the project's default is 300 s
 @pytest.mark.skipif(not _grader_available(), reason="the grader CLI (python -m grader) is not available yet")
 def test_class_of_30_killed_and_resumed(tmp_path):
     expected = generate_class(tmp_path / "class")

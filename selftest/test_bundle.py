@@ -192,6 +192,7 @@ def test_run_autograder_reports_a_grader_failure(tmp_path, bundle_zip, fake_pyth
     assert results["score"] == 0 and "exit code 7" in results["output"], results
 
 
+@pytest.mark.timeout(1200)
 @pytest.mark.skipif(not _grader_available(), reason="the grader CLI (python -m grader) is not available yet")
 def test_run_autograder_with_the_real_grader(tmp_path, bundle_zip):
     """The reference copied as student/ gets every point of the problems graded;

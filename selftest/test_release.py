@@ -128,7 +128,9 @@ def _leaks(root: Path) -> list[str]:
         norm, raw = _normalized(path), path.read_text(errors="replace")
         rel = path.relative_to(root).as_posix()
         found += [f"{rel}: body of reference {name}" for name, body in bodies.items() if body in norm]
-        found += [f"{rel}: hidden check {name}" for name in hidden if re.search(rf"\b{name}\b", raw)]
+        # a name, not a file name (grader/mfu.py may cite selftest/test_mfu.py)
+        found += [f"{rel}: hidden check {name}" for name in hidden
+                  if re.search(rf"(?<![\w/.]){name}(?![\w.])", raw)]
         if re.search(r"^\s*(from|import)\s+reference\b", raw, flags=re.M):
             found.append(f"{rel}: imports reference")
     return found
@@ -160,16 +162,31 @@ def test_leak_search_finds_a_planted_leak(release_dir, tmp_path):
 # ------------------------------------------------------------------ pytest there
 
 
+NO_SHRINK = """
+
+from hypothesis import HealthCheck, Phase, settings
+
+settings.register_profile("release_check", max_examples=15, deadline=None, derandomize=True,
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate],
+                          suppress_health_check=list(HealthCheck))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # the whole public suite on the stubs, as the honesty check runs it
 def test_pytest_runs_in_the_release_and_fails_every_test_on_the_stubs(release_dir, tmp_path):
     plugin_dir = tmp_path / "plugin"
     plugin_dir.mkdir()
-    shutil.copy(REPO / "selftest" / "outcomes.py", plugin_dir / "release_outcomes.py")
+    # The outcome recorder of the honesty check, plus a profile that does not shrink:
+    # on the stubs every test fails at its first example, and shrinking it (each
+    # step recomputing the test's oracle) is what would make this run slow.
+    (plugin_dir / "release_outcomes.py").write_text((REPO / "selftest" / "outcomes.py").read_text() + NO_SHRINK)
     out = tmp_path / "outcomes.json"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HYPOTHESIS_PROFILE")}
     env["PYTHONPATH"] = str(plugin_dir)  # the recorder only: nothing of this repo is importable there
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "release_outcomes", f"--outcomes={out}", "-q",
-                           "-p", "no:cacheprovider", "-n", "2"],
-                          cwd=release_dir, env=env, capture_output=True, text=True, timeout=900)
+                           "-p", "no:cacheprovider", "-n", "2", "--hypothesis-profile", "release_check"],
+                          cwd=release_dir, env=env, capture_output=True, text=True, timeout=1700)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "implementation under test: student" in proc.stdout or proc.returncode == 1, proc.stdout[-2000:]
     results = json.loads(out.read_text())
@@ -216,6 +233,7 @@ def test_ci_workflow_runs_ci_run_and_uploads_its_json(release_dir):
     assert "./lab grade" in ci_run and "--public-only" in ci_run
 
 
+@pytest.mark.timeout(1200)
 @pytest.mark.skipif(not _grader_available(), reason="the grader CLI (python -m grader) is not available yet")
 def test_ci_run_grades_the_stubs_with_the_public_checks(release_dir, tmp_path):
     """What the workflow runs, run verbatim in a copy of the release: the grader
@@ -234,4 +252,4 @@ def test_ci_run_grades_the_stubs_with_the_public_checks(release_dir, tmp_path):
     shipped = {m for m in HANDOUT_MODULES if (repo / "tests" / f"test_{m}.py").exists()}
     assert shipped <= names, f"problems graded: {sorted(names)}; public test files: {sorted(shipped)}"
     for p in result["problems"]:
-        assert p["score"] == 0 and p["status"] in ("failed", "error", "not run on a GPU"), p
+        assert p["score"] == 0 and p["status"] != "passed", p
