@@ -113,13 +113,19 @@ def get_batch(
     # A strided view of every window (reads nothing); indexing it with `starts`
     # copies exactly the b sampled rows, so a memmap only pages those in.
     windows = np.lib.stride_tricks.sliding_window_view(tokens, t + 1)[starts]
+    if not windows.dtype.isnative:  # torch only takes native byte order
+        windows = windows.astype(windows.dtype.newbyteorder("="))
+    rows = torch.from_numpy(windows)
 
-    # x and y are written straight into one int64 buffer (pinned for CUDA, so
-    # the host-to-device copy is a single asynchronous DMA).
-    pin = dev.type == "cuda"
-    host = torch.empty((2, b, t), dtype=torch.int64, pin_memory=pin)
-    buf = host.numpy()
-    buf[0] = windows[:, :-1]
-    buf[1] = windows[:, 1:]
-    out = host.to(dev, non_blocking=pin) if dev.type != "cpu" else host
-    return out[0], out[1]
+    # One int64 (b, t+1) tensor; x and y are views of it, shifted by one (no
+    # copy: use .reshape, not .view, to flatten them). torch converts the
+    # small ids ~10x faster than NumPy's astype.
+    if dev.type == "cuda":
+        # Pinned host memory lets the copy run as an asynchronous DMA that
+        # overlaps the GPU's work on the previous batch.
+        pinned = torch.empty(rows.shape, dtype=torch.int64, pin_memory=True)
+        pinned.copy_(rows)
+        batch = pinned.to(dev, non_blocking=True)
+    else:
+        batch = rows.to(torch.int64).to(dev)
+    return batch[:, :-1], batch[:, 1:]

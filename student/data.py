@@ -60,9 +60,10 @@ def get_batch(
     of x is ``tokens[s_i : s_i + context_length]`` and row ``i`` of y is
     ``tokens[s_i + 1 : s_i + context_length + 1]`` (x shifted by one). The
     starts ``s_i`` are independent and uniform over every valid start,
-    ``0 .. n - context_length - 1`` inclusive, drawn with
-    ``torch.randint(..., generator=generator)`` (the global torch RNG when
-    ``generator`` is None), so a seeded generator gives the same batch again.
+    ``0 .. n - context_length - 1`` inclusive, drawn in one call,
+    ``torch.randint(n - context_length, (batch_size,), generator=generator)``
+    (the global torch RNG when ``generator`` is None), so a seeded generator
+    gives the same batch again, on any device.
 
     Vectorised: no Python loop over the batch. Reads only the sampled windows
     (a memmap must not be read whole). For a CUDA ``device`` the batch is

@@ -261,14 +261,17 @@ def _batch_stream(dim: int, batch: int) -> Iterator[tuple[torch.Tensor, torch.Te
         yield x, torch.sin(x.sum(-1)) * scale + shift
 
 
-def resume(lab: Any, kind: str, dim: int, num_layers: int, batch: int, total: int, split: int, seed: int) -> Any:
+def resume(
+    lab: Any, kind: str, dim: int, num_layers: int, batch: int, total: int, split: int, seed: int,
+    precision: str = "fp32",
+) -> Any:
     """An uninterrupted run of ``total`` steps, and the same run interrupted at
     ``split``: saved, every RNG scrambled, reloaded into a fresh model and
     optimizer built from another seed, and continued."""
     _seed_all(seed)
     model = build_model(kind, dim, num_layers, seed)
     opt = build_optimizer("adamw", model.parameters(), 1e-2)
-    whole = lab.training.train(model, opt, _batch_stream(dim, batch), steps=total)
+    whole = lab.training.train(model, opt, _batch_stream(dim, batch), steps=total, precision=precision)
     whole_params = [p.detach().clone() for p in model.parameters()]
 
     with tempfile.TemporaryDirectory() as d:
@@ -276,14 +279,16 @@ def resume(lab: Any, kind: str, dim: int, num_layers: int, batch: int, total: in
         _seed_all(seed)
         model = build_model(kind, dim, num_layers, seed)
         opt = build_optimizer("adamw", model.parameters(), 1e-2)
-        first = lab.training.train(model, opt, _batch_stream(dim, batch), steps=split)
+        first = lab.training.train(model, opt, _batch_stream(dim, batch), steps=split, precision=precision)
         lab.training.save_checkpoint(path, model, opt, split)
         del model, opt
         _seed_all(seed + 1)  # a new process would start from other RNG states
         model = build_model(kind, dim, num_layers, seed + 1)
         opt = build_optimizer("adamw", model.parameters(), 1e-2)
         iteration = lab.training.load_checkpoint(path, model, opt)
-        rest = lab.training.train(model, opt, _batch_stream(dim, batch), steps=total - iteration)
+        rest = lab.training.train(
+            model, opt, _batch_stream(dim, batch), steps=total - iteration, precision=precision
+        )
     return {
         "whole": whole,
         "resumed": list(first) + list(rest),

@@ -1,0 +1,123 @@
+"""Hidden differential checks for handout §5: the submission against the
+reference on inputs the public tests do not use (long data, large batches and
+contexts, every integer token dtype, other seeds, bigger memmaps, and the
+error class of many bad calls)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.scenarios import data as scenarios
+from tests.strategies import seeds
+from tests.tolerances import check_tensor
+
+TOKEN_DTYPES = ("uint8", "uint16", "int16", "int32", "uint32", "int64")
+
+
+def _tokens(n: int, dtype: str, seed: int) -> np.ndarray:
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(seed)
+    return rng.integers(max(info.min, -(2**40)), min(info.max, 2**40), size=n, endpoint=True, dtype=np.int64).astype(
+        dtype
+    )
+
+
+def _outcome(call):
+    try:
+        return "ok", call()
+    except NotImplementedError:
+        raise
+    except Exception as e:  # only the class is compared
+        return "raises", type(e).__name__
+
+
+@given(
+    n_extra=st.integers(0, 4000),
+    context_length=st.integers(1, 300),
+    batch_size=st.integers(1, 64),
+    dtype=st.sampled_from(TOKEN_DTYPES),
+    seed=seeds,
+)
+def test_batches_equal_the_reference_for_the_same_seed(impl, ref, n_extra, context_length, batch_size, dtype, seed):
+    """The contract fixes how starts are drawn (torch.randint over the valid
+    starts with the given generator), so a seed gives the reference's batch.
+    ``n_extra=0`` leaves one token too few (an error)."""
+    n = context_length + n_extra
+    tokens = _tokens(n, dtype, seed)
+    got = _outcome(lambda: impl.scenario(scenarios.batch_with_seed, tokens, batch_size, context_length, seed))
+    expected = _outcome(lambda: ref.scenario(scenarios.batch_with_seed, tokens, batch_size, context_length, seed))
+    call = f"get_batch({n} {dtype} tokens, {batch_size}, {context_length}, generator seed {seed})"
+    if expected[0] == "raises":
+        assert got == expected, f"{call}: the reference raises {expected[1]}, got {got[0]} {got[1]!r:.200}"
+        return
+    assert got[0] == "ok", f"{call}: raised {got[1]}"
+    for name, g, e in zip("xy", got[1], expected[1], strict=True):
+        check_tensor(g, dtype=torch.int64, shape=tuple(e.shape), device="cpu", what=f"{call}: {name}")
+        assert torch.equal(g, e), (
+            f"{call}: {name} differs from the reference's batch (first rows {g[:2, :6]} vs {e[:2, :6]})"
+        )
+
+
+@given(tokens=st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=300), dtype=st.sampled_from(TOKEN_DTYPES))
+def test_save_tokens_bytes_and_errors_equal_the_reference(impl, ref, tokens, dtype):
+    arr = np.array(tokens, dtype=np.int64)
+    got = _outcome(lambda: impl.scenario(scenarios.save_and_read_back, arr, dtype))
+    expected = _outcome(lambda: ref.scenario(scenarios.save_and_read_back, arr, dtype))
+    if expected[0] == "raises":
+        assert got == expected, f"save_tokens(..., {dtype}) of values up to {max(tokens)}: expected {expected[1]}"
+    else:
+        assert got == expected, f"save_tokens(..., {dtype}) wrote other bytes than the reference"
+
+
+@given(raw=st.binary(min_size=0, max_size=64), dtype=st.sampled_from(TOKEN_DTYPES))
+def test_load_tokens_equals_the_reference(impl, ref, raw, dtype):
+    got = _outcome(lambda: impl.scenario(scenarios.load_written, raw, dtype))
+    expected = _outcome(lambda: ref.scenario(scenarios.load_written, raw, dtype))
+    if expected[0] == "raises":
+        assert got == expected, f"load_tokens of {len(raw)} bytes as {dtype}: expected {expected[1]}, got {got}"
+        return
+    assert got[0] == "ok", f"load_tokens of {len(raw)} bytes as {dtype} raised {got[1]}"
+    g, e = got[1], expected[1]
+    for key in ("is_memmap", "dtype", "shape", "writeable"):
+        assert g[key] == e[key], f"load_tokens of {len(raw)} bytes as {dtype}: {key} {g[key]!r}, expected {e[key]!r}"
+    assert np.array_equal(g["values"], e["values"]), f"load_tokens as {dtype}: values differ"
+
+
+# One bad argument at a time (with several, which error comes first is not part
+# of the contract).
+BAD_ARGUMENTS = [
+    ("tokens", np.arange(0, dtype=np.uint16)),
+    ("tokens", np.arange(8, dtype=np.uint16)),
+    ("tokens", np.arange(40, dtype=np.float64)),
+    ("tokens", np.arange(40, dtype=np.int32).reshape(8, 5)),
+    ("batch_size", 0), ("batch_size", -3), ("batch_size", 2.0), ("batch_size", "3"), ("batch_size", None),
+    ("context_length", 0), ("context_length", -1), ("context_length", 40), ("context_length", 1.5),
+    ("context_length", "8"),
+    ("device", "cuda:4096"), ("device", "tpu"), ("device", ""), ("device", 1.0), ("device", None),
+]
+
+
+@pytest.mark.parametrize(("argument", "value"), BAD_ARGUMENTS, ids=[f"{a}={v!r:.20}" for a, v in BAD_ARGUMENTS])
+def test_get_batch_bad_input_raises_like_the_reference(impl, ref, argument, value):
+    args = {"tokens": np.arange(40, dtype=np.uint16), "batch_size": 2, "context_length": 8, "device": "cpu"}
+    args[argument] = value
+    got = _outcome(lambda: impl.data.get_batch(*args.values()))
+    expected = _outcome(lambda: ref.data.get_batch(*args.values()))
+    assert expected[0] == "raises", f"the reference accepts {argument}={value!r}"
+    assert got == expected, f"get_batch with {argument}={value!r}: the reference raises {expected[1]}, got {got}"
+
+
+@pytest.mark.parametrize(("batch_size", "context_length"), [(16, 256), (64, 1024)])
+def test_larger_batches_read_only_their_windows(impl, batch_size, context_length):
+    got = impl.scenario(scenarios.memmap_footprint, 256 << 20, batch_size, context_length, 11)
+    check_tensor(got["x"], dtype=torch.int64, shape=(batch_size, context_length), what="x")
+    limit = got["file_bytes"] // 4
+    assert got["traced_peak"] < limit and got["rss_growth"] < limit, (
+        f"sampling {batch_size}x{context_length} from a {got['file_bytes'] >> 20} MiB memmap cost "
+        f"{got['traced_peak'] >> 20} MiB of allocations and {got['rss_growth'] >> 20} MiB of resident pages "
+        f"(limit {limit >> 20} MiB)"
+    )
