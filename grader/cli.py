@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     options = engine.Options(
         profile=args.profile, problems=[p for p in args.problems.split(",") if p] if args.problems else None,
         public_only=args.public_only, sandbox=args.sandbox, call_timeout=args.call_timeout,
-        time_limit=args.time_limit, memory_limit_gib=args.memory_limit, reveal_hidden=args.reveal_hidden, rubric=args.rubric,
+        time_limit=args.time_limit, memory_limit_gib=args.memory_limit, reveal_hidden=args.reveal_hidden,
+        rubric=args.rubric,
     )
     try:
         result = engine.grade(args.submission, options)

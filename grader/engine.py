@@ -142,8 +142,10 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
             return _total(result, time.monotonic() - start)
         outcome = _run_pytest(rub, selected, opts, profile, public_only, sandbox, work, run, path)
     result.execution_time = time.monotonic() - start
-    seccomp = {s.get("seccomp") for s in outcome.get("problems", {}).values() if s.get("seccomp")}
-    result.sandbox = sandbox.describe("on" if seccomp == {"on"} else "off" if seccomp else None)
+    seccomp = {n: s["seccomp"] for n, s in outcome.get("problems", {}).items() if s.get("seccomp")}
+    off = sorted(n for n, v in seccomp.items() if v != "on")
+    result.sandbox = sandbox.describe(None if not seccomp else "off" if len(off) == len(seccomp) else
+                                      "on" + (f" except {', '.join(off)} (processes allowed)" if off else ""))
     if outcome.get("error"):
         result.notes.append(outcome["error"])
     repro = str(path) if path.is_dir() else "FOLDER_HOLDING_YOUR_student"
@@ -181,7 +183,8 @@ def _run_pytest(rub: Rubric, selected: list[Problem], opts: Options, profile: st
     read_fd, write_fd = os.pipe()
     plan = {
         "name": str(path), "repo": str(REPO), "work": str(work), "scratch": str(scratch), "profile": profile,
-        "problems": [{"name": p.name, "time_limit": time_limit[p.name], "files": files} for p, files in planned],
+        "problems": [{"name": p.name, "time_limit": time_limit[p.name], "files": files, "processes": p.processes}
+                     for p, files in planned],
         "sandbox": {"mode": sandbox.mode, "gpu": sandbox.gpu, "limits": asdict(sandbox.limits)},
         "call_timeout": float(opts.call_timeout or rub.settings.call_timeout),
         "start_timeout": float(rub.settings.start_timeout), "results_fd": write_fd,

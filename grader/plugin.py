@@ -52,6 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
         plan["name"], sandbox, Path(plan["work"]), Path(plan["scratch"]),
         problems={p["name"]: p["time_limit"] for p in plan["problems"]},
         call_timeout=plan["call_timeout"], start_timeout=plan["start_timeout"], config=worker_config,
+        processes={p["name"]: int(p.get("processes", 0)) for p in plan["problems"]},
     )
     config.stash[IMPL_KEY] = impl
     files: dict[str, tuple[str, int, int]] = {}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import json
 import os
 import select
 import signal
@@ -232,7 +233,7 @@ class RemoteImpl(ImplBase):
     def __init__(
         self, name: str, sandbox: Sandbox, work: Path, scratch: Path, *, problems: dict[str, float],
         call_timeout: float = 60.0, start_timeout: float = 120.0, max_crashes: int = 3,
-        max_reply: int = 512 << 20, config: str = "{}",
+        max_reply: int = 512 << 20, config: str = "{}", processes: dict[str, int] | None = None,
     ) -> None:
         self.name = name
         self._sandbox, self._work, self._scratch, self._config = sandbox, work, scratch, config
@@ -243,6 +244,7 @@ class RemoteImpl(ImplBase):
         self.problem: str | None = None
         self._workers: dict[str, Worker] = {}
         self._spare: Worker | None = None
+        self._processes = processes or {}
 
     # ------------------------------------------------------------ lifecycle
     def enter(self, problem: str) -> None:
@@ -254,15 +256,24 @@ class RemoteImpl(ImplBase):
             st.started = time.monotonic()
             st.deadline = st.started + st.time_limit
 
-    def _spawn(self) -> Worker:
-        return Worker(self._sandbox, self._work, self._scratch, self._config, self.max_reply)
+    def _spawn(self, processes: int = 0) -> Worker:
+        config = self._config
+        if processes:
+            config = json.dumps({**json.loads(config), "processes": processes})
+        return Worker(self._sandbox, self._work, self._scratch, config, self.max_reply)
 
     def _worker(self) -> tuple[Worker, bool]:
         assert self.problem is not None
         w = self._workers.get(self.problem)
         if w is not None and w.alive():
             return w, True
-        w, self._spare = (self._spare, None) if self._spare and self._spare.alive() else (self._spawn(), None)
+        processes = self._processes.get(self.problem, 0)
+        if processes:  # a worker allowed to create processes (the spare is not)
+            w = self._spawn(processes)
+        elif self._spare is not None and self._spare.alive():
+            w, self._spare = self._spare, None
+        else:
+            w = self._spawn()
         self._workers[self.problem] = w
         if any(not self.states[p].started for p in self._order):
             self._spare = self._spawn()  # warm up the next problem's worker meanwhile

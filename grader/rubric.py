@@ -33,6 +33,7 @@ class Problem:
     checks: tuple[str, ...]
     time_limit: float
     gpu: bool = False
+    processes: int = 0
 
     def check_files(self, root: Path = REPO, *, public_only: bool = False) -> list[str]:
         """The check files that exist (hidden ones dropped in public-only mode)."""
@@ -98,7 +99,7 @@ def load(path: Path = DEFAULT_RUBRIC) -> Rubric:
         if not isinstance(name, str) or not name.isidentifier() or name in seen:
             raise RubricError(f"{where}: name must be a unique identifier, got {name!r}")
         seen.add(name)
-        extra = set(p) - {"name", "section", "points", "visibility", "checks", "time_limit", "gpu"}
+        extra = set(p) - {"name", "section", "points", "visibility", "checks", "time_limit", "gpu", "processes"}
         if extra:
             raise RubricError(f"{where} ({name}): unknown keys {sorted(extra)}")
         vis = p.get("visibility", "visible")
@@ -113,7 +114,7 @@ def load(path: Path = DEFAULT_RUBRIC) -> Rubric:
             name=name, section=str(p.get("section", "")), points=_num(f"{where}.points", p.get("points")),
             visibility=vis, checks=tuple(checks),
             time_limit=_num(f"{where}.time_limit", p.get("time_limit", settings.time_limit)),
-            gpu=bool(p.get("gpu", False)),
+            gpu=bool(p.get("gpu", False)), processes=int(_num(f"{where}.processes", p.get("processes", 0), False)),
         ))
     if not problems:
         raise RubricError(f"{path}: no [[problem]] entries")

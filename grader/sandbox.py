@@ -14,8 +14,11 @@ environment), the working copy (read-only, at ``/submission``), a small tmpfs
 path a test passes means the same file on both sides); no network, its own
 PID/IPC/UTS namespaces, no capabilities, a new session, and it dies with its
 parent. Everywhere, the worker lowers its rlimits (CPU time, address space,
-processes, file size, open files, core dumps) and on Linux installs a seccomp
-filter that refuses to create processes, before it imports submission code.
+file size, open files, core dumps) and on Linux installs a seccomp filter that
+refuses to create processes, before it imports submission code. A problem
+whose checks need a child process (rubric ``processes = N``) gets a worker
+without that filter, capped by RLIMIT_NPROC at the user's current task count
+plus N (which the kernel does not enforce for root).
 Without a usable bwrap (macOS, containers without user namespaces) only those
 last measures remain, and every report says so.
 """
@@ -51,14 +54,12 @@ class Limits:
 
     memory_bytes: int = 8 << 30
     cpu_seconds: int = 600
-    processes: int = 256
-    file_bytes: int = 256 << 20
+    file_bytes: int = 16 << 30  # sparse token files of the data checks are big
     open_files: int = 1024
     tmpfs_bytes: int = 256 << 20
 
     def rlimits(self, gpu: bool) -> dict[str, int]:
-        out = {"CPU": self.cpu_seconds, "NPROC": self.processes, "FSIZE": self.file_bytes,
-               "NOFILE": self.open_files, "CORE": 0}
+        out = {"CPU": self.cpu_seconds, "FSIZE": self.file_bytes, "NOFILE": self.open_files, "CORE": 0}
         # CUDA maps huge virtual ranges; the address-space cap would break it.
         if not gpu:
             out["AS"] = self.memory_bytes

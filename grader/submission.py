@@ -38,6 +38,7 @@ def extract_zip(archive: Path, dest: Path) -> Path:
         zf = zipfile.ZipFile(archive)
     except (zipfile.BadZipFile, OSError) as e:
         raise SubmissionError(f"{archive.name} is not a readable zip archive ({e})") from None
+    dest.mkdir(parents=True, exist_ok=True)
     with zf:
         infos = zf.infolist()
         if len(infos) > MAX_MEMBERS:
@@ -51,7 +52,7 @@ def extract_zip(archive: Path, dest: Path) -> Path:
             if info.is_dir():
                 (dest / name).mkdir(parents=True, exist_ok=True)
                 continue
-            if mode and not stat.S_ISREG(mode):
+            if stat.S_IFMT(mode) and not stat.S_ISREG(mode):
                 continue  # symlinks and special files are dropped, never followed
             if "__pycache__" in name.parts:
                 continue

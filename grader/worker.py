@@ -63,6 +63,22 @@ def _set_rlimits(limits: dict[str, int]) -> None:
             pass
 
 
+def _limit_processes(margin: int) -> None:
+    """RLIMIT_NPROC counts every task (threads too) of the real user, system-wide:
+    allow the user's current count plus ``margin`` (Linux; root is exempt)."""
+    if sys.platform != "linux" or margin <= 0:
+        return
+    uid, tasks = os.getuid(), 0
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if os.stat(f"/proc/{pid}").st_uid == uid:
+                    tasks += len(os.listdir(f"/proc/{pid}/task"))
+            except OSError:
+                pass
+    _set_rlimits({"NPROC": tasks + margin})
+
+
 def _die_with_parent(parent: int) -> None:
     if sys.platform != "linux":
         return
@@ -173,7 +189,10 @@ def main() -> None:
     for name in config.get("preimport", []):
         with contextlib.suppress(Exception):  # optional: the submission will see the error itself
             importlib.import_module(name)
-    seccomp = _forbid_processes() if config.get("seccomp", True) else "off"
+    processes = int(config.get("processes", 0))
+    if processes:
+        _limit_processes(processes + 64)  # + torch's threads
+    seccomp = "off (processes allowed)" if processes else _forbid_processes()
     _write_frame(out_fd, wire.encode({"hello": {
         "seccomp": seccomp, "python": sys.version.split()[0], "torch": str(torch.__version__),
         "cuda": bool(torch.cuda.is_available()) if config.get("cuda") else False}}))

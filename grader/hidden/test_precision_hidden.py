@@ -114,3 +114,24 @@ def test_bad_input_like_the_reference(impl, ref, function, args):
         getattr(ref.precision, function)(*args)
     with pytest.raises(type(expected.value)):
         getattr(impl.precision, function)(*args)
+
+
+def _double_rounding_cases():
+    """Values a hair past a threshold in float64 that round onto the threshold in
+    float32: casting through float32 first (double rounding) gets them wrong."""
+    cases = []
+    for dtype in NARROW:
+        info = torch.finfo(dtype)
+        tiny = info.smallest_normal * info.eps
+        ulp_max = math.ldexp(info.eps, math.frexp(info.max)[1] - 1)
+        cases.append(("underflows", tiny / 2 * (1 + 2.0**-40), dtype))
+        cases.append(("underflows", -tiny / 2 * (1 + 2.0**-40), dtype))
+        if dtype is not torch.float8_e4m3fn:  # IEEE: the tie goes to inf
+            cases.append(("overflows", (info.max + ulp_max / 2) * (1 - 2.0**-40), dtype))
+    return cases
+
+
+@pytest.mark.parametrize(("function", "value", "dtype"), _double_rounding_cases(), ids=str)
+def test_no_double_rounding(impl, ref, function, value, dtype):
+    _same(getattr(impl.precision, function)(value, dtype), getattr(ref.precision, function)(value, dtype),
+          f"{function}({value!r}, {dtype})")

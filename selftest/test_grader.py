@@ -1,0 +1,127 @@
+"""The grader's verdicts: the reference scores full marks (of the points
+available on this machine), the untouched stubs score zero, each known-wrong
+submission loses exactly its problem's points, and a bug only the hidden
+checks see is caught by them."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader.corpus import build_wrong, wrong_submissions
+from grader.engine import hidden_available
+from grader.rubric import load
+
+REPO = Path(__file__).resolve().parent.parent
+RUBRIC = load()
+WRONG = wrong_submissions()
+
+
+def grade(submission: Path | None, tmp_path: Path, *args: str, timeout: int = 900) -> tuple[dict, str]:
+    """Run ``python -m grader`` as a user would; return (--json document, stdout)."""
+    out = tmp_path / "result.json"
+    argv = [sys.executable, "-m", "grader", *([str(submission)] if submission else []), "--json", str(out),
+            "--profile", "dev", *args]
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"the grader exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return json.loads(out.read_text()), proc.stdout
+
+
+def reference_submission(dest: Path) -> Path:
+    shutil.copytree(REPO / "reference", dest / "student", ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def _problems(result: dict) -> dict[str, dict]:
+    return {p["name"]: p for p in result["problems"]}
+
+
+def _dependents(module: str) -> set[str]:
+    """Problems whose reference module imports ``module`` (they share its code)."""
+    out = set()
+    for p in RUBRIC.problems:
+        src = REPO / "reference" / f"{p.name}.py"
+        if src.is_file() and re.search(rf"^from \.{module} import", src.read_text(), flags=re.M):
+            out.add(p.name)
+    return out
+
+
+@pytest.mark.skipif(not hidden_available(), reason="needs reference/ and the hidden checks")
+def test_reference_scores_full_marks(tmp_path):
+    result, stdout = grade(reference_submission(tmp_path), tmp_path)
+    graded = [p for p in result["problems"] if p["status"] not in ("not run on a GPU", "no checks")]
+    bad = {p["name"]: (p["status"], p["output"][:1500]) for p in graded if p["status"] != "passed"}
+    assert not bad, f"the reference loses points:\n{json.dumps(bad, indent=1)}"
+    assert result["score"] == result["max_score"] == sum(p["max_score"] for p in graded) > 0
+    assert result["gpu_points_not_run"] == sum(
+        p["max_score"] for p in result["problems"] if p["status"] == "not run on a GPU")
+    for p in graded:
+        assert re.search(r"\(\d+ public, [1-9]\d* hidden\)", p["output"]) or not any(
+            c.startswith("grader/") and (REPO / c).is_file() for c in RUBRIC.problem(p["name"]).checks
+        ), f"{p['name']}: its hidden checks did not run: {p['output']}"
+    assert "score " in stdout
+
+
+def test_stubs_score_zero_with_no_arguments(tmp_path):
+    """``python -m grader`` grades this repository's student/ (the stubs): all zero."""
+    result, stdout = grade(None, tmp_path)
+    assert result["submission"] == str(REPO)
+    assert result["score"] == 0
+    for p in result["problems"]:
+        assert p["score"] == 0
+        assert p["status"] in ("failed", "error", "not run on a GPU", "no checks"), p
+        if p["status"] == "failed":
+            assert "NotImplementedError" in p["output"] and "Reproduce: pytest tests/" in p["output"], p["output"]
+    assert re.search(r"^score 0/\d+", stdout, flags=re.M), stdout
+    assert "precision" in stdout and "points" in stdout
+
+
+@pytest.mark.skipif(not hidden_available(), reason="needs reference/ and the hidden checks")
+@pytest.mark.parametrize("sub", WRONG, ids=[s.name for s in WRONG])
+def test_wrong_submission_loses_exactly_its_problem(sub, tmp_path):
+    """The bug costs its problem's points. The other problems keep theirs: it is
+    graded next to one problem whose module does not import the patched file
+    (problems that do import it, e.g. memory uses precision.bytes_per_element,
+    share the bug and may lose points too, as they would for a student)."""
+    folder = build_wrong(sub, tmp_path)
+    module = Path(sub.patches[0][0]).stem
+    independent = [p.name for p in RUBRIC.problems
+                   if p.name not in _dependents(module) | {sub.problem, module} and not p.gpu
+                   and (REPO / "tests" / f"test_{p.name}.py").is_file()]
+    neighbour = "views" if "views" in independent else independent[0]
+    result, _ = grade(folder, tmp_path, "--problems", f"{sub.problem},{neighbour}")
+    by_name = _problems(result)
+    assert by_name[sub.problem]["score"] == 0, f"{sub.name} keeps its points: {by_name[sub.problem]}"
+    assert by_name[sub.problem]["status"] == "failed", by_name[sub.problem]
+    assert by_name[neighbour]["status"] == "passed", f"{sub.name} also costs {neighbour}: {by_name[neighbour]}"
+    assert result["score"] == result["max_score"] - by_name[sub.problem]["max_score"]
+
+
+@pytest.mark.skipif(not hidden_available(), reason="needs reference/ and the hidden checks")
+def test_hidden_checks_catch_what_public_tests_miss(tmp_path):
+    """Double rounding (value -> float32 -> dtype) passes every public test, whose
+    values are float32-exact; the hidden checks use float64 values."""
+    folder = reference_submission(tmp_path / "sub")
+    target = folder / "student" / "precision.py"
+    text = target.read_text()
+    find = '    v = abs(require_number("value", value))\n    _, e, m, _ = _layout(dtype)\n'
+    assert text.count(find) == 1
+    target.write_text(text.replace(find, find + "    return torch.tensor(v).to(dtype).item() == 0.0\n"))
+    public, _ = grade(folder, tmp_path, "--problems", "precision", "--public-only")
+    assert _problems(public)["precision"]["status"] == "passed", _problems(public)["precision"]["output"]
+    assert any("public checks only" in n for n in public["notes"])
+    result, stdout = grade(folder, tmp_path, "--problems", "precision")
+    p = _problems(result)["precision"]
+    assert p["score"] == 0 and p["status"] == "failed", p
+    assert "hidden check" in p["output"] and "withheld" in p["output"], p["output"]
+    assert "near_thresholds" not in stdout + p["output"], "hidden details leaked"
+    assert all(c["message"] in ("", "details withheld") for c in p["checks"] if c["test"].startswith("hidden"))
+    revealed, _ = grade(folder, tmp_path, "--problems", "precision", "--reveal-hidden")
+    assert "Falsifying" in _problems(revealed)["precision"]["output"] or "grader/hidden" in _problems(
+        revealed)["precision"]["output"]
