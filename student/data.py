@@ -65,6 +65,9 @@ def get_batch(
     (the global torch RNG when ``generator`` is None), so a seeded generator
     gives the same batch again, on any device.
 
+    x and y may be views of one ``(batch_size, context_length + 1)`` tensor
+    (flatten them with ``.reshape``, not ``.view``).
+
     Vectorised: no Python loop over the batch. Reads only the sampled windows
     (a memmap must not be read whole). For a CUDA ``device`` the batch is
     assembled in pinned host memory and copied with ``non_blocking=True``.
