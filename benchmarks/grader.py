@@ -20,6 +20,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# Run as a script, this file's folder comes first on sys.path and its own name
+# would shadow the grader package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(REPO))
 
 
 def _timed(argv: list[str]) -> float:
