@@ -1,0 +1,348 @@
+"""Handout §4: optimizers.
+
+Oracle: ``torch.optim`` (SGD, SGD with momentum, Adagrad, RMSprop, Adam, AdamW
+with default flags) driven through the same parameters, param groups and
+gradients, in the test itself; and the bytes its state measurably holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import nn
+
+from tests.scenarios import optimizers as scenarios
+from tests.strategies import compute_dtypes, hyperparameters, make_tensor, seeds, shapes
+from tests.tolerances import assert_close, check_tensor
+
+NAMES = ("SGD", "SGDMomentum", "AdaGrad", "RMSProp", "Adam", "AdamW")
+
+#: the torch.optim class each optimizer must agree with
+TORCH: dict[str, type[torch.optim.Optimizer]] = {
+    "SGD": torch.optim.SGD,
+    "SGDMomentum": torch.optim.SGD,
+    "AdaGrad": torch.optim.Adagrad,
+    "RMSProp": torch.optim.RMSprop,
+    "Adam": torch.optim.Adam,
+    "AdamW": torch.optim.AdamW,
+}
+#: constructor defaults that differ from the torch.optim class's own
+TORCH_DEFAULTS: dict[str, dict[str, Any]] = {"SGDMomentum": {"momentum": 0.9}}
+
+#: the hyperparameters each optimizer takes (names as in torch.optim)
+HYPERPARAMETERS: dict[str, tuple[str, ...]] = {
+    "SGD": ("lr", "weight_decay"),
+    "SGDMomentum": ("lr", "momentum", "dampening", "weight_decay"),
+    "AdaGrad": ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps"),
+    "RMSProp": ("lr", "alpha", "eps", "weight_decay"),
+    "Adam": ("lr", "betas", "eps", "weight_decay"),
+    "AdamW": ("lr", "betas", "eps", "weight_decay"),
+}
+
+_EXTRA_HYPERPARAMETERS = {
+    # SGDMomentum takes momentum in (0, 1): with 0 torch.optim.SGD keeps no buffer at all.
+    "momentum": st.sampled_from([0.5, 0.9]),
+    "dampening": st.sampled_from([0.0, 0.1, 0.5]),
+    "lr_decay": st.sampled_from([0.0, 0.01, 0.5]),
+    "initial_accumulator_value": st.sampled_from([0.0, 0.1, 1.0]),
+}
+
+
+# --------------------------------------------------------------------------- runs
+
+
+@st.composite
+def runs(
+    draw: st.DrawFn,
+    name: str,
+    *,
+    max_params: int = 3,
+    max_groups: int = 3,
+    min_steps: int = 1,
+    max_steps: int = 4,
+    max_side: int = 5,
+    dtypes: st.SearchStrategy[torch.dtype] = compute_dtypes,
+    none_grads: bool = True,
+    schedule: bool = False,
+    **overrides: st.SearchStrategy[Any],
+) -> dict[str, Any]:
+    """A run of optimizer ``name``: initial ``params``, ``groups`` (param indices
+    and the hyperparameters each group overrides), constructor ``defaults``, the
+    gradients of each step (some None when ``none_grads``), and with
+    ``schedule`` a learning rate per step and group (``lrs``)."""
+    keys = HYPERPARAMETERS[name]
+    hp = hyperparameters(**{**_EXTRA_HYPERPARAMETERS, **overrides}).map(lambda d: {k: d[k] for k in keys})
+    subset = st.sets(st.sampled_from(keys))
+    # torch.optim.Adagrad reads initial_accumulator_value from its constructor
+    # only, never from a group: groups do not override it here.
+    group_subset = st.sets(st.sampled_from([k for k in keys if k != "initial_accumulator_value"]))
+
+    dtype = draw(dtypes)
+    seed = draw(seeds)
+    n = draw(st.integers(1, max_params))
+    param_shapes = [draw(shapes(max_dims=3, max_side=max_side)) for _ in range(n)]
+    params = [make_tensor(s, dtype, seed + i) for i, s in enumerate(param_shapes)]
+
+    n_groups = draw(st.integers(1, min(n, max_groups)))
+    owner = list(range(n_groups)) + [draw(st.integers(0, n_groups - 1)) for _ in range(n - n_groups)]
+    groups = []
+    for g in range(n_groups):
+        values, chosen = draw(hp), draw(group_subset)
+        groups.append(([i for i in range(n) if owner[i] == g], {k: values[k] for k in sorted(chosen)}))
+    values, chosen = draw(hp), draw(subset)
+    defaults = {k: values[k] for k in sorted(chosen)}
+
+    steps = draw(st.integers(min_steps, max_steps))
+    scale = draw(st.sampled_from([1e-3, 1.0, 10.0]))
+    grads: list[list[torch.Tensor | None]] = []
+    for k in range(steps):
+        present = [draw(st.integers(0, 3)) > 0 if none_grads else True for _ in range(n)]
+        grads.append([
+            make_tensor(param_shapes[i], dtype, seed + 1000 * (k + 1) + i) * scale if present[i] else None
+            for i in range(n)
+        ])
+    lrs = None
+    if schedule:
+        lr = st.sampled_from([1e-3, 1e-2, 0.1, 0.3])
+        lrs = [[draw(lr) for _ in range(n_groups)] for _ in range(steps)]
+    return {"params": params, "groups": groups, "defaults": defaults, "grads": grads, "lrs": lrs}
+
+
+def torch_trajectory(
+    name: str, params: list[torch.Tensor], groups: list[tuple[list[int], dict[str, Any]]],
+    defaults: dict[str, Any], grads: list[list[torch.Tensor | None]], lrs: list[list[float]] | None = None,
+) -> list[list[torch.Tensor]]:
+    """The oracle: the same run with torch.optim (default flags)."""
+    ps = [nn.Parameter(p.clone()) for p in params]
+    opt = TORCH[name](
+        [{"params": [ps[i] for i in idx], **hp} for idx, hp in groups],
+        **{**TORCH_DEFAULTS.get(name, {}), **defaults},
+    )
+    out = []
+    for k, step_grads in enumerate(grads):
+        if lrs is not None:
+            for group, lr in zip(opt.param_groups, lrs[k], strict=True):
+                group["lr"] = lr
+        for p, g in zip(ps, step_grads, strict=True):
+            p.grad = None if g is None else g.clone()
+        opt.step()
+        out.append([p.detach().clone() for p in ps])
+    return out
+
+
+def assert_same_trajectory(got: Any, expected: list[list[torch.Tensor]], name: str, exact: bool = False) -> None:
+    assert isinstance(got, list) and len(got) == len(expected), (
+        f"{name}: expected the params after each of {len(expected)} steps, got {type(got).__name__} "
+        f"of length {len(got) if isinstance(got, list) else '?'}"
+    )
+    for k, (got_step, exp_step) in enumerate(zip(got, expected, strict=True)):
+        for i, (g, e) in enumerate(zip(got_step, exp_step, strict=True)):
+            what = f"{name}: param {i} {tuple(e.shape)} {e.dtype} after step {k + 1}"
+            if exact:
+                check_tensor(g, dtype=e.dtype, shape=tuple(e.shape), what=what)
+                assert torch.equal(g, e), f"{what} differs: expected {e}, got {g}"
+            else:
+                assert_close(g, e, scale=k + 1, what=what)
+
+
+def _run_args(run: dict[str, Any]) -> tuple[Any, ...]:
+    return run["params"], run["groups"], run["defaults"], run["grads"]
+
+
+# --------------------------------------------------------------------------- trajectories
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(data=st.data())
+def test_trajectory_matches_torch(impl, name, data):
+    """Several steps, param groups with their own hyperparameters, fp32 or fp64,
+    some gradients None: the params after each step equal torch.optim's."""
+    run = data.draw(runs(name))
+    expected = torch_trajectory(name, *_run_args(run))
+    got = impl.scenario(scenarios.trajectory, name, *_run_args(run))
+    assert_same_trajectory(got, expected, name)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_default_hyperparameters_match_torch(impl, name):
+    params = [make_tensor((4, 3), torch.float32, 1), make_tensor((5,), torch.float32, 2)]
+    grads = [[make_tensor(p.shape, torch.float32, 10 * k + i) for i, p in enumerate(params)] for k in range(3)]
+    groups = [([0, 1], {})]
+    expected = torch_trajectory(name, params, groups, {}, grads)
+    got = impl.scenario(scenarios.trajectory, name, params, groups, {}, grads)
+    assert_same_trajectory(got, expected, f"{name}() with default hyperparameters")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_learning_rate_is_read_at_every_step(impl, name):
+    """A schedule sets ``param_groups[i]["lr"]`` between steps; the step must use it."""
+    params = [make_tensor((3, 2), torch.float64, 3), make_tensor((4,), torch.float64, 4)]
+    grads = [[make_tensor(p.shape, torch.float64, 20 + 10 * k + i) for i, p in enumerate(params)] for k in range(3)]
+    groups = [([0], {"lr": 0.1}), ([1], {"lr": 0.05})]
+    lrs = [[0.1, 0.05], [0.01, 0.3], [0.5, 0.0]]
+    expected = torch_trajectory(name, params, groups, {}, grads, lrs)
+    got = impl.scenario(scenarios.trajectory, name, params, groups, {}, grads, lrs)
+    assert_same_trajectory(got, expected, f"{name} with learning rates {lrs}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_params_without_grad_are_left_alone(impl, name):
+    """A param whose .grad is None keeps its value, its state and its step count:
+    here param 1 has no gradient at step 2 (nor param 2 at steps 1 and 2)."""
+    params = [make_tensor((3,), torch.float64, 5), make_tensor((2, 2), torch.float64, 6),
+              make_tensor((4,), torch.float64, 7)]
+    g = lambda i, k: make_tensor(params[i].shape, torch.float64, 100 + 10 * k + i)
+    grads = [[g(0, 0), g(1, 0), None], [g(0, 1), None, None], [g(0, 2), g(1, 2), g(2, 2)]]
+    hp = {"weight_decay": 0.1, "lr": 0.1}
+    expected = torch_trajectory(name, params, [([0, 1, 2], hp)], {}, grads)
+    got = impl.scenario(scenarios.trajectory, name, params, [([0, 1, 2], hp)], {}, grads)
+    for k, i in ((0, 2), (1, 1), (1, 2)):
+        before = params[i] if k == 0 else got[k - 1][i]
+        check_tensor(got[k][i], dtype=torch.float64, shape=tuple(params[i].shape), what=f"param {i}")
+        assert torch.equal(got[k][i], before), (
+            f"{name}: param {i} has no gradient at step {k + 1} and must not change; "
+            f"it was {before}, it became {got[k][i]}"
+        )
+    assert_same_trajectory(got, expected, f"{name} with gradients missing")
+
+
+def test_momentum_buffer_starts_at_the_first_gradient(impl):
+    """torch sets the buffer to the first gradient, undamped; a buffer started
+    at zero and then updated holds (1 - dampening) * g instead."""
+    params = [make_tensor((4, 2), torch.float64, 11)]
+    grads = [[make_tensor((4, 2), torch.float64, 12 + k)] for k in range(2)]
+    groups = [([0], {"lr": 0.1, "momentum": 0.9, "dampening": 0.5})]
+    expected = torch_trajectory("SGDMomentum", params, groups, {}, grads)
+    got = impl.scenario(scenarios.trajectory, "SGDMomentum", params, groups, {}, grads)
+    assert_same_trajectory(got, expected, "SGDMomentum(momentum=0.9, dampening=0.5)")
+
+
+# --------------------------------------------------------------------------- state
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(data=st.data())
+def test_state_dict_resumes_the_run(impl, name, data):
+    """state_dict() after some steps, saved and loaded into a fresh optimizer
+    (constructed without hyperparameters), continues exactly as the
+    uninterrupted run, which matches torch.optim."""
+    run = data.draw(runs(name, min_steps=2, max_steps=5, schedule=True))
+    split = data.draw(st.integers(1, len(run["grads"]) - 1), label="split")
+    resumed = impl.scenario(scenarios.resumed_trajectory, name, *_run_args(run), split, run["lrs"])
+    straight = impl.scenario(scenarios.trajectory, name, *_run_args(run), run["lrs"])
+    expected = torch_trajectory(name, *_run_args(run), run["lrs"])
+    assert_same_trajectory(straight, expected, name)
+    assert_same_trajectory(resumed, straight, f"{name} resumed from a state_dict saved after step {split}",
+                           exact=True)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_checkpoint_after_two_steps_resumes_exactly(impl, name):
+    """A checkpoint taken after step 2 of 4 (no gradient for param 1 at step 1):
+    the resumed run ends where torch.optim's uninterrupted run does."""
+    params = [make_tensor((3, 3), torch.float64, 13), make_tensor((5,), torch.float64, 14)]
+    grads = [[make_tensor(p.shape, torch.float64, 50 + 10 * k + i) if (k, i) != (0, 1) else None
+              for i, p in enumerate(params)] for k in range(4)]
+    groups = [([0], {"lr": 0.05}), ([1], {"lr": 0.01, "weight_decay": 0.1})]
+    expected = torch_trajectory(name, params, groups, {}, grads)
+    got = impl.scenario(scenarios.resumed_trajectory, name, params, groups, {}, grads, 2)
+    assert_same_trajectory(got, expected, f"{name} resumed from a state_dict saved after step 2")
+
+
+def _torch_state(name: str, params: list[torch.Tensor], grads: list[list[torch.Tensor]]) -> list[dict[str, Any]]:
+    ps = [nn.Parameter(p.clone()) for p in params]
+    opt = TORCH[name](ps, **TORCH_DEFAULTS.get(name, {}))
+    for step_grads in grads:
+        for p, g in zip(ps, step_grads, strict=True):
+            p.grad = g.clone()
+        opt.step()
+    return [dict(opt.state[p]) for p in ps]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", NAMES)
+def test_state_bytes_match_torch(impl, name, dtype):
+    """The per-parameter state in ``optimizer.state[p]`` holds the bytes
+    torch.optim's does (handout §1.3: 0, 1 or 2 tensors like ``p``, in its dtype)."""
+    params = [make_tensor(s, dtype, 30 + i) for i, s in enumerate([(3, 4), (5,), (2, 3, 2)])]
+    grads = [[make_tensor(p.shape, dtype, 40 + 10 * k + i) for i, p in enumerate(params)] for k in range(2)]
+    expected = [
+        sum(v.numel() * v.element_size() for v in s.values() if isinstance(v, torch.Tensor) and v.shape == p.shape)
+        for p, s in zip(params, _torch_state(name, params, grads), strict=True)
+    ]
+    got = impl.scenario(scenarios.state_after, name, params, [([0, 1, 2], {})], {}, grads)
+    assert isinstance(got, list) and len(got) == len(params), f"{name}: expected the state of 3 params, got {got!r}"
+    for i, (p, state) in enumerate(zip(params, got, strict=True)):
+        like_p = {k: v for k, v in state.items() if isinstance(v, dict) and tuple(v["shape"]) == tuple(p.shape)}
+        nbytes = sum(v["bytes"] for v in like_p.values())
+        assert nbytes == expected[i], (
+            f"{name}: state[p] of a {tuple(p.shape)} {dtype} param should hold {expected[i]} bytes of "
+            f"tensors shaped like p (as torch.optim's), got {nbytes}: {state}"
+        )
+        wrong = {k: v["dtype"] for k, v in like_p.items() if v["dtype"] != dtype}
+        assert not wrong, f"{name}: state should be kept in the param's dtype {dtype}, got {wrong}"
+
+
+# --------------------------------------------------------------------------- no delegation
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_does_not_delegate_to_torch_optim(impl, name):
+    """The optimizers imitate torch.optim; they may not be it (nor call it)."""
+    params = [make_tensor((3, 2), torch.float32, 8)]
+    grads = [[make_tensor((3, 2), torch.float32, 9 + k)] for k in range(2)]
+    groups = [([0], {"lr": 0.1})]
+    facts = impl.scenario(scenarios.delegation_facts, name, params, groups, {}, grads)
+    assert "torch.optim.optimizer.Optimizer" in facts["mro"], (
+        f"{name} must subclass torch.optim.Optimizer; its classes are {facts['mro']}"
+    )
+    borrowed = [c for c in facts["mro"] if c.startswith("torch.optim.") and c != "torch.optim.optimizer.Optimizer"]
+    assert not borrowed, f"{name} derives from {borrowed}: write the update rule instead of inheriting it"
+    assert not facts["torch_optim_calls"], (
+        f"{name} called {facts['torch_optim_calls']} while stepping: write the update rule instead of "
+        "delegating to torch.optim"
+    )
+    assert_same_trajectory(facts["trajectory"], torch_trajectory(name, params, groups, {}, grads), name)
+
+
+# --------------------------------------------------------------------------- bad input
+
+BAD_HYPERPARAMETERS = [
+    ("SGD", {"lr": -0.1}, ValueError, "lr"),
+    ("SGD", {"lr": "fast"}, TypeError, "lr"),
+    ("SGD", {"weight_decay": -1e-2}, ValueError, "weight_decay"),
+    ("SGDMomentum", {"momentum": -0.9}, ValueError, "momentum"),
+    ("SGDMomentum", {"momentum": 1.5}, ValueError, "momentum"),
+    ("SGDMomentum", {"dampening": 2.0}, ValueError, "dampening"),
+    ("AdaGrad", {"eps": 0.0}, ValueError, "eps"),
+    ("AdaGrad", {"lr_decay": -0.5}, ValueError, "lr_decay"),
+    ("AdaGrad", {"initial_accumulator_value": -1.0}, ValueError, "initial_accumulator_value"),
+    ("RMSProp", {"alpha": 1.0}, ValueError, "alpha"),
+    ("RMSProp", {"eps": -1e-8}, ValueError, "eps"),
+    ("Adam", {"betas": (0.9, 1.0)}, ValueError, "betas"),
+    ("Adam", {"betas": (-0.1, 0.999)}, ValueError, "betas"),
+    ("Adam", {"lr": -1e-3}, ValueError, "lr"),
+    ("AdamW", {"eps": 0.0}, ValueError, "eps"),
+    ("AdamW", {"betas": (0.9, 0.999, 0.5)}, ValueError, "betas"),
+    ("AdamW", {"weight_decay": -0.1}, ValueError, "weight_decay"),
+    ("AdamW", {"lr": None}, TypeError, "lr"),
+]
+
+
+@pytest.mark.parametrize(("name", "hp", "error", "argument"), BAD_HYPERPARAMETERS,
+                         ids=[f"{n}-{a}={h[a]!r}" for n, h, _, a in BAD_HYPERPARAMETERS])
+def test_bad_hyperparameters_are_rejected(impl, name, hp, error, argument):
+    with pytest.raises(error, match=argument):
+        impl.scenario(scenarios.construct, name, hp)
+
+
+@pytest.mark.parametrize(("name", "hp", "error", "argument"), BAD_HYPERPARAMETERS[::3],
+                         ids=[f"{n}-{a}={h[a]!r}" for n, h, _, a in BAD_HYPERPARAMETERS[::3]])
+def test_bad_group_hyperparameters_are_rejected(impl, name, hp, error, argument):
+    """A param group's own hyperparameters are checked like the constructor's."""
+    with pytest.raises(error, match=argument):
+        impl.scenario(scenarios.construct, name, {}, hp)
