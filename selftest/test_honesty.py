@@ -19,7 +19,7 @@ def test_every_public_test_fails_on_the_stubs(tmp_path):
     out = tmp_path / "outcomes.json"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "tests", "--impl", "student", "-p", "selftest.outcomes",
-         f"--outcomes={out}", "-q", "-p", "no:cacheprovider", "-n", "2", "--hypothesis-profile", "dev"],
+         f"--outcomes={out}", "-q", "-p", "no:cacheprovider", "-n", "2", "--hypothesis-profile", "detect"],
         cwd=REPO, capture_output=True, text=True, timeout=900,
     )
     assert out.exists(), f"pytest wrote no outcomes:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"

@@ -21,7 +21,7 @@ def _outcomes(folder: Path, tmp_path: Path, tests: list[str]) -> dict:
     out = tmp_path / "outcomes.json"
     subprocess.run(
         [sys.executable, "-m", "pytest", *tests, f"--impl={folder}", "-p", "selftest.outcomes",
-         f"--outcomes={out}", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--hypothesis-profile", "ci"],
+         f"--outcomes={out}", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--hypothesis-profile", "detect"],
         cwd=REPO, capture_output=True, text=True, timeout=900,
     )
     return json.loads(out.read_text())

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 from tests.harness import HANDOUT_MODULES, Impl, LocalImpl
 
@@ -16,14 +16,24 @@ IMPL_KEY = pytest.StashKey[Impl]()
 
 # dev: fast feedback while working; ci: the project's own CI; grade: the
 # grader's long, derandomized runs (a regrade gives the same verdict).
+# detect: the project's checks that only need to know *whether* a test fails
+# (the honesty check, the wrong-answer corpus): no shrinking, so a failure
+# costs one example instead of hundreds of re-runs of its oracle.
+# No profile runs the "explain" phase: it re-runs a failing test many times to
+# print which lines only failing examples reach, which doubles the cost of a
+# failure and tells students little.
+_PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
 _COMMON = dict(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
     print_blob=True,
 )
-settings.register_profile("dev", max_examples=15, **_COMMON)
-settings.register_profile("ci", max_examples=40, derandomize=True, **_COMMON)
-settings.register_profile("grade", max_examples=150, derandomize=True, **_COMMON)
+settings.register_profile("dev", max_examples=15, phases=_PHASES, **_COMMON)
+settings.register_profile("ci", max_examples=40, derandomize=True, phases=_PHASES, **_COMMON)
+settings.register_profile("grade", max_examples=150, derandomize=True, phases=_PHASES, **_COMMON)
+settings.register_profile(
+    "detect", max_examples=40, derandomize=True, database=None, phases=_PHASES[:3], **_COMMON
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
