@@ -114,12 +114,19 @@ def memmap_footprint(lab: Any, n_tokens: int, batch_size: int, context_length: i
         # Warm torch's own lazy initialisation outside the measured window.
         torch.randint(3, (2,), generator=torch.Generator().manual_seed(0)).numpy()
         rss_before = proc.memory_info().rss
-        tracemalloc.start()
+        already = tracemalloc.is_tracing()  # e.g. python -X tracemalloc: leave it running
+        if already:
+            tracemalloc.reset_peak()
+        else:
+            tracemalloc.start()
         try:
+            before, _ = tracemalloc.get_traced_memory()
             x, y = lab.data.get_batch(mm, batch_size, context_length, "cpu", generator=g)
             _, peak = tracemalloc.get_traced_memory()
+            peak -= before
         finally:
-            tracemalloc.stop()
+            if not already:
+                tracemalloc.stop()
         rss_after = proc.memory_info().rss
         del mm
         return {
