@@ -76,13 +76,16 @@ class RemoteError(Exception):
 def _signal_name(code: int | None) -> str:
     if code is None:
         return "still running"
+    if code > 128 and code - 128 in {s.value for s in signal.Signals}:
+        code = 128 - code  # bwrap exits 128+N when its child is killed by signal N
     if code < 0:
         try:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
         hint = {"SIGXCPU": " (CPU time limit)", "SIGKILL": " (killed: memory or time limit?)",
-                "SIGSEGV": " (segmentation fault)", "SIGXFSZ": " (file size limit)"}.get(name, "")
+                "SIGSEGV": " (segmentation fault)", "SIGXFSZ": " (file size limit)",
+                "SIGBUS": " (a mapped file could not be backed: /tmp full?)"}.get(name, "")
         return f"killed by {name}{hint}"
     return f"exited with status {code}"
 
