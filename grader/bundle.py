@@ -28,6 +28,7 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from grader.compat import tomllib
 from grader.release import _candidate_files
 
 __all__ = ["build_bundle", "bundle_files", "main", "requirements"]
@@ -45,14 +46,7 @@ _EPOCH = (2020, 1, 1, 0, 0, 0)
 def requirements(repo: Path = REPO) -> str:
     """pyproject's runtime dependencies, one per line (setup.sh installs them
     with constraints.txt; the instructor-only extras are not needed to grade)."""
-    text = (repo / "pyproject.toml").read_text()
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10: the one array we need, by hand
-        block = re.search(r"^dependencies\s*=\s*\[(.*?)\]", text, flags=re.M | re.S)
-        deps = re.findall(r'"([^"]+)"', block.group(1)) if block else []
-    else:
-        deps = tomllib.loads(text)["project"]["dependencies"]
+    deps = tomllib.loads((repo / "pyproject.toml").read_text())["project"]["dependencies"]
     return "".join(f"{d}\n" for d in deps)
 
 

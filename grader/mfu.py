@@ -143,10 +143,8 @@ def load_settings(path: Path = RUBRIC) -> Settings:
     ``[mfu]`` keys: the fields of :class:`Workload` and :class:`Criteria`,
     e.g. ``fraction = 0.8``, ``steps = 64``, ``update_tolerance = {bf16 = 0.1}``.
     """
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10: pytest's own dependency
-        import tomli as tomllib  # type: ignore[no-redef]
+    from grader.compat import tomllib
+
     table: dict[str, Any] = {}
     if path.is_file():
         table = dict(tomllib.loads(path.read_text()).get("mfu", {}))

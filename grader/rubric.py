@@ -9,10 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: pip vendors the same parser
-    from pip._vendor import tomli as tomllib  # type: ignore[no-redef]
+from grader.compat import tomllib
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_RUBRIC = Path(__file__).resolve().with_name("rubric.toml")

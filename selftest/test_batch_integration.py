@@ -18,9 +18,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from grader import batch
+from grader.compat import tomllib
 from grader.corpus import build_wrong, wrong_submissions
 
 REPO = Path(__file__).resolve().parent.parent

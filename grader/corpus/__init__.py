@@ -12,9 +12,10 @@ and fails loudly when the reference changes under it.
 from __future__ import annotations
 
 import shutil
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+from grader.compat import tomllib
 
 CORPUS = Path(__file__).resolve().parent
 REPO = CORPUS.parent.parent
