@@ -187,8 +187,12 @@ class Sandbox:
         if self.mode != "bwrap":
             config = json.dumps({**json.loads(config), "parent": os.getpid()})
             return [*python, str(work / WORKER_SCRIPT), str(in_fd), str(out_fd), config], env, str(work)
+        # Mounts apply in order: the tmpfs /tmp comes first so that binds below
+        # /tmp (a checkout and its venv cloned under /tmp, pytest's tmp_path)
+        # land on top of it instead of being hidden by it.
         args = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
-                "--cap-drop", "ALL", *_root_binds()]
+                "--cap-drop", "ALL", *_root_binds(), "--proc", "/proc", "--dev", "/dev",
+                "--size", str(self.limits.tmpfs_bytes), "--tmpfs", "/tmp"]
         for root in _python_roots():
             args += ["--ro-bind", root, root]
         venv = Path(sys.prefix)
@@ -197,9 +201,7 @@ class Sandbox:
         for f in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/passwd", "/etc/group", "/etc/localtime",
                   "/etc/nsswitch.conf", "/etc/alternatives"):
             args += ["--ro-bind-try", f, f]
-        args += ["--proc", "/proc", "--dev", "/dev",
-                 "--size", str(self.limits.tmpfs_bytes), "--tmpfs", "/tmp",
-                 "--ro-bind", str(work), MOUNT, "--bind", str(scratch), str(scratch), "--chdir", MOUNT]
+        args += ["--ro-bind", str(work), MOUNT, "--bind", str(scratch), str(scratch), "--chdir", MOUNT]
         if self.gpu:
             for dev in sorted(Path("/dev").glob("nvidia*")):
                 args += ["--dev-bind", str(dev), str(dev)]
