@@ -122,16 +122,7 @@ def torch_trajectory(
         [{"params": [ps[i] for i in idx], **hp} for idx, hp in groups],
         **{**TORCH_DEFAULTS.get(name, {}), **defaults},
     )
-    out = []
-    for k, step_grads in enumerate(grads):
-        if lrs is not None:
-            for group, lr in zip(opt.param_groups, lrs[k], strict=True):
-                group["lr"] = lr
-        for p, g in zip(ps, step_grads, strict=True):
-            p.grad = None if g is None else g.clone()
-        opt.step()
-        out.append([p.detach().clone() for p in ps])
-    return out
+    return scenarios.run_steps(opt, ps, grads, lrs)
 
 
 def assert_same_trajectory(got: Any, expected: list[list[torch.Tensor]], name: str, exact: bool = False) -> None:

@@ -43,8 +43,11 @@ def build(lab: Any, name: str, params: list[torch.Tensor], groups: Groups, defau
     return cls(param_groups, **defaults)
 
 
-def _run(opt: Any, params: list[torch.Tensor], grads_per_step: Grads, lrs: list[list[float]] | None,
-         first_step: int = 0) -> list[list[torch.Tensor]]:
+def run_steps(opt: Any, params: list[torch.Tensor], grads_per_step: Grads, lrs: list[list[float]] | None,
+              first_step: int = 0) -> list[list[torch.Tensor]]:
+    """Step ``opt`` once per entry of ``grads_per_step`` (None: no grad), setting the
+    groups' lrs first when ``lrs`` is given; the params after each step. The tests'
+    torch.optim oracle is driven by this same loop."""
     out = []
     for k, grads in enumerate(grads_per_step):
         if lrs is not None:
@@ -68,7 +71,7 @@ def trajectory(
     """The parameters after each step: ``result[step][param]``."""
     ps = _parameters(params)
     opt = build(lab, name, ps, groups, defaults)
-    return _run(opt, ps, grads_per_step, lrs)
+    return run_steps(opt, ps, grads_per_step, lrs)
 
 
 def resumed_trajectory(
@@ -83,7 +86,7 @@ def resumed_trajectory(
     must restore them along with the state."""
     ps = _parameters(params)
     opt = build(lab, name, ps, groups, defaults)
-    before = _run(opt, ps, grads_per_step[:split], lrs)
+    before = run_steps(opt, ps, grads_per_step[:split], lrs)
     buffer = io.BytesIO()
     torch.save(opt.state_dict(), buffer)
     del opt
@@ -92,7 +95,7 @@ def resumed_trajectory(
     fresh = _parameters([p.detach() for p in ps])
     opt = build(lab, name, fresh, [(idx, {}) for idx, _ in groups], {})
     opt.load_state_dict(state)
-    return before + _run(opt, fresh, grads_per_step[split:], lrs, first_step=split)
+    return before + run_steps(opt, fresh, grads_per_step[split:], lrs, first_step=split)
 
 
 def _describe(value: Any) -> Any:
@@ -111,7 +114,7 @@ def state_after(
     a tensor's shape, dtype and bytes, or a number as it is."""
     ps = _parameters(params)
     opt = build(lab, name, ps, groups, defaults)
-    _run(opt, ps, grads_per_step, None)
+    run_steps(opt, ps, grads_per_step, None)
     return [{str(k): _describe(v) for k, v in opt.state[p].items()} if p in opt.state else {} for p in ps]
 
 
@@ -182,7 +185,7 @@ def delegation_facts(
     with _spying_on_torch_optim(calls):
         ps = _parameters(params)
         opt = build(lab, name, ps, groups, defaults)
-        steps = _run(opt, ps, grads_per_step, None)
+        steps = run_steps(opt, ps, grads_per_step, None)
     return {
         "mro": [f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__],
         "torch_optim_calls": sorted(set(calls)),
