@@ -16,3 +16,12 @@ from tests.harness import Impl, LocalImpl
 @pytest.fixture(scope="session")
 def ref() -> Impl:
     return LocalImpl("reference")
+
+
+def raises_like_reference(impl: Impl, ref: Impl, module: str, function: str, *args: object) -> None:
+    """The reference rejects ``module.function(*args)`` with a TypeError or
+    ValueError; the implementation must raise the same type."""
+    with pytest.raises((TypeError, ValueError)) as expected:
+        getattr(getattr(ref, module), function)(*args)
+    with pytest.raises(type(expected.value)):
+        getattr(getattr(impl, module), function)(*args)
