@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader import proctree
 from grader.sandbox import Sandbox
 from tests import wire
 from tests.harness import ImplBase, scenario_name
@@ -248,6 +249,7 @@ class RemoteImpl(ImplBase):
         self._workers: dict[str, Worker] = {}
         self._spare: Worker | None = None
         self._processes = processes or {}
+        self._isolated: str | None = None  # the problem that runs with no spare (retire_workers)
 
     # ------------------------------------------------------------ lifecycle
     def enter(self, problem: str) -> None:
@@ -278,7 +280,7 @@ class RemoteImpl(ImplBase):
         else:
             w = self._spawn()
         self._workers[self.problem] = w
-        if any(not self.states[p].started for p in self._order):
+        if self._isolated != self.problem and any(not self.states[p].started for p in self._order):
             self._spare = self._spawn()  # warm up the next problem's worker meanwhile
         return w, False
 
@@ -294,6 +296,52 @@ class RemoteImpl(ImplBase):
         if self._spare is not None:
             self._spare.kill()
             self._spare = None
+
+    # ------------------------------------------------------------ isolation (grader/mfu.py)
+    # The MFU check times the reference in this process and the submission in
+    # its worker; neither may share the machine with anything of the submission
+    # (a background thread or CUDA stream of a live worker could slow the
+    # reference down, lowering the bar). It calls retire_workers() before each
+    # timed reference call and checks live_processes() around both timed calls.
+
+    def retire_workers(self, timeout: float = 30.0) -> None:
+        """Kill every worker of this submission (every problem's and the spare)
+        and return once none of their processes exists; start no spare for the
+        rest of the current problem. The next call starts a fresh worker.
+
+        Raises RuntimeError when a process is still alive after ``timeout``.
+        """
+        self._isolated = self.problem
+        workers = [*self._workers.values(), *([self._spare] if self._spare is not None else [])]
+        table = proctree.snapshot()
+        procs = [p for w in workers for p in proctree.descendants(w.proc.pid, table)]  # before the kill
+        for problem in list(self._workers):
+            self._retire(problem)
+        if self._spare is not None:
+            self._spare.kill()
+            self._spare = None
+        deadline = time.monotonic() + timeout
+        while True:
+            left = [p.pid for p in procs if proctree.exists(p)] + self.live_processes()
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the submission's processes {sorted(set(left))} outlived their worker")
+            time.sleep(0.01)
+
+    def live_processes(self, *, besides_current: bool = False) -> list[int]:
+        """Pids of the live processes this grader started (its workers, whatever
+        ran inside them): every live descendant of this process, read from /proc
+        (without /proc: the worker processes themselves). ``besides_current``:
+        leave out the current problem's worker and everything under it."""
+        current = self._workers.get(self.problem) if (besides_current and self.problem) else None
+        if not proctree.AVAILABLE:
+            workers = [*self._workers.values(), *([self._spare] if self._spare is not None else [])]
+            return [w.proc.pid for w in workers if w is not current and w.alive()]
+        table = proctree.snapshot()
+        skip = {p.pid for p in proctree.descendants(current.proc.pid, table)} if current is not None else set()
+        return sorted(p.pid for p in proctree.descendants(os.getpid(), table, include_root=False)
+                      if p.live and p.pid not in skip)
 
     # ------------------------------------------------------------ Impl
     def call(self, module: str, function: str, *args: Any, **kwargs: Any) -> Any:

@@ -41,10 +41,13 @@ def test_contrast_loops_do_the_reference_work():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        expected = LocalImpl("reference").scenario(scenarios.train_workload, data, 3, w.steps, 0, "cpu")
+        ref = LocalImpl("reference")
+        expected = ref.scenario(scenarios.train_workload, data, 3, w.steps, 0, "cpu")
+        fp32 = ref.scenario(scenarios.train_workload, {**data, "precision": "fp32"}, 3, w.steps, 0, "cpu")
+        tolerance = mfu.calibrate([(fp32, expected)]).tolerance
         for train in (gpu_bench.slow_train, gpu_bench.synced_bf16_train):
             got = gpu_bench._LoopImpl("x", train).scenario(scenarios.train_workload, data, 3, w.steps, 0, "cpu")
-            v = mfu.verify_run(got, expected, steps=w.steps, precision="bf16")
+            v = mfu.verify_run(got, expected, steps=w.steps, tolerance=tolerance)
             assert v.ok, f"{train.__name__}: {v.message}"
     finally:
         torch.set_num_threads(threads)

@@ -63,6 +63,7 @@ class FakeImpl(ImplBase):
         self.name, self.clock, self.step_seconds, self.overhead = name, clock, step_seconds, overhead
         self.lab = SimpleNamespace(training=SimpleNamespace(train=train))
         self.calls: list[tuple[int, int]] = []  # (seed, steps)
+        self.precisions: list[str] = []
 
     def call(self, module: str, function: str, *args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the MFU check only runs scenarios")
@@ -70,8 +71,9 @@ class FakeImpl(ImplBase):
     def scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         args, kwargs = wire.decode(wire.encode((args, kwargs)))
         value = fn(self.lab, *args, **kwargs)
-        _, seed, steps, _, _ = args
+        data, seed, steps, _, _ = args
         self.calls.append((seed, steps))
+        self.precisions.append(data["precision"])
         self.clock.events.append(f"{self.name}:{steps}")
         self.clock.now += self.overhead + steps * self.step_seconds
         return wire.decode(wire.encode(value))
@@ -211,11 +213,13 @@ def test_an_equally_fast_correct_loop_passes_on_a_gpu_only():
 
 def test_each_timed_pair_shares_a_fresh_seed_and_is_synchronised():
     report, clock, ref, sub = check(good_train, 1e-3, seeds=(5, 6, 7))
-    assert ref.calls == sub.calls == [(5, 2), (6, 16), (7, 16)], "warm-up seed 5, then one seed per pair"
-    timed = [e for e in clock.events if e.endswith(":16")]
+    assert sub.calls == [(5, 2), (6, 16), (7, 16)], "warm-up seed 5, then one seed per pair"
+    assert ref.calls == [(5, 2), (6, 16), (7, 16), (6, 16), (7, 16)], "then the noise runs on the timed seeds"
+    assert ref.precisions == ["bf16"] * 3 + ["fp32"] * 2 and sub.precisions == ["bf16"] * 3
+    timed = [e for e in clock.events if e.endswith(":16")][:4]
     assert timed == ["ref:16", "sub:16", "ref:16", "sub:16"], "reference and submission alternate"
     # each timed call is bracketed: sync, clock, call, sync, clock
-    for i, e in enumerate(clock.events):
+    for i, e in enumerate(clock.events[: clock.events.index("ref:16") + 12]):
         if e.endswith(":16"):
             assert clock.events[i - 2 : i] == ["sync", "clock"] and clock.events[i + 1 : i + 3] == ["sync", "clock"]
     # times come from the fake clock: overhead + steps * step_seconds
@@ -250,7 +254,8 @@ def test_an_unknown_device_still_scores_but_reports_no_peak():
 def test_fp32_training_does_the_same_work_within_tolerance():
     report, *_ = check(fp32_train, 1e-3)
     assert report.verified, [v.message for v in report.verifications]
-    assert max(v.update_error for v in report.verifications) < 0.05
+    assert report.calibration is not None
+    assert max(v.update_error for v in report.verifications) <= report.calibration.tolerance
 
 
 @pytest.mark.parametrize("cheat", [lazy_train, half_steps_train, half_batch_train], ids=lambda f: f.__name__)
@@ -288,7 +293,7 @@ def test_verify_run_rejects_forged_results():
     ref = FakeImpl("ref", good_train, FakeClock(), 1e-3)
     args = (TINY.as_data(), 3, TINY.steps, 9, "cpu")
     expected = ref.scenario(scenarios.train_workload, *args)
-    verify = lambda r: mfu.verify_run(r, expected, steps=TINY.steps, precision="bf16")
+    verify = lambda r: mfu.verify_run(r, expected, steps=TINY.steps, tolerance=0.05)
     assert verify(expected).ok
     assert not verify(wire.Record("x", dict(expected))).ok
     assert not verify({**expected, "extra": 1}).ok
@@ -297,8 +302,9 @@ def test_verify_run_rejects_forged_results():
     assert not verify({**expected, "final": expected["final"] * math.nan}).ok
     shifted = {**expected, "initial": expected["initial"] + 1, "final": expected["final"] + 1}
     assert "initial parameters differ" in verify(shifted).message
-    with pytest.raises(ValueError, match="no entry for precision"):
-        mfu.verify_run(expected, expected, steps=TINY.steps, precision="fp8")
+    for bad in (0, 1.0, math.nan, True):
+        with pytest.raises(ValueError, match="tolerance"):
+            mfu.verify_run(expected, expected, steps=TINY.steps, tolerance=bad)
 
 
 def test_seeds_must_cover_warmup_and_repeats():
@@ -339,10 +345,11 @@ def test_reference_train_agrees_with_itself_on_the_cpu():
 
 def test_settings_come_from_the_rubric_mfu_table(tmp_path):
     rubric = tmp_path / "rubric.toml"
-    rubric.write_text('[mfu]\nfraction = 0.5\nsteps = 10\nupdate_tolerance = { bf16 = 0.2 }\n')
+    rubric.write_text('[mfu]\nfraction = 0.5\nsteps = 10\nnoise_factor = 3.0\n')
     settings = mfu.load_settings(rubric)
     assert settings.criteria.fraction == 0.5 and settings.workload.steps == 10
-    assert settings.criteria.update_tolerance == {"bf16": 0.2, "fp16": 0.1, "fp32": 0.02}
+    assert settings.criteria.noise_factor == 3.0
+    assert settings.criteria.max_tolerance == mfu.DEFAULT_CRITERIA.max_tolerance
     assert settings.workload.dim == mfu.DEFAULT_WORKLOAD.dim
 
 
@@ -355,7 +362,7 @@ def test_settings_default_without_a_table(tmp_path):
 
 @pytest.mark.parametrize("body", [
     "fraction = 1.5", "fraction = 0", "steps = 0", "dim = 2.5", "precision = 'fp64'", "colour = 'red'",
-    "update_tolerance = { bf16 = 2 }", "lr = 0",
+    "noise_factor = 0.5", "min_tolerance = 0", "max_tolerance = 1", "min_tolerance = 0.2", "lr = 0",
 ])
 def test_bad_settings_are_rejected(tmp_path, body):
     (tmp_path / "rubric.toml").write_text(f"[mfu]\n{body}\n")
