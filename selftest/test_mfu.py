@@ -368,3 +368,90 @@ def test_bad_settings_are_rejected(tmp_path, body):
     (tmp_path / "rubric.toml").write_text(f"[mfu]\n{body}\n")
     with pytest.raises((ValueError, TypeError)):
         mfu.load_settings(tmp_path / "rubric.toml")
+
+
+# --------------------------------------------------------------------------- partial work at every width
+#
+# The stand-in widths, each with a batch many times its width: there the
+# gradient of half the rows is closest to the full batch's, so half the work
+# is hardest to tell from all of it (with teacher targets the half-batch error
+# falls from ~0.5 at batch = width to ~0.2 at batch = 32 x width, and a fixed
+# tolerance of 0.1 was about to let it through). The tolerance measured from
+# the rounding noise must catch every partial loop at every width and pass
+# every correct style.
+WIDTHS = [(32, 512), (64, 1024), (128, 2048), (256, 1024)]
+
+
+def split_batch_train(model, optimizer, batches, *, steps, precision):
+    """Correct, another reduction order: each batch as two accumulated halves."""
+    losses = []
+    for x, y in batches[:steps]:
+        optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for xs, ys in zip(x.chunk(2), y.chunk(2), strict=True):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = model(xs)
+            loss = (out.float() - ys).square().mean() / 2
+            loss.backward()
+            total = total + loss.detach()
+        optimizer.step()
+        losses.append(total)
+    return torch.stack(losses).tolist()
+
+
+def explicit_casts_train(model, optimizer, batches, *, steps, precision):
+    """Correct, unfused: bf16 casts of the weights written out by hand, F.mse_loss, zero_grad first."""
+    layers = [*model.layers, model.final]
+    losses = []
+    for x, y in batches[:steps]:
+        optimizer.zero_grad()
+        h = x.bfloat16()
+        for layer in layers:
+            h = h @ layer.weight.bfloat16().t()
+        loss = torch.nn.functional.mse_loss(h.squeeze(-1).float(), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def odd_rows_train(model, optimizer, batches, *, steps, precision):
+    """Partial: every other row (not a prefix), full loss list."""
+    losses = _loop(model, optimizer, [(x[1::2], y[1::2]) for x, y in batches], steps, True)
+    return torch.stack(losses).tolist()
+
+
+def frozen_half_train(model, optimizer, batches, *, steps, precision):
+    """Partial: no weight gradients for the first half of the layers (a third of the backward saved)."""
+    for layer in list(model.layers)[: len(model.layers) // 2 or 1]:
+        layer.weight.requires_grad_(False)
+    return torch.stack(_loop(model, optimizer, batches, steps, True)).tolist()
+
+
+PARTIAL = [half_steps_train, half_batch_train, odd_rows_train, frozen_half_train]
+HONEST = [good_train, fp32_train, split_batch_train, explicit_casts_train]
+
+
+@pytest.fixture(scope="module")
+def noise_figures():
+    figures: dict[str, list[float]] = {}
+    yield figures
+    print("\nupdate errors on the CPU stand-in (width/batch: name errors, tolerance):")
+    for key, values in sorted(figures.items()):
+        print(f"  {key}: {[round(v, 4) for v in values]}")
+
+
+@pytest.mark.parametrize("train", PARTIAL + HONEST, ids=lambda f: f.__name__)
+@pytest.mark.parametrize(("dim", "batch"), WIDTHS, ids=lambda v: str(v))
+def test_partial_work_fails_and_correct_styles_pass_at_every_width(dim, batch, train, noise_figures):
+    workload = mfu.Workload(dim=dim, num_layers=2, batch=batch, steps=16, warmup_steps=2, repeats=1, probe=256)
+    report, *_ = check(train, 1e-3, workload=workload, seeds=(3, 4))
+    c = report.calibration
+    assert c is not None and c.tolerance <= mfu.DEFAULT_CRITERIA.max_tolerance
+    noise_figures[f"{dim}/{batch} {train.__name__}"] = [
+        *(v.update_error for v in report.verifications), c.tolerance]
+    if train in PARTIAL:
+        assert not report.verified, f"{train.__name__} did a share of the work and passed: {report.verifications}"
+        assert not on_gpu(report).passed
+    else:
+        assert report.verified, f"{train.__name__} is correct and failed: {report.verifications}"
