@@ -43,8 +43,11 @@ def holder(key: str, folder: Path) -> subprocess.Popen[str]:
 
 def blocked_on_a_lock(pid: int) -> bool:
     """Whether /proc/locks lists ``pid`` as waiting for a FLOCK."""
-    return any("->" in line and "FLOCK" in line and line.split()[-2] == str(pid)
-               for line in Path("/proc/locks").read_text().splitlines())
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()  # "1: -> FLOCK ADVISORY WRITE <pid> <dev:inode> 0 EOF"
+        if "->" in fields and fields[fields.index("->") + 1] == "FLOCK" and fields[fields.index("->") + 4] == str(pid):
+            return True
+    return False
 
 
 def wait_until(condition, what: str, limit: float = 60.0) -> None:
