@@ -18,8 +18,18 @@ compute-bound, bf16 autocast, AdamW) through the scenario
   submission returns.
 * **checks the work was done**: the parameters after training, probed at
   random entries, must have moved like the reference run's from the same seed
-  (:func:`verify_run`), within a tolerance for the precision used: a loop that
-  skips steps or trains on half the batch ends up elsewhere.
+  (:func:`verify_run`), within a tolerance measured at grade time on this
+  workload and device (:func:`calibrate`): ``noise_factor`` times the
+  distance between the reference loop in bf16 and in fp32, bounded. A loop
+  that skips steps, rows or layers ends up many noises away.
+* **keeps the submission off the machine while the reference is timed**
+  (``isolation``, the sandboxed submission): before each timed reference call
+  every process of the submission is killed and checked gone through /proc,
+  so no background thread, CUDA stream or queued kernel of it can slow the
+  reference down; the submission's own timed call gets a fresh worker
+  (warmed up, untimed) with no other worker of it alive. Across graders, the
+  grader's plugin holds a per-device lock around GPU problems
+  (grader/gpulock.py), so two gradings never share a device.
 * **scores relative to the reference**: the submission passes when its MFU is
   at least ``fraction`` of the reference loop's MFU measured in the same run,
   on the same device (:func:`score`). MFU against the device's dense peak
