@@ -206,18 +206,24 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 def _acquire_gpu_lock(problem: str) -> None:
     import contextlib
 
-    import torch
-
     from grader import gpulock
 
     stack = contextlib.ExitStack()
-    key = gpulock.device_key(torch.cuda.current_device())
+    key = _device_key()
     try:
         stack.enter_context(gpulock.device_lock(key, timeout=gpulock.WAIT_SECONDS))
     except gpulock.DeviceBusy as e:
         _STATE["gpu_busy"][problem] = str(e)
         return
     _STATE["gpu_lock"] = (problem, stack)
+
+
+def _device_key() -> str:
+    import torch
+
+    from grader import gpulock
+
+    return gpulock.device_key(torch.cuda.current_device())
 
 
 def _release_gpu_lock() -> None:

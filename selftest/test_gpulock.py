@@ -137,3 +137,41 @@ def test_lock_paths_are_per_device_and_safe(tmp_path, monkeypatch):
     monkeypatch.setenv(gpulock.LOCK_DIR_ENV, str(tmp_path))
     assert gpulock.lock_path("uuid-GPU-1/../x") == tmp_path / "grader-gpu-uuid-GPU-1_.._x.lock"
     assert gpulock.lock_path("a") != gpulock.lock_path("b")
+
+
+def held_by(pid: int, path: Path) -> bool:
+    """Whether /proc/locks lists ``pid`` holding a FLOCK on ``path``'s inode."""
+    inode = str(path.stat().st_ino)
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if "->" not in fields and "FLOCK" in fields and fields[4] == str(pid) and fields[5].endswith(f":{inode}"):
+            return True
+    return False
+
+
+def test_the_grader_plugin_holds_the_lock_from_first_to_last_check_of_a_gpu_problem(tmp_path, monkeypatch):
+    """grader/plugin.py's protocol wrapper, driven item by item with a fake device."""
+    from types import SimpleNamespace
+
+    from grader import plugin
+
+    monkeypatch.setenv(gpulock.LOCK_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(plugin, "_device_key", lambda: "fake0")
+    files = {str(tmp_path / f"{p}.py"): (p, i, 0) for i, p in enumerate(("precision", "mfu", "training"))}
+    monkeypatch.setattr(plugin, "_STATE", {"cuda": True, "plan": {"gpu_problems": ["mfu"]}, "files": files})
+    path = gpulock.lock_path("fake0")
+
+    def run(problem: str) -> None:
+        hook = plugin.pytest_runtest_protocol(SimpleNamespace(fspath=tmp_path / f"{problem}.py"), None)
+        next(hook)  # the test would run here
+        with pytest.raises(StopIteration):
+            hook.send(None)
+
+    run("precision")
+    assert not path.exists() or not held_by(os.getpid(), path), "a CPU problem took the device"
+    run("mfu")
+    assert held_by(os.getpid(), path), "the GPU problem's first check does not hold the device"
+    run("mfu")
+    assert held_by(os.getpid(), path), "the lock was let go between two checks of the GPU problem"
+    run("training")
+    assert not held_by(os.getpid(), path), "the lock outlived the GPU problem"
