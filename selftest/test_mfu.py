@@ -370,6 +370,58 @@ def test_bad_settings_are_rejected(tmp_path, body):
         mfu.load_settings(tmp_path / "rubric.toml")
 
 
+class FakeIsolation:
+    """Stands for RemoteImpl's isolation hooks; ``live`` is what /proc would show."""
+
+    def __init__(self, clock: FakeClock, live: tuple[int, ...] = ()) -> None:
+        self.clock, self.live = clock, list(live)
+
+    def retire_workers(self, timeout: float = 30.0) -> None:
+        self.clock.events.append("retire")
+
+    def live_processes(self, *, besides_current: bool = False) -> list[int]:
+        self.clock.events.append("others?" if besides_current else "any?")
+        return list(self.live)
+
+
+def test_with_isolation_the_submission_is_retired_before_each_reference_call():
+    clock = FakeClock()
+    ref, sub = FakeImpl("ref", good_train, clock, 1e-3), FakeImpl("sub", good_train, clock, 1e-3)
+    report = mfu.run_check(sub, ref, device="cpu", device_name="cpu", clock=clock, sync=clock.sync, workload=TINY,
+                           seeds=[5, 6, 7], isolation=FakeIsolation(clock))
+    assert sub.calls == [(5, 2), (6, 16), (5, 2), (7, 16)], "a fresh worker, warmed up, for each timed call"
+    assert ref.calls[:3] == [(5, 2), (6, 16), (7, 16)], "the reference is warmed up once"
+    events = [e for e in clock.events if e not in ("sync", "clock")]
+    one_repeat = ["retire", "any?", "ref:16", "any?", "sub:2", "others?", "sub:16", "others?"]
+    assert events[: 1 + 2 * len(one_repeat) + 1] == ["ref:2", *one_repeat, *one_repeat, "retire"]
+    assert report.isolation_violations == [] and report.verified
+    assert on_gpu(report).passed and "checked gone" in mfu.format_report(report)
+
+
+def test_a_submission_process_seen_alive_fails_the_check():
+    clock = FakeClock()
+    ref, sub = FakeImpl("ref", good_train, clock, 1e-3), FakeImpl("sub", good_train, clock, 1e-3)
+    report = mfu.run_check(sub, ref, device="cpu", device_name="cpu", clock=clock, sync=clock.sync, workload=TINY,
+                           isolation=FakeIsolation(clock, live=(4242,)))
+    assert report.verified and report.isolation_violations
+    assert all("4242" in v for v in report.isolation_violations)
+    assert not on_gpu(report).passed and "ISOLATION VIOLATED" in mfu.format_report(on_gpu(report))
+
+
+def test_the_tolerance_is_the_measured_noise_times_a_factor_within_bounds():
+    c = mfu.Criteria(noise_factor=4.0, min_tolerance=0.01, max_tolerance=0.15)
+    assert c.tolerance(0.005) == pytest.approx(0.02)
+    assert c.tolerance(0.0) == 0.01 and c.tolerance(1.0) == 0.15
+    for bad in (-1.0, math.nan, math.inf, True):
+        with pytest.raises(ValueError):
+            c.tolerance(bad)
+    report, *_ = check(good_train, 1e-3)
+    cal = report.calibration
+    assert cal is not None and cal.precision == "fp32" and len(cal.noises) == TINY.repeats
+    assert cal.tolerance == mfu.DEFAULT_CRITERIA.tolerance(max(cal.noises)) and 0 < max(cal.noises) < 0.05
+    assert mfu.calibration_precision("fp32") == "bf16"
+
+
 # --------------------------------------------------------------------------- partial work at every width
 #
 # The stand-in widths, each with a batch many times its width: there the
@@ -441,6 +493,7 @@ def noise_figures():
         print(f"  {key}: {[round(v, 4) for v in values]}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("train", PARTIAL + HONEST, ids=lambda f: f.__name__)
 @pytest.mark.parametrize(("dim", "batch"), WIDTHS, ids=lambda v: str(v))
 def test_partial_work_fails_and_correct_styles_pass_at_every_width(dim, batch, train, noise_figures):
