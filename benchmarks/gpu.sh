@@ -42,7 +42,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 echo "== 1/4 benchmarks" >&2
 bench=(--out "$work/bench.md")
 if [[ $smoke == 1 ]]; then bench+=(--tiny --device cpu); fi
-limit 150 "$py" -m benchmarks.gpu_bench "${bench[@]}" >/dev/null || echo "gpu.sh: benchmarks failed ($?)" >&2
+limit 110 "$py" -m benchmarks.gpu_bench "${bench[@]}" >/dev/null || echo "gpu.sh: benchmarks failed ($?)" >&2
 
 grade() {  # grade NAME SECONDS FOLDER [grader options...]
   local name=$1 seconds=$2 folder=$3
@@ -56,19 +56,19 @@ grade() {  # grade NAME SECONDS FOLDER [grader options...]
 if [[ $smoke == 0 ]]; then
   echo "== 2/4 GPU tests" >&2
   set +e
-  limit 45 "$py" -m pytest tests/test_data.py tests/test_training.py -m gpu --impl reference -q -p no:randomly \
+  limit 40 "$py" -m pytest tests/test_data.py tests/test_training.py -m gpu --impl reference -q -p no:randomly \
     >"$work/tests.log" 2>&1
   echo $? >"$work/tests.rc"
   set -e
   echo "== 3/4 grades" >&2
   mkdir -p "$work/reference"
   cp -r reference "$work/reference/student"
-  grade reference 190 "$work/reference" --profile dev
+  grade reference 170 "$work/reference" --profile dev
 else
   echo "== 2/4 and the full grade: skipped (smoke run)" >&2
 fi
-grade slow_loop 50 grader/corpus/mfu/slow_loop --problems mfu --profile dev
-grade gpu_hog 50 grader/corpus/cheat/gpu_hog --problems mfu --profile dev
+grade slow_loop 65 grader/corpus/mfu/slow_loop --problems mfu --profile dev
+grade gpu_hog 65 grader/corpus/cheat/gpu_hog --problems mfu --profile dev
 
 echo "== 4/4 the table" >&2
 "$py" -m benchmarks.gpu_report --bench "$work/bench.md" --work "$work" "${out[@]}"
