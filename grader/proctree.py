@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["AVAILABLE", "Proc", "descendants", "exists", "snapshot"]
+__all__ = ["AVAILABLE", "Proc", "descendants", "exists", "read", "snapshot"]
 
 PROC = Path("/proc")
 AVAILABLE = (PROC / "self" / "stat").is_file()
@@ -41,7 +41,10 @@ class Proc:
         return self.state not in _GONE
 
 
-def _read(pid: int) -> Proc | None:
+def read(pid: int) -> Proc | None:
+    """Process ``pid`` as the kernel lists it now; None if there is none (or no /proc)."""
+    if not AVAILABLE:
+        return None
     try:
         text = (PROC / str(pid) / "stat").read_text()
     except OSError:  # gone between listing and reading, or not ours to read
@@ -59,7 +62,7 @@ def snapshot() -> dict[int, Proc]:
     out = {}
     for name in os.listdir(PROC):
         if name.isdigit():
-            p = _read(int(name))
+            p = read(int(name))
             if p is not None:
                 out[p.pid] = p
     return out
@@ -90,5 +93,5 @@ def exists(proc: Proc) -> bool:
         except PermissionError:
             return True
         return True
-    now = _read(proc.pid)
+    now = read(proc.pid)
     return now is not None and now.start == proc.start and now.live

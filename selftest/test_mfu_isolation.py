@@ -46,16 +46,28 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-def submission_processes() -> list[proctree.Proc]:
-    """Live processes below this test process: only the workers it started."""
-    return [p for p in proctree.descendants(os.getpid(), include_root=False) if p.live]
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def submission_processes(work: Path) -> list[proctree.Proc]:
+    """Live processes of the submission, found without asking the RemoteImpl:
+    below this test process, the ones started on this test's working copy
+    (its path is in the worker's or bubblewrap's command line), and all below them."""
+    table = proctree.snapshot()
+    roots = [p for p in proctree.descendants(os.getpid(), table, include_root=False) if str(work) in _cmdline(p.pid)]
+    procs = {q for r in roots for q in proctree.descendants(r.pid, table)}
+    return sorted((p for p in procs if p.live), key=lambda p: p.pid)
 
 
 class Device:
     """A fake device clock shared by both sides; records what was alive when."""
 
-    def __init__(self) -> None:
-        self.now = 0.0
+    def __init__(self, work: Path) -> None:
+        self.work, self.now = work, 0.0
         self.during_reference: list[list[proctree.Proc]] = []  # live submission processes, per timed ref call
         self.seen: set[proctree.Proc] = set()  # every submission process seen after its calls
 
@@ -75,20 +87,20 @@ class Timed(ImplBase):
 
     def scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         timed = args[2] == TINY.steps and args[0]["precision"] == TINY.precision
-        before = submission_processes() if self.reference else []
+        before = submission_processes(self.device.work) if self.reference else []
         value = self.inner.scenario(fn, *args, **kwargs)
         if self.reference and timed:
-            alive = before + [p for p in submission_processes() if p not in before]
+            alive = before + [p for p in submission_processes(self.device.work) if p not in before]
             self.device.during_reference.append(alive)
             self.device.now += self.cost * (2 if alive else 1)  # a co-tenant halves the reference's speed
         elif timed:
-            self.device.seen.update(submission_processes())
+            self.device.seen.update(submission_processes(self.device.work))
             self.device.now += self.cost
         return value
 
 
 def worker_impl(student: Path, tmp: Path) -> RemoteImpl:
-    wc = make_working_copy(student, tmp / "work")
+    wc = make_working_copy(student, tmp / "work")  # (the path submission_processes looks for)
     scratch = tmp / "scratch"
     scratch.mkdir()
     sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30))
@@ -111,7 +123,7 @@ def honest_twin(tmp: Path) -> Path:
 
 
 def run(student: Path, tmp: Path, *, isolate: bool) -> tuple[mfu.MfuReport, Device]:
-    device = Device()
+    device = Device(tmp / "work")
     remote = worker_impl(student, tmp)
     try:
         report = mfu.run_check(Timed(remote, device, SUB_COST, False), Timed(LocalImpl("reference"), device,
