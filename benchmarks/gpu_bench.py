@@ -9,6 +9,7 @@ benchmarks/README.md explains how each figure is measured and what it means.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import platform
 import re
@@ -77,6 +78,20 @@ def synced_bf16_train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, 
     return losses
 
 
+def half_batch_train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: Any, *, steps: int,
+                     precision: str) -> list[float]:
+    """Partial work: the reference's loop on the first half of each batch's rows."""
+    half = [(x[: x.shape[0] // 2], y[: y.shape[0] // 2]) for _, (x, y) in zip(range(steps), batches, strict=False)]
+    return synced_bf16_train(model, optimizer, half, steps=steps, precision=precision)
+
+
+def half_steps_train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: Any, *, steps: int,
+                     precision: str) -> list[float]:
+    """Partial work: half the steps, each loss reported twice."""
+    losses = synced_bf16_train(model, optimizer, batches, steps=steps // 2, precision=precision)
+    return (losses * 2 + losses[:1])[:steps]
+
+
 class _LoopImpl:
     """An in-process Impl whose ``training.train`` is one of the loops above."""
 
@@ -133,6 +148,32 @@ def copy_bandwidth(nbytes: int, device: torch.device, iters: int = 10) -> float:
 # ----------------------------------------------------------------- the run
 
 
+def verification_rows(workload: mfu.Workload, device: torch.device) -> list[Row]:
+    """The MFU check's verification on this device: the measured rounding noise,
+    the tolerance it gives, and the update error of correct and partial loops."""
+    try:
+        reference = LocalImpl("reference")
+    except (ImportError, ValueError) as e:  # pragma: no cover - only without reference/
+        return [Row("verification", "not available", str(e))]
+    one = dataclasses.replace(workload, repeats=1)
+    sync, criteria = _sync_for(device), mfu.DEFAULT_CRITERIA
+    rows = [Row("verification: the rule", f"tolerance = clamp({criteria.noise_factor:g} x noise, "
+                f"{criteria.min_tolerance:g}, {criteria.max_tolerance:g})",
+                "noise: update error of the reference loop in fp32 against the same loop in bf16, same seed")]
+    for label, train, honest in (("bf16 + loss.item() every step", synced_bf16_train, True),
+                                 ("slow: fp32 + loss.item() every step", slow_train, True),
+                                 ("PARTIAL: half of each batch", half_batch_train, False),
+                                 ("PARTIAL: half the steps", half_steps_train, False)):
+        report = mfu.run_check(_LoopImpl(label, train), reference, device=str(device), device_name=str(device),
+                               clock=time.perf_counter, sync=sync, workload=one)
+        v, c = report.verifications[0], report.calibration
+        assert c is not None
+        want, got = ("verified" if honest else "rejected"), ("verified" if v.ok else "rejected")
+        rows.append(Row(f"verification: {label}", f"update error {v.update_error:.4f}, tolerance {c.tolerance:.4f}",
+                        f"noise {c.noise:.4f}; {got} (must be {want}){'' if got == want else ' **WRONG**'}"))
+    return rows
+
+
 def _tflops(x: float) -> str:
     return f"{x / 1e12:.1f} TFLOP/s" if x >= 1e12 else f"{x / 1e9:.2f} GFLOP/s"
 
@@ -181,6 +222,8 @@ def run(device: torch.device, tiny: bool) -> tuple[str, list[Row]]:
         note.append(f"{achieved / mm16:.3f} of the measured bf16 matmul rate")
         rows.append(Row(label, _tflops(achieved), "; ".join(note)))
 
+    rows += verification_rows(workload, device)
+
     opt_steps = 5 if tiny else 20
     copy = copy_bandwidth(8 << 20 if tiny else 2 << 30, device)
     rows.append(Row("device copy bandwidth (read + write)", f"{copy / 1e9:.0f} GB/s", "practical memory ceiling"))
@@ -199,6 +242,13 @@ def to_markdown(title: str, rows: list[Row], gpu: bool) -> str:
     lines = ["| measurement | value | notes |", "|---|---|---|"]
     lines += [f"| {r.what} | {r.value} | {r.note} |" for r in rows]
     return head + "\n".join(lines) + "\n"
+
+
+def default_out(title: str, gpu_figures: bool) -> Path:
+    """``benchmarks/results/<date>-<device>[-smoke].md`` for a table titled ``title``."""
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", title.split(",")[0]).strip("-").lower()
+    kind = "" if gpu_figures else "-smoke"
+    return REPO / "benchmarks" / "results" / f"{_dt.date.today():%Y-%m-%d}-{slug}{kind}.md"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,11 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         torch.set_num_threads(threads)
     text = to_markdown(title, rows, gpu and not tiny)
-    out = args.out
-    if out is None:
-        slug = re.sub(r"[^A-Za-z0-9]+", "-", title.split(",")[0]).strip("-").lower()
-        kind = "" if gpu and not tiny else "-smoke"
-        out = REPO / "benchmarks" / "results" / f"{_dt.date.today():%Y-%m-%d}-{slug}{kind}.md"
+    out = args.out or default_out(title, gpu and not tiny)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(text)

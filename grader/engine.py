@@ -188,6 +188,8 @@ def _run_pytest(rub: Rubric, selected: list[Problem], opts: Options, profile: st
         "sandbox": {"mode": sandbox.mode, "gpu": sandbox.gpu, "limits": asdict(sandbox.limits)},
         "call_timeout": float(opts.call_timeout or rub.settings.call_timeout),
         "start_timeout": float(rub.settings.start_timeout), "results_fd": write_fd,
+        # GPU problems hold the device's lock (grader/gpulock.py, taken by grader/plugin.py)
+        "gpu_problems": [p.name for p, _ in planned if p.gpu],
     }
     (run / "plan.json").write_text(json.dumps(plan))
     files = [f for _, fs in planned for f in fs]
@@ -210,6 +212,10 @@ def _run_pytest(rub: Rubric, selected: list[Problem], opts: Options, profile: st
     reader = threading.Thread(target=collect, daemon=True)
     reader.start()
     hard_limit = sum(time_limit.values()) + rub.settings.start_timeout + 120
+    if plan["gpu_problems"]:  # waiting for another grading's GPU problem is not this run hanging
+        from grader.gpulock import WAIT_SECONDS
+
+        hard_limit += WAIT_SECONDS
     try:
         proc = subprocess.Popen(argv, cwd=REPO, env=env, pass_fds=(write_fd,), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)

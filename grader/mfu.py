@@ -18,8 +18,18 @@ compute-bound, bf16 autocast, AdamW) through the scenario
   submission returns.
 * **checks the work was done**: the parameters after training, probed at
   random entries, must have moved like the reference run's from the same seed
-  (:func:`verify_run`), within a tolerance for the precision used: a loop that
-  skips steps or trains on half the batch ends up elsewhere.
+  (:func:`verify_run`), within a tolerance measured at grade time on this
+  workload and device (:func:`calibrate`): ``noise_factor`` times the
+  distance between the reference loop in bf16 and in fp32, bounded. A loop
+  that skips steps, rows or layers ends up many noises away.
+* **keeps the submission off the machine while the reference is timed**
+  (``isolation``, the sandboxed submission): before each timed reference call
+  every process of the submission is killed and checked gone through /proc,
+  so no background thread, CUDA stream or queued kernel of it can slow the
+  reference down; the submission's own timed call gets a fresh worker
+  (warmed up, untimed) with no other worker of it alive. Across graders, the
+  grader's plugin holds a per-device lock around GPU problems
+  (grader/gpulock.py), so two gradings never share a device.
 * **scores relative to the reference**: the submission passes when its MFU is
   at least ``fraction`` of the reference loop's MFU measured in the same run,
   on the same device (:func:`score`). MFU against the device's dense peak
@@ -43,7 +53,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -52,9 +62,10 @@ from tests.harness import Impl
 from tests.scenarios import mfu as scenarios
 
 __all__ = [
-    "DEFAULT_CRITERIA", "DEFAULT_WORKLOAD", "Criteria", "MfuReport", "Settings", "Verification", "Workload",
-    "format_report", "load_settings", "matmul_rate", "mfu", "model_flops", "num_parameters", "run_check",
-    "score", "time_call", "verify_run",
+    "DEFAULT_CRITERIA", "DEFAULT_WORKLOAD", "Calibration", "Criteria", "Isolation", "MfuReport", "Settings",
+    "Verification", "Workload", "calibrate", "calibration_precision", "format_report", "load_settings",
+    "matmul_rate", "mfu", "model_flops", "num_parameters", "run_check", "score", "time_call", "update_error",
+    "verify_run",
 ]
 
 RUBRIC = Path(__file__).resolve().parent / "rubric.toml"
@@ -105,25 +116,53 @@ class Workload:
 class Criteria:
     """How the check decides.
 
-    ``update_tolerance``: the largest accepted ``|du - du_ref| / |du_ref|``
-    where ``du`` is the probed parameter update (final - initial). Measured on
-    the CPU (widths 32-256, 16-64 steps, lr 1e-4, the scenario's teacher
-    targets): bf16 vs fp32 training 0.002-0.016, the same bf16 loop with the
-    batch split in two 0.002-0.005; half the steps ~0.49, half the batch
-    0.25-0.36. 0.1 leaves room for other kernels on a GPU (to be confirmed
-    there) and still catches a run that skips a quarter of the work.
+    ``fraction``: the submission passes when its MFU is at least this share of
+    the reference loop's.
+
+    The update tolerance is not a fixed number: it is measured on the graded
+    workload at grade time (:func:`calibrate`). For every timed seed the
+    trusted side also runs the reference loop in full fp32 and takes the
+    relative distance between that update and the bf16 reference update: the
+    rounding noise of this workload, at its width, batch and step count, on
+    this device's kernels. The tolerance is ``noise_factor`` times the largest
+    such noise, kept within ``[min_tolerance, max_tolerance]``. A correct loop
+    in another style (fp32, another op order, fused or unfused, compiled)
+    differs from the reference by rounding only, so it lands within about one
+    noise; a loop that skips a share of the work (steps, rows, layers) moves
+    the parameters elsewhere by that share's gradient, a distance that does
+    not shrink with the precision. Measured on the CPU stand-in (widths 32-256,
+    batch 1-32 x width, 16-64 steps): noise 0.003-0.018; half the batch
+    0.19-0.51, half the steps ~0.48, frozen layers >= 0.66. ``max_tolerance``
+    stays below every partial-work figure seen, so a noisy device cannot open
+    the door to skipping work: it fails honest loops instead, loudly (the
+    report prints the noise).
     """
 
     fraction: float = 0.8
-    update_tolerance: dict[str, float] = field(
-        default_factory=lambda: {"bf16": 0.1, "fp16": 0.1, "fp32": 0.02})
+    noise_factor: float = 4.0
+    min_tolerance: float = 0.01
+    max_tolerance: float = 0.15
 
     def __post_init__(self) -> None:
         if isinstance(self.fraction, bool) or not isinstance(self.fraction, (int, float)) or not 0 < self.fraction <= 1:
             raise ValueError(f"criteria.fraction must be in (0, 1], got {self.fraction!r}")
-        for key, tol in self.update_tolerance.items():
-            if not isinstance(tol, (int, float)) or isinstance(tol, bool) or not 0 < tol < 1:
-                raise ValueError(f"criteria.update_tolerance[{key!r}] must be in (0, 1), got {tol!r}")
+        for name in ("noise_factor", "min_tolerance", "max_tolerance"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or value <= 0:
+                raise ValueError(f"criteria.{name} must be a positive number, got {value!r}")
+        if self.noise_factor < 1:
+            raise ValueError(f"criteria.noise_factor must be >= 1, got {self.noise_factor!r}")
+        if not self.min_tolerance <= self.max_tolerance < 1:
+            raise ValueError(f"criteria: need min_tolerance <= max_tolerance < 1, got "
+                             f"{self.min_tolerance!r} and {self.max_tolerance!r}")
+
+    def tolerance(self, noise: float) -> float:
+        """The accepted update error for a measured ``noise``: ``noise_factor *
+        noise`` within ``[min_tolerance, max_tolerance]``."""
+        if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not math.isfinite(noise) or noise < 0:
+            raise ValueError(f"noise must be a finite number >= 0, got {noise!r}")
+        return min(max(self.noise_factor * noise, self.min_tolerance), self.max_tolerance)
 
 
 DEFAULT_WORKLOAD = Workload()
@@ -141,7 +180,7 @@ def load_settings(path: Path = RUBRIC) -> Settings:
     anything it leaves out, or when there is no such table).
 
     ``[mfu]`` keys: the fields of :class:`Workload` and :class:`Criteria`,
-    e.g. ``fraction = 0.8``, ``steps = 64``, ``update_tolerance = {bf16 = 0.1}``.
+    e.g. ``fraction = 0.8``, ``steps = 64``, ``noise_factor = 4.0``.
     """
     from grader.compat import tomllib
 
@@ -154,8 +193,6 @@ def load_settings(path: Path = RUBRIC) -> Settings:
     if unknown:
         raise ValueError(f"{path}: unknown keys in [mfu]: {', '.join(sorted(unknown))}")
     criteria_args = {k: v for k, v in table.items() if k in criteria_keys}
-    if "update_tolerance" in criteria_args:
-        criteria_args["update_tolerance"] = {**DEFAULT_CRITERIA.update_tolerance, **criteria_args["update_tolerance"]}
     return Settings(
         Workload(**{k: v for k, v in table.items() if k in workload_keys}),
         Criteria(**criteria_args),
@@ -253,18 +290,30 @@ def _as_floats(losses: Any, steps: int) -> list[float] | str:
     return out
 
 
-def verify_run(
-    result: Any, expected: Any, *, steps: int, precision: str, criteria: Criteria = DEFAULT_CRITERIA
-) -> Verification:
+def update_error(result: Any, expected: Any) -> float:
+    """``|du - du_ref| / |du_ref|`` for the probed parameter updates ``du = final
+    - initial`` of two runs of the same seed (both already checked: tensors of
+    the same shape). Raises RuntimeError when the reference did not move."""
+    ref_update = (expected["final"] - expected["initial"]).double()
+    update = (result["final"] - result["initial"]).double()
+    scale = ref_update.norm().item()
+    if not scale > 0:
+        raise RuntimeError("the reference run did not change the parameters: the workload is broken")
+    return (update - ref_update).norm().item() / scale
+
+
+def verify_run(result: Any, expected: Any, *, steps: int, tolerance: float, precision: str = "bf16") -> Verification:
     """Compare one submission run with the reference run of the same seed.
 
     ``result`` comes from the sandbox, so every field is type-checked before
     use; ``expected`` is the reference's (trusted). Checks: the loss list has
     one finite float per step; the initial probe equals the reference's (the
     same workload was built); the parameter update ``final - initial`` is
-    within ``criteria.update_tolerance[precision]`` of the reference's update,
-    relative to its size.
+    within ``tolerance`` (:func:`calibrate`) of the reference's update,
+    relative to its size. ``precision`` is only named in the message.
     """
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 < tolerance < 1:
+        raise ValueError(f"tolerance must be in (0, 1), got {tolerance!r}")
     if type(result) is not dict or set(result) != {"losses", "initial", "final"}:
         return Verification(False, f"the MFU scenario returned {type(result).__name__}, not its result dict")
     losses = _as_floats(result["losses"], steps)
@@ -272,7 +321,7 @@ def verify_run(
         return Verification(False, losses)
     if not all(math.isfinite(v) for v in losses):
         return Verification(False, f"train returned non-finite losses: {losses[:5]}...")
-    ref_initial, ref_final = expected["initial"], expected["final"]
+    ref_initial = expected["initial"]
     for name in ("initial", "final"):
         t = result[name]
         if type(t) is not torch.Tensor or t.dtype != ref_initial.dtype or t.shape != ref_initial.shape:
@@ -283,22 +332,47 @@ def verify_run(
                             "the model was not built from the same seed")
     if not torch.isfinite(result["final"]).all():
         return Verification(False, "the trained parameters contain inf/nan")
-    tolerance = criteria.update_tolerance.get(precision)
-    if tolerance is None:
-        raise ValueError(f"criteria.update_tolerance has no entry for precision {precision!r}")
-    ref_update = (ref_final - ref_initial).double()
-    update = (result["final"] - result["initial"]).double()
-    scale = ref_update.norm().item()
-    if not scale > 0:
-        raise RuntimeError("the reference run did not change the parameters: the workload is broken")
-    error = (update - ref_update).norm().item() / scale
+    error = update_error(result, expected)
     if not error <= tolerance:
-        moved = update.norm().item() / scale
+        moved = (result["final"] - result["initial"]).double().norm().item() / \
+            (expected["final"] - expected["initial"]).double().norm().item()
         return Verification(False, (
             f"the trained parameters are not where the reference's are: the update differs by {error:.3f} "
-            f"of its size (tolerance {tolerance} for {precision}; the submission's update is {moved:.2f} times "
-            "as long): were all the steps taken, on whole batches, with the given optimizer?"), error)
-    return Verification(True, f"parameters match the reference run (update error {error:.4f} <= {tolerance})", error)
+            f"of its size (tolerance {tolerance:.3g} for {precision}, from the measured rounding noise; the "
+            f"submission's update is {moved:.2f} times as long): were all the steps taken, on whole batches, "
+            "with the given optimizer?"), error)
+    return Verification(True, f"parameters match the reference run (update error {error:.4f} <= {tolerance:.3g})",
+                        error)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The rounding noise of the graded workload, measured at grade time."""
+
+    precision: str  # the perturbed run's precision (fp32 for a bf16/fp16 workload)
+    noises: list[float]  # update error of the perturbed reference run, per timed seed
+    tolerance: float
+
+    @property
+    def noise(self) -> float:
+        return max(self.noises)
+
+
+def calibration_precision(precision: str) -> str:
+    """The precision of the reference run that measures the noise: full fp32
+    for a mixed-precision workload (every correct loop's rounding lies between
+    the two), bf16 for an fp32 one."""
+    return "bf16" if precision == "fp32" else "fp32"
+
+
+def calibrate(pairs: Sequence[tuple[Any, Any]], criteria: Criteria = DEFAULT_CRITERIA,
+              precision: str = "fp32") -> Calibration:
+    """The tolerance from ``(perturbed run, reference run)`` pairs of the same
+    seeds, all computed by the trusted side (the reference loop)."""
+    if not pairs:
+        raise ValueError("calibrate needs at least one (perturbed, reference) pair")
+    noises = [update_error(perturbed, expected) for perturbed, expected in pairs]
+    return Calibration(precision, noises, criteria.tolerance(max(noises)))
 
 
 # --------------------------------------------------------------------------- scoring and the driver
@@ -319,6 +393,12 @@ class MfuReport:
     peak_flops: float | None
     peak_note: str
     matmul_flops: float | None = None
+    calibration: Calibration | None = None
+    #: How the submission was kept off the machine while the reference ran
+    #: (and other workers while it ran); "none" for an in-process submission.
+    isolation: str = "none"
+    #: Live submission processes seen where none may be: a failed check, never a pass.
+    isolation_violations: list[str] = field(default_factory=list)
 
     @property
     def verified(self) -> bool:
@@ -347,7 +427,7 @@ class MfuReport:
 
     @property
     def passed(self) -> bool:
-        return self.device.startswith("cuda") and self.verified and score(
+        return self.device.startswith("cuda") and self.verified and not self.isolation_violations and score(
             min(self.submission_seconds), min(self.reference_seconds), self.fraction)
 
 
@@ -369,6 +449,20 @@ def _seeds(count: int) -> list[int]:
     return [rng.randrange(1, 2**31) for _ in range(count)]
 
 
+@runtime_checkable
+class Isolation(Protocol):
+    """What the check needs from a sandboxed submission (grader.remote.RemoteImpl)."""
+
+    def retire_workers(self, timeout: float = 30.0) -> None:
+        """Kill every process of the submission; return once none exists."""
+        ...
+
+    def live_processes(self, *, besides_current: bool = False) -> list[int]:
+        """Pids of live submission processes (``besides_current``: not counting
+        the worker serving the current problem), observed from outside."""
+        ...
+
+
 def run_check(
     impl: Impl,
     ref: Impl,
@@ -381,11 +475,22 @@ def run_check(
     criteria: Criteria = DEFAULT_CRITERIA,
     seeds: Sequence[int] | None = None,
     matmul_size: int | None = None,
+    isolation: Isolation | None = None,
 ) -> MfuReport:
     """Warm up, then time ``workload.repeats`` pairs of calls (reference, then
-    submission, same fresh seed each pair) and verify every submission run.
+    submission, same fresh seed each pair), measure the rounding noise
+    (:func:`calibrate`) and verify every submission run against it.
 
-    ``seeds``: ``1 + repeats`` seeds (the first for the warm-up); default
+    ``isolation`` (the sandboxed submission, when it is one): before each timed
+    reference call every process of the submission is killed and checked gone
+    from outside (no background thread, stream or child of it can run while
+    the bar is measured); the submission then gets a fresh worker, warmed up
+    untimed, for its own timed call, during which no other worker of it may be
+    alive. Live processes where none may be are recorded as violations (the
+    check then fails). Without ``isolation`` (an in-process submission: local
+    runs, benchmarks) both warm up once and the pairs follow.
+
+    ``seeds``: ``1 + repeats`` seeds (the first for the warm-ups); default
     fresh random ones. ``sync`` defaults to ``torch.cuda.synchronize`` on CUDA
     and a no-op elsewhere. ``matmul_size``: also measure an ``n x n`` matmul
     rate in this process (a ceiling to compare with; informational).
@@ -398,30 +503,61 @@ def run_check(
     if len(seeds) != 1 + workload.repeats:
         raise ValueError(f"seeds: expected {1 + workload.repeats} (warm-up + repeats), got {len(seeds)}")
     data, probe_seed = workload.as_data(), seeds[0]
+    noise_precision = calibration_precision(workload.precision)
+    violations: list[str] = []
 
-    def call(who: Impl, seed: int, steps: int) -> Any:
-        return who.scenario(scenarios.train_workload, data, seed, steps, probe_seed, device)
+    def call(who: Impl, seed: int, steps: int, precision: str = workload.precision) -> Any:
+        return who.scenario(scenarios.train_workload, {**data, "precision": precision}, seed, steps, probe_seed,
+                            device)
 
-    for who in (ref, impl):  # warm-up: contexts, kernels, compilation; not timed
-        call(who, seeds[0], workload.warmup_steps)
-    ref_secs, sub_secs, checks = [], [], []
-    for seed in seeds[1:]:
+    def observe(when: str, besides_current: bool = False) -> None:
+        if isolation is not None:
+            live = isolation.live_processes(besides_current=besides_current)
+            if live:
+                violations.append(f"{when}: submission processes {live} were alive")
+
+    call(ref, seeds[0], workload.warmup_steps)  # warm-up: contexts, kernels, compilation; not timed
+    if isolation is None:
+        call(impl, seeds[0], workload.warmup_steps)
+    ref_secs, sub_secs, expected_runs, results = [], [], [], []
+    for i, seed in enumerate(seeds[1:], 1):
+        if isolation is not None:
+            isolation.retire_workers()
+            observe(f"before timing the reference (repeat {i})")
         t_ref, expected = time_call(lambda s=seed: call(ref, s, workload.steps), clock, sync)
+        if isolation is not None:
+            observe(f"after timing the reference (repeat {i})")
+            call(impl, seeds[0], workload.warmup_steps)  # a fresh worker: warm it up, untimed
+            observe(f"before timing the submission (repeat {i}), other workers", besides_current=True)
         t_sub, result = time_call(lambda s=seed: call(impl, s, workload.steps), clock, sync)
+        if isolation is not None:
+            observe(f"after timing the submission (repeat {i}), other workers", besides_current=True)
         ref_secs.append(t_ref)
         sub_secs.append(t_sub)
-        checks.append(verify_run(result, expected, steps=workload.steps, precision=workload.precision,
-                                 criteria=criteria))
+        expected_runs.append(expected)
+        results.append(result)
+    if isolation is not None:
+        isolation.retire_workers()  # nothing of the submission outlives its check
+    # The noise of this workload on this device: the reference loop again, in
+    # another precision, on the timed seeds (untimed; trusted code only).
+    calibration = calibrate([(call(ref, seed, workload.steps, noise_precision), expected)
+                             for seed, expected in zip(seeds[1:], expected_runs, strict=True)],
+                            criteria, noise_precision)
+    checks = [verify_run(result, expected, steps=workload.steps, tolerance=calibration.tolerance,
+                         precision=workload.precision) for result, expected in zip(results, expected_runs, strict=True)]
     peak, note = peaks.dense_peak(device_name, workload.precision) if dev.type == "cuda" else (
         None, "not a GPU: no peak applies")
     matmul = None
     if matmul_size:
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[workload.precision]
         matmul = matmul_rate(matmul_size, dtype, device, clock, sync)
+    how = "none: the submission runs in this process" if isolation is None else (
+        "every submission process killed and checked gone (from /proc) before each timed reference call; "
+        "a fresh worker, warmed up untimed, for each timed submission call, with no other worker alive")
     return MfuReport(device=str(dev), device_name=device_name, workload=workload, fraction=criteria.fraction,
                      flops_per_call=model_flops(workload, workload.steps), reference_seconds=ref_secs,
                      submission_seconds=sub_secs, verifications=checks, peak_flops=peak, peak_note=note,
-                     matmul_flops=matmul)
+                     matmul_flops=matmul, calibration=calibration, isolation=how, isolation_violations=violations)
 
 
 def format_report(report: MfuReport) -> str:
@@ -442,6 +578,12 @@ def format_report(report: MfuReport) -> str:
             line += f", {report.achieved(who) / report.matmul_flops:.3f} of the measured matmul rate"
         lines.append(line)
     lines.append(f"  peak: {report.peak_note}")
+    if report.calibration is not None:
+        c = report.calibration
+        lines.append(f"  rounding noise (reference loop, {w.precision} vs {c.precision}): "
+                     f"{[round(n, 4) for n in c.noises]}; update tolerance {c.tolerance:.3g}")
+    lines.append(f"  isolation: {report.isolation}")
+    lines += [f"  ISOLATION VIOLATED: {v}" for v in report.isolation_violations]
     if report.matmul_flops:
         lines.append(f"  measured matmul rate: {report.matmul_flops / 1e12:.1f} TFLOP/s")
     ratio = report.ratio

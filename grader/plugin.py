@@ -181,3 +181,64 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     while view:
         view = view[os.write(fd, view):]
     os.close(fd)
+
+
+# ------------------------------------------------------------------ one GPU problem per device (grader/gpulock.py)
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Hold the device's lock from the first check of a GPU problem to its last.
+
+    This wrapper runs outside setup (where RemoteImpl.enter starts the
+    problem's clock) and outside pytest-timeout's per-test timer, so waiting
+    for another grading's GPU problem costs this problem none of its time.
+    """
+    if _STATE and _STATE["cuda"]:
+        problem = _where(item)[0]
+        held = _STATE.get("gpu_lock")
+        if held is not None and held[0] != problem:
+            _release_gpu_lock()
+        if problem in _STATE["plan"].get("gpu_problems", []) and _STATE.get("gpu_lock") is None \
+                and problem not in _STATE.setdefault("gpu_busy", {}):
+            _acquire_gpu_lock(problem)
+    return (yield)
+
+
+def _acquire_gpu_lock(problem: str) -> None:
+    import contextlib
+
+    from grader import gpulock
+
+    stack = contextlib.ExitStack()
+    key = _device_key()
+    try:
+        stack.enter_context(gpulock.device_lock(key, timeout=gpulock.WAIT_SECONDS))
+    except gpulock.DeviceBusy as e:
+        _STATE["gpu_busy"][problem] = str(e)
+        return
+    _STATE["gpu_lock"] = (problem, stack)
+
+
+def _device_key() -> str:
+    import torch
+
+    from grader import gpulock
+
+    return gpulock.device_key(torch.cuda.current_device())
+
+
+def _release_gpu_lock() -> None:
+    held = _STATE.pop("gpu_lock", None)
+    if held is not None:
+        held[1].close()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    busy = _STATE.get("gpu_busy", {}).get(_where(item)[0]) if _STATE else None
+    if busy:
+        pytest.fail(f"not graded: {busy}", pytrace=False)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _STATE:
+        _release_gpu_lock()  # (the kernel would drop it at exit anyway)

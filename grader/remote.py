@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader import proctree
 from grader.sandbox import Sandbox
 from tests import wire
 from tests.harness import ImplBase, scenario_name
@@ -248,6 +249,9 @@ class RemoteImpl(ImplBase):
         self._workers: dict[str, Worker] = {}
         self._spare: Worker | None = None
         self._processes = processes or {}
+        self._isolated: str | None = None  # the problem that runs with no spare (retire_workers)
+        self._roots: list[proctree.Proc] = []  # every worker process started (live_processes)
+        self._killed: list[proctree.Proc] = []  # their trees as seen just before retire_workers killed them
 
     # ------------------------------------------------------------ lifecycle
     def enter(self, problem: str) -> None:
@@ -263,7 +267,11 @@ class RemoteImpl(ImplBase):
         config = self._config
         if processes:
             config = json.dumps({**json.loads(config), "processes": processes})
-        return Worker(self._sandbox, self._work, self._scratch, config, self.max_reply)
+        worker = Worker(self._sandbox, self._work, self._scratch, config, self.max_reply)
+        root = proctree.read(worker.proc.pid)
+        if root is not None:
+            self._roots.append(root)
+        return worker
 
     def _worker(self) -> tuple[Worker, bool]:
         assert self.problem is not None
@@ -278,7 +286,7 @@ class RemoteImpl(ImplBase):
         else:
             w = self._spawn()
         self._workers[self.problem] = w
-        if any(not self.states[p].started for p in self._order):
+        if self._isolated != self.problem and any(not self.states[p].started for p in self._order):
             self._spare = self._spawn()  # warm up the next problem's worker meanwhile
         return w, False
 
@@ -294,6 +302,63 @@ class RemoteImpl(ImplBase):
         if self._spare is not None:
             self._spare.kill()
             self._spare = None
+
+    # ------------------------------------------------------------ isolation (grader/mfu.py)
+    # The MFU check times the reference in this process and the submission in
+    # its worker; neither may share the machine with anything of the submission
+    # (a background thread or CUDA stream of a live worker could slow the
+    # reference down, lowering the bar). It calls retire_workers() before each
+    # timed reference call and checks live_processes() around both timed calls.
+
+    def retire_workers(self, timeout: float = 30.0) -> None:
+        """Kill every worker of this submission (every problem's and the spare)
+        and return once none of their processes exists; start no spare for the
+        rest of the current problem. The next call starts a fresh worker.
+
+        Raises RuntimeError when a process is still alive after ``timeout``.
+        """
+        self._isolated = self.problem
+        workers = [*self._workers.values(), *([self._spare] if self._spare is not None else [])]
+        table = proctree.snapshot()
+        self._killed += [p for w in workers for p in proctree.descendants(w.proc.pid, table)]  # before the kill
+        for problem in list(self._workers):
+            self._retire(problem)
+        if self._spare is not None:
+            self._spare.kill()
+            self._spare = None
+        deadline = time.monotonic() + timeout
+        while True:
+            left = self.live_processes()
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the submission's processes {left} outlived their worker")
+            time.sleep(0.01)
+
+    def live_processes(self, *, besides_current: bool = False) -> list[int]:
+        """Pids of the live processes of this submission, read from /proc: every
+        worker started (same pid *and* start time), everything below it or in
+        its session (the worker leads its own session), and what retire_workers
+        saw below the workers before its kill. (A dead worker leaves nothing
+        behind: in bubblewrap its PID namespace dies with it, and elsewhere the
+        seccomp filter let it create no process.) Without /proc: the live worker
+        processes. ``besides_current``: not counting the current problem's
+        worker and everything below it."""
+        current = self._workers.get(self.problem) if (besides_current and self.problem) else None
+        if not proctree.AVAILABLE:
+            workers = [*self._workers.values(), *([self._spare] if self._spare is not None else [])]
+            return [w.proc.pid for w in workers if w is not current and w.alive()]
+        table = proctree.snapshot()
+        found: set[int] = set()
+        for root in self._roots:
+            now = table.get(root.pid)
+            if now is not None and now.start == root.start:  # (so root.pid is not a recycled pid)
+                found |= {p.pid for p in proctree.descendants(root.pid, table)}
+                found |= {p.pid for p in table.values() if p.sid == root.pid}
+        found |= {p.pid for p in self._killed if (q := table.get(p.pid)) is not None and q.start == p.start}
+        if current is not None:
+            found -= {p.pid for p in proctree.descendants(current.proc.pid, table)}
+        return sorted(pid for pid in found if table[pid].live)
 
     # ------------------------------------------------------------ Impl
     def call(self, module: str, function: str, *args: Any, **kwargs: Any) -> Any:

@@ -1,0 +1,97 @@
+"""Which processes exist, observed from outside through ``/proc`` (Linux).
+
+The MFU check (grader/mfu.py) must know that nothing of the submission runs
+while the reference is timed. It does not ask the submission's worker (which
+the submission may have rewritten): it reads the kernel's process table.
+A process is identified by ``(pid, start time)`` so that a recycled pid is
+never mistaken for the process it replaced; a zombie (state ``Z``/``X``) has
+no threads, no memory and no open files left (its CUDA context is gone), so
+it counts as gone.
+
+Without ``/proc`` (macOS) only the direct children the caller started can be
+checked (``exists`` falls back to ``os.kill(pid, 0)``), and
+:data:`AVAILABLE` says so.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["AVAILABLE", "Proc", "descendants", "exists", "read", "snapshot"]
+
+PROC = Path("/proc")
+AVAILABLE = (PROC / "self" / "stat").is_file()
+_GONE = {"Z", "X", "x"}
+
+
+@dataclass(frozen=True)
+class Proc:
+    """One process as the kernel listed it."""
+
+    pid: int
+    ppid: int
+    sid: int
+    state: str  # R running, S sleeping, D disk wait, T stopped, Z zombie, ...
+    start: int  # start time in clock ticks since boot: (pid, start) names one process
+
+    @property
+    def live(self) -> bool:
+        return self.state not in _GONE
+
+
+def read(pid: int) -> Proc | None:
+    """Process ``pid`` as the kernel lists it now; None if there is none (or no /proc)."""
+    if not AVAILABLE:
+        return None
+    try:
+        text = (PROC / str(pid) / "stat").read_text()
+    except OSError:  # gone between listing and reading, or not ours to read
+        return None
+    # "pid (comm) state ppid pgrp session ... starttime(22nd)": comm may hold
+    # spaces and parentheses, so split after its last ')'.
+    fields = text[text.rindex(")") + 2 :].split()
+    return Proc(pid=pid, ppid=int(fields[1]), sid=int(fields[3]), state=fields[0], start=int(fields[19]))
+
+
+def snapshot() -> dict[int, Proc]:
+    """Every process in this PID namespace, by pid (empty without /proc)."""
+    if not AVAILABLE:
+        return {}
+    out = {}
+    for name in os.listdir(PROC):
+        if name.isdigit():
+            p = read(int(name))
+            if p is not None:
+                out[p.pid] = p
+    return out
+
+
+def descendants(root: int, table: dict[int, Proc] | None = None, *, include_root: bool = True) -> list[Proc]:
+    """``root`` (when it is listed) and every process below it, live or not."""
+    table = snapshot() if table is None else table
+    children: dict[int, list[Proc]] = {}
+    for p in table.values():
+        children.setdefault(p.ppid, []).append(p)
+    out = [table[root]] if include_root and root in table else []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child.pid)
+    return out
+
+
+def exists(proc: Proc) -> bool:
+    """Whether ``proc`` (the same pid *and* start time) is still a live process."""
+    if not AVAILABLE:
+        try:
+            os.kill(proc.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    now = read(proc.pid)
+    return now is not None and now.start == proc.start and now.live
