@@ -175,11 +175,14 @@ def _error(e: BaseException) -> dict[str, Any]:
 
 def main() -> None:
     in_fd, out_fd, config = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
-    _set_rlimits({k: int(v) for k, v in config.get("rlimits", {}).items()})
-    _die_with_parent(int(config.get("parent", 0)))
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
     sys.dont_write_bytecode = True
+    from tests.harness import return_freed_memory
+
+    return_freed_memory()  # resident memory follows live data (memory checks read it from outside)
+    _set_rlimits({k: int(v) for k, v in config.get("rlimits", {}).items()})
+    _die_with_parent(int(config.get("parent", 0)))
     import numpy  # noqa: F401  (pre-imported: a warm worker answers at once)
     import torch
 

@@ -62,7 +62,7 @@ from tests import wire
 
 __all__ = [
     "HANDOUT_MODULES", "Impl", "Interrupted", "LocalImpl", "MemoryWatch", "Modules", "process_tree",
-    "resolve_scenario", "scenario_name",
+    "resolve_scenario", "return_freed_memory", "scenario_name",
 ]
 
 REPO = Path(__file__).resolve().parent.parent
@@ -318,8 +318,27 @@ def _builtin_base(e: BaseException) -> str:
                  and getattr(builtins, c.__name__, None) is c), "RuntimeError")
 
 
+def return_freed_memory() -> None:
+    """Make glibc's malloc hand freed blocks of 64 KiB and more back to the OS at
+    once (and keep few arenas), so that a process's resident memory follows
+    what it holds instead of what it once held: measured peaks
+    (:class:`MemoryWatch`) then compare live data, not allocator caches. A
+    no-op without glibc. The implementation's process calls it at its start,
+    before any of the implementation's code runs."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(-3, 64 << 10)  # M_MMAP_THRESHOLD (fixed: no dynamic raise)
+    mallopt(-1, 0)  # M_TRIM_THRESHOLD
+    mallopt(-8, 2)  # M_ARENA_MAX
+
+
 def _child_main(which: str, in_fd: int, out_fd: int) -> None:
     """The child of :class:`_Child`: LocalImpl's scenarios, one request per frame."""
+    return_freed_memory()
     impl = LocalImpl(which)
     _write_frame(out_fd, wire.encode({"hello": os.getpid()}))
     while (head := _read_exact(in_fd, _FRAME.size)) is not None:
