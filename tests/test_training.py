@@ -357,6 +357,13 @@ def test_a_save_killed_mid_write_leaves_the_previous_checkpoint(impl, tmp_path):
     else:
         pytest.fail("three times the save finished before it could be interrupted; the check could not run")
     got = impl.fresh_scenario(scenarios.load_linear, str(path), 8, 8)
+    # And the same save, left alone, does replace the checkpoint.
+    impl.scenario(scenarios.save_linear, str(path), new_seed, *BIG_SAVE, 99)
+    loaded = impl.fresh_scenario(scenarios.load_linear, str(path), *BIG_SAVE)
+    assert loaded == {"iteration": 99, "digest": _linear_digest(new_seed, *BIG_SAVE)}, (
+        "a save that was not interrupted should replace the checkpoint at `path` with one that loads back "
+        f"(iteration 99 and its weights), got iteration {loaded['iteration']!r}"
+    )
     expected = {"iteration": 7, "digest": _linear_digest(old_seed, 8, 8)}
     assert got == expected, (
         "the previous checkpoint, untouched on disk, should still load and give iteration 7 and its weights: "
@@ -376,19 +383,28 @@ def test_load_of_a_missing_file_is_file_not_found(impl):
 
 
 def test_load_refuses_files_that_would_run_code(impl, tmp_path):
-    # This side writes the trapped file, and looks for the folder its
-    # unpickling would create.
-    path, marker = tmp_path / "ckpt.pt", tmp_path / "code-ran"
-    scenarios.write_trapped_file(str(path), str(marker))
+    # The same call (load_linear, in fresh processes) first loads a checkpoint
+    # the implementation saved -- so it does load files -- then a file this
+    # side wrote with an object whose unpickling creates a folder; this side
+    # looks for the folder.
+    seed = secrets.randbelow(2**31)
+    good, trapped, marker = tmp_path / "good.pt", tmp_path / "ckpt.pt", tmp_path / "code-ran"
+    impl.scenario(scenarios.save_linear, str(good), seed, 8, 8, 3)
+    got = impl.fresh_scenario(scenarios.load_linear, str(good), 8, 8)
+    assert got == {"iteration": 3, "digest": _linear_digest(seed, 8, 8)}, (
+        f"a saved checkpoint should load back (iteration 3 and its weights), got iteration {got['iteration']!r}"
+    )
+    which = secrets.randbelow(1000)
+    scenarios.write_trapped_file(str(trapped), str(marker), which)
     try:
-        impl.scenario(scenarios.load_into_mlp, str(path))
+        impl.fresh_scenario(scenarios.load_linear, str(trapped), 8, 8)
         error = None
     except NotImplementedError:
         raise  # an unfilled stub is no answer
     except Exception as e:
         error = type(e).__name__
-    assert not marker.exists(), (
-        "loading a checkpoint ran code stored in the file (it created a folder): "
+    assert not os.path.lexists(marker), (
+        f"loading a checkpoint ran code stored in the file (it created {marker.name}; trap {which % 5}): "
         "load with torch.load(..., weights_only=True)"
     )
     assert error == "ValueError", f"a file weights_only refuses should raise ValueError, got {error}"

@@ -393,14 +393,24 @@ def load_linear(lab: Any, path: str, d_in: int, d_out: int) -> Any:
 
 
 class _Trap:
-    """Unpickling this object creates the folder ``marker``: visible proof that
-    a load ran code from the file."""
+    """Unpickling this object calls ``call(*args)``, which creates ``marker``:
+    visible proof that a load ran code from the file. The test picks the call
+    at random among several (a loader cannot refuse just the ones it expects;
+    only refusing every global but plain data, as ``weights_only`` does, works)."""
 
-    def __init__(self, marker: str) -> None:
-        self.marker = marker
+    def __init__(self, call: Any, args: tuple[Any, ...]) -> None:
+        self.call, self.args = call, args
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (os.mkdir, (self.marker,))
+        return (self.call, self.args)
+
+
+def _traps(marker: str, path: str) -> list[tuple[Any, tuple[Any, ...]]]:
+    import builtins
+    import shutil
+
+    return [(os.mkdir, (marker,)), (os.makedirs, (marker,)), (builtins.open, (marker, "x")),
+            (shutil.copyfile, (path, marker)), (os.symlink, (path, marker))]
 
 
 def load_bad_file(lab: Any, kind: str) -> Any:
@@ -431,21 +441,17 @@ def load_bad_file(lab: Any, kind: str) -> Any:
         return lab.training.load_checkpoint(path, model, opt)
 
 
-def write_trapped_file(path: str, marker: str) -> None:
+def write_trapped_file(path: str, marker: str, which: int) -> None:
     """For the test's side: write at ``path`` a checkpoint that holds, next to
-    a real checkpoint's entries, an object whose unpickling creates the folder
-    ``marker`` (visible proof, on disk, that a load ran code from the file)."""
-    model = build_model("mlp", 4, 1, 0)
-    opt = build_optimizer("adamw", model.parameters(), 1e-2)
+    a real checkpoint's entries, an object whose unpickling creates ``marker``
+    (visible proof, on disk, that a load ran code from the file) with the
+    ``which``-th of several calls (see :class:`_Trap`)."""
+    model = nn.Linear(8, 8)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    traps = _traps(marker, path)
+    call, args = traps[which % len(traps)]
     torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "iteration": 1,
-                "payload": _Trap(marker)}, path)
-
-
-def load_into_mlp(lab: Any, path: str) -> Any:
-    """``load_checkpoint(path, ...)`` into a small MLP and AdamW; its error propagates."""
-    model = build_model("mlp", 4, 1, 0)
-    opt = build_optimizer("adamw", model.parameters(), 1e-2)
-    return lab.training.load_checkpoint(path, model, opt)
+                "payload": _Trap(call, args)}, path)
 
 
 def save_with(lab: Any, iteration: Any, extra_kind: str | None) -> Any:
