@@ -273,6 +273,7 @@ class RemoteImpl(ImplBase):
         self._workers: dict[str, Worker] = {}
         self._spare: Worker | None = None
         self._processes = processes or {}
+        self._fresh_used = False
         # The submission's sources, read once before any worker runs (the
         # worker never answers for them; see Impl.source).
         self._package = work / "student"
@@ -286,6 +287,8 @@ class RemoteImpl(ImplBase):
     def enter(self, problem: str) -> None:
         if problem != self.problem and self.problem in self._workers:
             self._retire(self.problem)  # problems run in order: free the last one's worker
+        if problem != self.problem:
+            self._fresh_used = False
         self.problem = problem
         st = self.states[problem]
         if not st.started:
@@ -311,8 +314,11 @@ class RemoteImpl(ImplBase):
         else:
             w = self._spawn()
         self._workers[self.problem] = w
-        if any(not self.states[p].started for p in self._order):
-            self._spare = self._spawn()  # warm up the next problem's worker meanwhile
+        if (self._spare is None or not self._spare.alive()) and (
+                self._fresh_used or any(not self.states[p].started for p in self._order)):
+            # Warm up the next problem's worker meanwhile, or the next fresh
+            # worker of a problem whose checks ask for them.
+            self._spare = self._spawn()
         return w, False
 
     def _retire(self, problem: str) -> None:
@@ -346,7 +352,8 @@ class RemoteImpl(ImplBase):
 
     def _fresh(self) -> None:
         assert self.problem is not None
-        self._retire(self.problem)  # the next request starts (or takes the spare) worker
+        self._retire(self.problem)  # the next request takes the spare (or starts a worker)
+        self._fresh_used = True
 
     def fresh_scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self.problem is not None:
