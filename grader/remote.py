@@ -318,6 +318,8 @@ class RemoteImpl(ImplBase):
                 self._fresh_used or any(not self.states[p].started for p in self._order)):
             # Warm up the next problem's worker meanwhile, or the next fresh
             # worker of a problem whose checks ask for them.
+            if self._spare is not None:
+                self._spare.kill()  # it died while waiting
             self._spare = self._spawn()
         return w, False
 
