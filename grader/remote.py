@@ -36,7 +36,7 @@ from typing import Any
 from grader import proctree
 from grader.sandbox import Sandbox
 from tests import wire
-from tests.harness import ImplBase, scenario_name
+from tests.harness import ImplBase, Interrupted, MemoryWatch, process_tree, read_source, scenario_name
 
 __all__ = ["ProtocolError", "RemoteError", "RemoteImpl", "WorkerCrashed", "WorkerError", "WorkerTimeout"]
 
@@ -127,6 +127,22 @@ class Worker:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def readable(self, timeout: float) -> bool:
+        return bool(select.select([self.rep_r], [], [], timeout)[0])
+
+    def kill_tree(self) -> None:
+        """SIGKILL every process of the sandbox and wait until they are gone,
+        so that files are inspected only once nothing can write them any more."""
+        pids = process_tree(self.proc.pid) if self.alive() else []
+        for pid in reversed(pids):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        self.kill()
+        deadline = time.monotonic() + 10
+        for pid in pids:
+            while time.monotonic() < deadline and _running(pid):
+                time.sleep(0.005)
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -199,6 +215,15 @@ class Worker:
         return self.hello
 
 
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie or a vanished pid does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 def _decode(data: bytes, worker: Worker) -> Any:
     try:
         return wire.decode(data)
@@ -252,11 +277,22 @@ class RemoteImpl(ImplBase):
         self._isolated: str | None = None  # the problem that runs with no spare (retire_workers)
         self._roots: list[proctree.Proc] = []  # every worker process started (live_processes)
         self._killed: list[proctree.Proc] = []  # their trees as seen just before retire_workers killed them
+        self._fresh_used = False
+        # The submission's sources, read once before any worker runs (the
+        # worker never answers for them; see Impl.source).
+        self._package = work / "student"
+        self._sources: dict[str, str] = {}
+        for path in sorted(self._package.rglob("*.py")):
+            if path.is_file() and not path.is_symlink():
+                rel = path.relative_to(self._package).with_suffix("")
+                self._sources[".".join(rel.parts)] = path.read_text(encoding="utf-8", errors="replace")
 
     # ------------------------------------------------------------ lifecycle
     def enter(self, problem: str) -> None:
         if problem != self.problem and self.problem in self._workers:
             self._retire(self.problem)  # problems run in order: free the last one's worker
+        if problem != self.problem:
+            self._fresh_used = False
         self.problem = problem
         st = self.states[problem]
         if not st.started:
@@ -286,8 +322,14 @@ class RemoteImpl(ImplBase):
         else:
             w = self._spawn()
         self._workers[self.problem] = w
-        if self._isolated != self.problem and any(not self.states[p].started for p in self._order):
-            self._spare = self._spawn()  # warm up the next problem's worker meanwhile
+        if self._isolated != self.problem and (self._spare is None or not self._spare.alive()) and (
+                self._fresh_used or any(not self.states[p].started for p in self._order)):
+            # Warm up the next problem's worker meanwhile, or the next fresh
+            # worker of a problem whose checks ask for them (never while a
+            # problem runs isolated: see retire_workers).
+            if self._spare is not None:
+                self._spare.kill()  # it died while waiting
+            self._spare = self._spawn()
         return w, False
 
     def _retire(self, problem: str) -> None:
@@ -368,7 +410,39 @@ class RemoteImpl(ImplBase):
     def scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return self._request({"op": "scenario", "name": scenario_name(fn), "args": args, "kwargs": kwargs})
 
-    def _request(self, req: dict[str, Any]) -> Any:
+    def source(self, module: str) -> str:
+        if module in self._sources:
+            return self._sources[module]
+        if f"{module}.__init__" in self._sources:
+            return self._sources[f"{module}.__init__"]
+        read_source(self._package, module)  # raises ValueError/FileNotFoundError with the reason
+        raise FileNotFoundError(f"no module {module} in student/")
+
+    def _fresh(self) -> None:
+        assert self.problem is not None
+        self._retire(self.problem)  # the next request takes the spare (or starts a worker)
+        self._fresh_used = True
+
+    def fresh_scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self.problem is not None:
+            self._fresh()
+        return self.scenario(fn, *args, **kwargs)
+
+    def interrupted_scenario(self, fn: Callable[..., Any], *args: Any, kill_when: Callable[[], bool],
+                             timeout: float = 120.0, **kwargs: Any) -> Interrupted:
+        if self.problem is not None:
+            self._fresh()
+        req = {"op": "scenario", "name": scenario_name(fn), "args": args, "kwargs": kwargs}
+        return self._request(req, kill_when=kill_when, kill_timeout=timeout)
+
+    def measured_scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, int]:
+        if self.problem is not None:
+            self._fresh()
+        req = {"op": "scenario", "name": scenario_name(fn), "args": args, "kwargs": kwargs}
+        return self._request(req, measure=True)
+
+    def _request(self, req: dict[str, Any], *, kill_when: Callable[[], bool] | None = None,
+                 kill_timeout: float = 0.0, measure: bool = False) -> Any:
         if self.problem is None:
             raise RuntimeError("RemoteImpl: no problem selected (the grader plugin calls enter())")
         st = self.states[self.problem]
@@ -388,8 +462,24 @@ class RemoteImpl(ImplBase):
             hello = worker.wait_ready(min(st.deadline, time.monotonic() + self.start_timeout))
             st.seccomp = str(hello.get("seccomp", ""))
             deadline = min(st.deadline, time.monotonic() + self.call_timeout)
+            watch = MemoryWatch(worker.proc.pid) if measure else None
+            if kill_when is not None:
+                deadline = min(deadline, time.monotonic() + kill_timeout)
+            if watch is not None:
+                watch.start()
             worker.write_frame(payload, deadline)
-            reply = _decode(worker.read_frame(deadline), worker)
+            if kill_when is not None:
+                while not worker.readable(0.001):
+                    if kill_when():  # the test saw its moment: kill, as a crash would
+                        worker.kill_tree()
+                        self._retire(self.problem)
+                        return Interrupted(True)
+                    if time.monotonic() >= deadline:
+                        raise WorkerTimeout("no reply in time")
+            try:
+                reply = _decode(worker.read_frame(deadline), worker)
+            finally:
+                peak = watch.stop() if watch is not None else 0
         except WorkerTimeout as e:
             self._retire(self.problem)
             if time.monotonic() >= st.deadline - 0.05:
@@ -404,7 +494,10 @@ class RemoteImpl(ImplBase):
             self._retire(self.problem)
             st.crashes.append(f"{_describe(req)}: {e}")
             raise type(e)(f"{self.problem}: {_describe(req)}: {e}") from None
-        return self._unpack(reply, worker, req)
+        value = self._unpack(reply, worker, req)
+        if kill_when is not None:
+            return Interrupted(False, value)
+        return (value, peak) if measure else value
 
     def _garbage(self, req: dict[str, Any], what: str) -> ProtocolError:
         assert self.problem is not None

@@ -175,16 +175,34 @@ def _error(e: BaseException) -> dict[str, Any]:
 
 def main() -> None:
     in_fd, out_fd, config = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
-    _set_rlimits({k: int(v) for k, v in config.get("rlimits", {}).items()})
-    _die_with_parent(int(config.get("parent", 0)))
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
     sys.dont_write_bytecode = True
+    from tests.harness import return_freed_memory
+
+    return_freed_memory()  # resident memory follows live data (memory checks read it from outside)
+    _set_rlimits({k: int(v) for k, v in config.get("rlimits", {}).items()})
+    _die_with_parent(int(config.get("parent", 0)))
     import numpy  # noqa: F401  (pre-imported: a warm worker answers at once)
     import torch
 
     from tests import wire
-    from tests.harness import HANDOUT_MODULES, Modules, resolve_scenario
+    from tests.harness import HANDOUT_MODULES, Modules, scenario_name
+
+    # Every scenario, resolved from the working copy's harness before any
+    # submission code runs: a submission that later rebinds
+    # tests.scenarios.x.f does not change what a request runs. (It could still
+    # patch these very function objects: nothing in this process is
+    # trustworthy once the submission runs, which is why no verdict rests on
+    # what a scenario reports about the implementation; see tests/harness.py.)
+    scenarios: dict[str, Any] = {}
+    for path in sorted(os.listdir(os.path.join(here, "tests", "scenarios"))):
+        if path.endswith(".py") and path != "__init__.py":
+            module = importlib.import_module(f"tests.scenarios.{path[:-3]}")
+            for value in vars(module).values():
+                if callable(value) and getattr(value, "__module__", None) == module.__name__ \
+                        and not isinstance(value, type) and not value.__name__.startswith("_"):
+                    scenarios[scenario_name(value)] = value
 
     for name in config.get("preimport", []):
         with contextlib.suppress(Exception):  # optional: the submission will see the error itself
@@ -216,7 +234,9 @@ def main() -> None:
                 where = f"{module}.{function}"
                 value = fn(*args, **kwargs)
             else:
-                fn = resolve_scenario(req["name"])
+                fn = scenarios.get(req["name"])
+                if fn is None:
+                    raise ValueError(f"not a scenario: {req['name']!r}")
                 where = fn.__qualname__
                 value = fn(lab, *args, **kwargs)
             try:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from grader.corpus import build_cheat
 from grader.sandbox import bwrap_usable
 from grader.worker import _ARCH
 
@@ -42,6 +43,13 @@ CASES = {
     "hostile_replies": ("precision", None, "error"),
     # On a GPU it fails on speed (benchmarks/gpu.sh grades it there); here it is not run.
     "gpu_hog": ("mfu", None, "failed|timeout" if torch.cuda.is_available() else "not run on a GPU"),
+    # Forged in-worker facts: otherwise-correct modules (the patched reference)
+    # with one kind of bug, plus scenarios replaced to report what a correct
+    # module would. They must lose the problem, as the stubs do.
+    "forge_delegation": ("optimizers", None, "failed"),
+    "forge_checkpoints": ("training", None, "failed"),
+    "forge_memory": ("data,training", None, "failed"),
+    "forge_resume": ("training", None, "failed"),
 }
 
 
@@ -57,15 +65,19 @@ def test_cheat_gains_nothing(name, tmp_path):
     if needs == "seccomp" and not SECCOMP:
         pytest.skip(f"grading {name} safely needs the seccomp filter (Linux x86_64/aarch64)")
     out, gs = tmp_path / "result.json", tmp_path / "gradescope.json"
+    folder = build_cheat(name, tmp_path / "built")
+    forged = name.startswith("forge_")  # whole problems of real work: the limits of a real submission
+    call_timeout = "4" if name == "infinite_loop" else "60" if forged else "10"
     proc = subprocess.run(
-        [sys.executable, "-m", "grader", str(CHEATS / name), "--problems", problems, "--profile", "dev",
-         "--json", str(out), "--gradescope", str(gs), "--call-timeout", "4" if name == "infinite_loop" else "10",
-         "--time-limit", "60", "--memory-limit", "1.5"],
-        cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)},
+        [sys.executable, "-m", "grader", str(folder), "--problems", problems, "--profile", "dev",
+         "--json", str(out), "--gradescope", str(gs), "--call-timeout", call_timeout,
+         "--time-limit", "600" if forged else "60", "--memory-limit", "8" if forged else "1.5"],
+        cwd=REPO, capture_output=True, text=True, timeout=1800 if forged else 600,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert proc.returncode == 0, f"the grader failed on {name}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     result, gradescope = json.loads(out.read_text()), json.loads(gs.read_text())
-    assert result["submission"] == str(CHEATS / name), "the results file is not the grader's"
+    assert result["submission"] == str(folder), "the results file is not the grader's"
     assert result["score"] == 0 and gradescope["score"] == 0, f"{name} earned points: {result}"
     by = {p["name"]: p for p in result["problems"]}
     for p in problems.split(","):

@@ -16,20 +16,54 @@ sent to a sandboxed worker process: a fresh plain tensor, a :class:`~tests.wire.
 for a dataclass, a :class:`~tests.wire.WireError` for anything that is not data.
 Oracles (torch built-ins, measured bytes) run in the test itself, never in a
 scenario, because in the grader scenarios run next to untrusted code.
+
+**What a verdict may rest on.** In the grader a scenario runs in the sandboxed
+worker next to the submission, which can replace it (or anything else in that
+process): whatever a scenario *reports about the implementation* (a count, a
+flag, "it saved N bytes", "the child was killed", a measurement taken in that
+process) is forgeable. So a test decides only on
+
+* (a) values the test computes itself (oracles: torch, the reference, formulas);
+* (b) what the test observes from outside the implementation's process: files
+  left on disk (``tmp_path`` is shared with the worker), whether and when the
+  process was killed, its memory as the OS reports it, the test's own clock;
+* (c) static facts about the submitted source, read here (:meth:`Impl.source`);
+* (d) results the implementation returns, checked against an independent
+  oracle (a) -- with inputs it cannot predict where a forger could otherwise
+  compute the answer without doing the work.
+
+The Impl methods below give tests (b) and (c): :meth:`Impl.source`,
+:meth:`Impl.fresh_scenario` (a process that has run nothing else, so state can
+only travel through files), :meth:`Impl.interrupted_scenario` (the test kills
+the process itself when it sees the moment on disk) and
+:meth:`Impl.measured_scenario` (peak resident memory read from outside).
 """
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import importlib
+import os
+import select
+import struct
+import subprocess
 import sys
+import threading
+import time
+import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
 from tests import wire
 
-__all__ = ["HANDOUT_MODULES", "Impl", "LocalImpl", "Modules", "resolve_scenario", "scenario_name"]
+__all__ = [
+    "HANDOUT_MODULES", "Impl", "Interrupted", "LocalImpl", "MemoryWatch", "Modules", "process_tree",
+    "resolve_scenario", "return_freed_memory", "scenario_name",
+]
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -44,6 +78,16 @@ HANDOUT_MODULES = (
 )
 
 
+@dataclass(frozen=True)
+class Interrupted:
+    """What :meth:`Impl.interrupted_scenario` saw: ``killed`` is True when the
+    test's side killed the process before the call returned (then ``value`` is
+    None); otherwise the call returned ``value`` first."""
+
+    killed: bool
+    value: Any = None
+
+
 class Impl(Protocol):
     """An implementation under test, reached through data only."""
 
@@ -52,6 +96,34 @@ class Impl(Protocol):
     def call(self, module: str, function: str, *args: Any, **kwargs: Any) -> Any: ...
 
     def scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
+
+    def source(self, module: str) -> str:
+        """The source text of the implementation's module ``module`` (dotted,
+        relative to its package: ``"optimizers"``, ``"_util"``; ``"__init__"``),
+        read by the test's side, never asked of the implementation's process.
+        FileNotFoundError when there is no such file."""
+        ...
+
+    def fresh_scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Like :meth:`scenario`, in a process that has run nothing of the
+        implementation before (what one call leaves for the next can only
+        travel through files)."""
+        ...
+
+    def interrupted_scenario(self, fn: Callable[..., Any], *args: Any, kill_when: Callable[[], bool],
+                             timeout: float = 120.0, **kwargs: Any) -> Interrupted:
+        """Run the scenario in a fresh process and SIGKILL that process (and its
+        children) as soon as ``kill_when()`` -- polled by the test's side about
+        every millisecond, e.g. "a file appeared in tmp_path" -- is true; when
+        this returns, the process is gone."""
+        ...
+
+    def measured_scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, int]:
+        """Run the scenario in a fresh process; return its value and the peak
+        growth of that process's resident memory during the call over what it
+        held just before, in bytes, as the OS reports it from outside (the
+        kernel's high-water mark, reset before the call, and sampling)."""
+        ...
 
 
 class _ModuleProxy:
@@ -113,6 +185,24 @@ def resolve_scenario(name: str) -> Callable[..., Any]:
     return fn
 
 
+def _package_dir(which: str) -> Path:
+    if which in ("student", "reference"):
+        return REPO / which
+    return Path(which).expanduser().resolve() / "student"
+
+
+def read_source(package_dir: Path, module: str) -> str:
+    """``module``'s source in ``package_dir`` (see :meth:`Impl.source`)."""
+    parts = module.split(".")
+    if not module or not all(p.isidentifier() for p in parts):
+        raise ValueError(f"not a module name: {module!r}")
+    base = package_dir.joinpath(*parts)
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file() and not path.is_symlink():
+            return path.read_text(encoding="utf-8", errors="replace")
+    raise FileNotFoundError(f"no module {module} in {package_dir.name}/")
+
+
 def import_submission(path: Path) -> None:
     """Make ``student`` name the package in ``path/student`` for this process."""
     pkg = path / "student"
@@ -156,9 +246,277 @@ class LocalImpl(ImplBase):
         args, kwargs = wire.decode(wire.encode((args, kwargs)))
         return _returned(fn(self.modules, *args, **kwargs), fn.__qualname__)
 
+    def source(self, module: str) -> str:
+        return read_source(_package_dir(self.name), module)
+
+    # The three below run in a child process: on a student's machine nothing
+    # needs defending, but a fresh process is what makes "state only travels
+    # through the file" true, and a child is what the test can kill.
+    def fresh_scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        with _Child(self.name) as child:
+            child.send(scenario_name(fn), args, kwargs)
+            return child.reply(time.monotonic() + 600)
+
+    def interrupted_scenario(self, fn: Callable[..., Any], *args: Any, kill_when: Callable[[], bool],
+                             timeout: float = 120.0, **kwargs: Any) -> Interrupted:
+        with _Child(self.name) as child:
+            child.wait_ready(time.monotonic() + 600)
+            child.send(scenario_name(fn), args, kwargs)
+            deadline = time.monotonic() + timeout
+            while not child.readable(0.001):
+                if kill_when():
+                    child.kill()
+                    return Interrupted(True)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{fn.__qualname__} ran past {timeout:g} s")
+            return Interrupted(False, child.reply(deadline))
+
+    def measured_scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, int]:
+        with _Child(self.name) as child:
+            child.wait_ready(time.monotonic() + 600)
+            watch = MemoryWatch(child.proc.pid)
+            child.send(scenario_name(fn), args, kwargs)
+            watch.start()
+            try:
+                value = child.reply(time.monotonic() + 600)
+            finally:
+                peak = watch.stop()
+            return value, peak
+
 
 def _returned(value: Any, where: str) -> Any:
     try:
         return wire.decode(wire.encode(value))
     except wire.WireError as e:
         raise wire.WireError(f"{where} returned something that is not data: {e}") from None
+
+
+# --------------------------------------------------------------------------- child processes
+
+_FRAME = struct.Struct("<Q")
+
+
+def _write_frame(fd: int, data: bytes) -> None:
+    view = memoryview(_FRAME.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    chunks, got = [], 0
+    while got < n:
+        b = os.read(fd, min(n - got, 1 << 20))
+        if not b:
+            return None
+        chunks.append(b)
+        got += len(b)
+    return b"".join(chunks)
+
+
+def _builtin_base(e: BaseException) -> str:
+    return next((c.__name__ for c in type(e).__mro__ if issubclass(c, Exception)
+                 and getattr(builtins, c.__name__, None) is c), "RuntimeError")
+
+
+def return_freed_memory() -> None:
+    """Make glibc's malloc hand freed blocks of 64 KiB and more back to the OS at
+    once (and keep few arenas), so that a process's resident memory follows
+    what it holds instead of what it once held: measured peaks
+    (:class:`MemoryWatch`) then compare live data, not allocator caches. A
+    no-op without glibc. The implementation's process calls it at its start,
+    before any of the implementation's code runs."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(-3, 64 << 10)  # M_MMAP_THRESHOLD (fixed: no dynamic raise)
+    mallopt(-1, 0)  # M_TRIM_THRESHOLD
+    mallopt(-8, 2)  # M_ARENA_MAX
+
+
+def _child_main(which: str, in_fd: int, out_fd: int) -> None:
+    """The child of :class:`_Child`: LocalImpl's scenarios, one request per frame."""
+    return_freed_memory()
+    impl = LocalImpl(which)
+    _write_frame(out_fd, wire.encode({"hello": os.getpid()}))
+    while (head := _read_exact(in_fd, _FRAME.size)) is not None:
+        body = _read_exact(in_fd, _FRAME.unpack(head)[0])
+        if body is None:
+            return
+        req = wire.decode(body)
+        try:
+            fn = resolve_scenario(req["name"])
+            reply = wire.encode({"ok": True, "value": fn(impl.modules, *req["args"], **req["kwargs"])})
+        except BaseException as e:  # reported to the parent, which re-raises it
+            reply = wire.encode({"ok": False, "type": _builtin_base(e), "original": type(e).__qualname__,
+                                 "message": str(e)[:20_000],
+                                 "traceback": "".join(traceback.format_exception(e))[-20_000:]})
+        _write_frame(out_fd, reply)
+
+
+class _Child:
+    """A child process running one implementation's scenarios for LocalImpl."""
+
+    def __init__(self, which: str) -> None:
+        req_r, self.req_w = os.pipe()
+        self.rep_r, rep_w = os.pipe()
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); from tests.harness import _child_main; "
+                "_child_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))")
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", code, str(REPO), which, str(req_r), str(rep_w)],
+                pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL, cwd=str(REPO),
+            )
+        finally:
+            os.close(req_r)
+            os.close(rep_w)
+        self.ready = False
+
+    def __enter__(self) -> _Child:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for fd in (self.req_w, self.rep_r):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.req_w = self.rep_r = -1
+
+    def readable(self, timeout: float) -> bool:
+        return bool(select.select([self.rep_r], [], [], timeout)[0])
+
+    def _frame(self, deadline: float) -> Any:
+        while not self.readable(max(deadline - time.monotonic(), 0.0)):
+            if time.monotonic() >= deadline:
+                raise TimeoutError("the child process did not answer in time")
+        head = _read_exact(self.rep_r, _FRAME.size)
+        body = None if head is None else _read_exact(self.rep_r, _FRAME.unpack(head)[0])
+        if body is None:
+            raise RuntimeError(f"the child process died (exit status {self.proc.wait()})")
+        return wire.decode(body)
+
+    def wait_ready(self, deadline: float) -> None:
+        if not self.ready:
+            self._frame(deadline)
+            self.ready = True
+
+    def send(self, name: str, args: Any, kwargs: Any) -> None:
+        self.wait_ready(time.monotonic() + 600)
+        _write_frame(self.req_w, wire.encode({"name": name, "args": args, "kwargs": kwargs}))
+
+    def reply(self, deadline: float) -> Any:
+        self.wait_ready(deadline)
+        rep = self._frame(deadline)
+        if rep["ok"]:
+            return rep["value"]
+        cls = getattr(builtins, rep["type"], RuntimeError)
+        raise cls(f"{rep['message']}\n\nin the child process ({rep['original']}):\n{rep['traceback']}")
+
+
+# --------------------------------------------------------------------------- memory seen from outside
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and its descendants (Linux: /proc; elsewhere psutil)."""
+    if sys.platform == "linux":
+        out, todo = [], [root]
+        while todo:
+            pid = todo.pop()
+            out.append(pid)
+            with contextlib.suppress(OSError):
+                for tid in os.listdir(f"/proc/{pid}/task"):
+                    with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/children") as f:
+                        todo += [int(c) for c in f.read().split()]
+        return out
+    import psutil
+
+    try:
+        proc = psutil.Process(root)
+        return [root, *(c.pid for c in proc.children(recursive=True))]
+    except psutil.Error:
+        return [root]
+
+
+def _status_bytes(pid: int, *keys: str) -> list[int]:
+    """``VmRSS``/``VmHWM``... of ``pid`` in bytes (0 when it is gone)."""
+    values = dict.fromkeys(keys, 0)
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in values:
+                    values[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return [values[k] for k in keys]
+
+
+def _rss(pids: list[int]) -> int:
+    if sys.platform == "linux":
+        return sum(_status_bytes(p, "VmRSS")[0] for p in pids)
+    import psutil
+
+    total = 0
+    for p in pids:
+        with contextlib.suppress(psutil.Error):
+            total += psutil.Process(p).memory_info().rss
+    return total
+
+
+class MemoryWatch:
+    """Peak resident memory of a process tree during a call, seen from outside.
+
+    ``start()`` resets the kernel's high-water mark (``VmHWM``, by writing 5 to
+    ``/proc/PID/clear_refs``, where allowed), records the resident set, and
+    samples it about every millisecond in a thread; ``stop()`` returns the peak
+    growth: the larger of the sampled peak and the summed high-water marks,
+    minus the resident set before. (The process itself could reset its own
+    high-water mark; the sampling still sees any allocation that lives for more
+    than a few milliseconds, and touching 100 MiB takes longer than that.)
+    """
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.before = self.peak = 0
+        self.hwm_ok = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        pids = process_tree(self.root)
+        if sys.platform == "linux":
+            self.hwm_ok = True
+            for p in pids:
+                try:
+                    with open(f"/proc/{p}/clear_refs", "w") as f:
+                        f.write("5")
+                except OSError:
+                    self.hwm_ok = False
+        self.before = self.peak = _rss(pids)
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        pids, n = process_tree(self.root), 0
+        while not self._stop.wait(0.001):
+            n += 1
+            if n % 64 == 0:
+                pids = process_tree(self.root)
+            self.peak = max(self.peak, _rss(pids))
+
+    def stop(self) -> int:
+        pids = process_tree(self.root)
+        self.peak = max(self.peak, _rss(pids))
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.hwm_ok:
+            self.peak = max(self.peak, sum(_status_bytes(p, "VmHWM")[0] for p in pids))
+        return max(self.peak - self.before, 0)

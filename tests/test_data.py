@@ -1,11 +1,16 @@
 """Handout §5: memmap data loading.
 
 Oracles: NumPy (the bytes of a raw file, slicing the token array), the
-chi-square distribution (scipy) for uniform starts, and measured memory
-(tracemalloc for NumPy copies, the resident set for pages of the mapping).
+chi-square distribution (scipy) for uniform starts, and memory measured from
+outside the implementation's process (its peak resident memory, which counts
+NumPy copies and the pages of the mapping it touched alike).
 """
 
 from __future__ import annotations
+
+import mmap
+import os
+import secrets
 
 import numpy as np
 import pytest
@@ -136,25 +141,58 @@ def test_batches_are_int64_on_the_device_whatever_the_token_dtype(impl, dtype):
         assert got <= values, f"values not in the data (wrapped around?): {sorted(got - values)}"
 
 
-def test_only_the_sampled_windows_are_read(impl):
-    # A 256 MiB token file (sparse: all zeros), 4 windows of 65 tokens. Reading
-    # it whole (np.fromfile, np.array(memmap), torch.from_numpy(memmap).long())
+def write_random_tokens(path, n_tokens: int, seed: int) -> None:
+    """``n_tokens`` uniform uint16 tokens from ``seed``: random, so that no row
+    of a batch can be produced without reading the file.
+
+    Written 4 KiB at a time: large writes fill the page cache with large folios
+    (up to 2 MiB), and mapping one page of a folio maps all of it, so touching
+    64 windows would count ~100 MiB; with 4 KiB pages it counts a few MiB."""
+    rng = np.random.default_rng(seed)
+    with open(path, "wb", buffering=0) as f:
+        for start in range(0, n_tokens, 8 << 20):
+            chunk = memoryview(rng.integers(0, 65536, min(8 << 20, n_tokens - start), dtype=np.uint16).tobytes())
+            for at in range(0, len(chunk), 4096):
+                f.write(chunk[at:at + 4096])
+
+
+def assert_rows_are_windows_of(path, x, y, what: str) -> None:
+    """Each row of ``x`` occurs in the token file at ``path`` and ``y`` is the
+    window one token further (searched in the file on this side)."""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        for i, (row, nxt) in enumerate(zip(x.tolist(), y.tolist(), strict=True)):
+            needle = np.array(row + nxt[-1:], dtype="<u2").tobytes()
+            at = data.find(needle)
+            while at >= 0 and at % 2:  # tokens start at even bytes
+                at = data.find(needle, at + 1)
+            assert at >= 0, (
+                f"{what}: row {i} of x followed by the last token of y is not a window of the file "
+                f"(x[{i}][:4] = {row[:4]}, y[{i}][-2:] = {nxt[-2:]})"
+            )
+            assert nxt[:-1] == row[1:], f"{what}: row {i} of y is not x shifted by one"
+
+
+def test_only_the_sampled_windows_are_read(impl, tmp_path):
+    # A 256 MiB token file, 4 windows of 65 tokens. Reading it whole
+    # (np.fromfile, np.array(memmap), torch.from_numpy(memmap).long())
     # allocates 256 MiB or more, or maps every page of it; the sampled windows
     # map a few pages each (a few MiB in all, with the kernel's fault-around and
     # large page-cache folios). The limit, a quarter of the file, sits between.
-    n_tokens = 128 << 20
-    got = impl.scenario(scenarios.memmap_footprint, n_tokens, 4, 64, 3)
-    check_tensor(got["x"], dtype=torch.int64, shape=(4, 64), what="x")
-    check_tensor(got["y"], dtype=torch.int64, shape=(4, 64), what="y")
-    assert not got["x"].any() and not got["y"].any(), "this file holds only zeros"
-    limit, mib = got["file_bytes"] // 4, 2**20
-    assert got["traced_peak"] < limit, (
-        f"get_batch allocated {got['traced_peak'] / mib:.1f} MiB of NumPy/Python memory for a "
-        f"{got['file_bytes'] / mib:.0f} MiB file (limit {limit / mib:.0f} MiB): it copies the data, not the windows"
-    )
-    assert got["rss_growth"] < limit, (
-        f"the resident set grew by {got['rss_growth'] / mib:.1f} MiB for a {got['file_bytes'] / mib:.0f} MiB "
-        f"memmap (limit {limit / mib:.0f} MiB): get_batch touched pages far beyond the sampled windows"
+    # The file is random (seed printed on failure) and this side finds every
+    # row in it; the memory is the process's peak, read from outside it.
+    n_tokens, seed = 128 << 20, secrets.randbelow(2**31)
+    path = tmp_path / "tokens.bin"
+    write_random_tokens(path, n_tokens, seed)
+    (x, y), peak = impl.measured_scenario(scenarios.sample_file, str(path), 4, 64, 3)
+    check_tensor(x, dtype=torch.int64, shape=(4, 64), what="x")
+    check_tensor(y, dtype=torch.int64, shape=(4, 64), what="y")
+    assert_rows_are_windows_of(path, x, y, f"a batch of a random token file (seed {seed})")
+    file_bytes = os.path.getsize(path)
+    limit, mib = file_bytes // 4, 2**20
+    assert peak < limit, (
+        f"sampling 4x64 tokens from a {file_bytes / mib:.0f} MiB memmap raised the process's resident memory "
+        f"by {peak / mib:.1f} MiB at its peak (limit {limit / mib:.0f} MiB): get_batch read (or copied) far "
+        "more than the sampled windows"
     )
 
 

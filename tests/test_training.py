@@ -2,13 +2,19 @@
 
 Oracles: the same models trained with a plain torch loop in this process
 (``F.mse_loss``, ``torch.optim``), dtypes of what autocast ran, bytes autograd
-saved for backward (a saved-tensors hook), sha256 of files, and a child
-process the kernel kills in the middle of a write.
+saved for backward (a saved-tensors hook, run here), sha256 of files, and
+what this process observes from outside the implementation's process: its
+peak resident memory, files left after this side killed it mid-save, a
+folder a trapped file would create. Seeds the implementation's process must
+not be able to guess (it is only told what it needs) come from ``secrets``
+and are printed on failure.
 """
 
 from __future__ import annotations
 
-import signal
+import hashlib
+import os
+import secrets
 
 import pytest
 import torch
@@ -171,28 +177,55 @@ def test_train_step_rejects_bad_input(impl, precision, use_scaler, y_shape, erro
 @pytest.mark.parametrize("kind", KINDS)
 @settings(max_examples=4)
 @given(seed=seeds, num_layers=st.integers(6, 9), batch=st.integers(1, 5))
-def test_checkpointed_forward_same_results_fewer_saved_bytes(impl, kind, seed, num_layers, batch):
+def test_checkpointed_forward_same_results(impl, kind, seed, num_layers, batch):
     dim = 8
     x = make_tensor((batch, dim), torch.float32, seed)
     got = impl.scenario(scenarios.checkpointed, kind, dim, num_layers, seed, x)
 
     model = scenarios.build_model(kind, dim, num_layers, seed)
     xr = x.clone().requires_grad_(True)
-    out, plain_bytes = scenarios.measure_saved_bytes(model, lambda: model(xr))
+    out = model(xr)
     (out * torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)).sum().backward()
 
     assert_close(got["out"], out.detach(), what=f"checkpointed_forward output ({kind}, {num_layers} layers)")
     assert_close(got["x_grad"], xr.grad, what="gradient of the input")
     for i, p in enumerate(model.parameters()):
         assert_close(got["grads"][i], p.grad, what=f"gradient of parameter {i}")
-    # With 6+ layers, checkpointing segments of layers keeps only the segment
-    # inputs (about sqrt(L) of them, at most 4/7 of model(x)'s activations
-    # here); checkpointing each Linear on its own keeps every layer's input,
-    # just as model(x) does.
-    assert 3 * got["saved_bytes"] <= 2 * plain_bytes, (
-        f"checkpointing should save far fewer activations for backward: model(x) saves {plain_bytes} bytes, "
-        f"checkpointed_forward saved {got['saved_bytes']} (expected at most 2/3: checkpoint segments of "
-        "several layers, not each layer alone)"
+
+
+#: (dim, layers, batch) per model kind: what model(x) saves for backward is
+#: 384 (mlp) and 480 MiB (stack), far above what else a forward and backward
+#: hold. Measured (2 CPU cores, glibc): the reference's checkpointing peaks at
+#: 0.55 and 0.47 of that; no checkpointing at 1.09 and 1.08; the bound is 3/4.
+MEMORY_SIZES = {"mlp": (32, 48, 65536), "stack": (32, 24, 32768)}
+
+
+@pytest.mark.parametrize("kind", sorted(MEMORY_SIZES))
+def test_checkpointed_forward_holds_fewer_activations(impl, kind):
+    # Measured from outside the implementation's process: its peak resident
+    # memory during checkpointed_forward + backward, over what it held before.
+    # model(x) keeps every layer's activations until backward reaches them;
+    # checkpointing segments of layers keeps only the segment inputs (about
+    # sqrt(L) of them) and recomputes one segment at a time, so its peak is a
+    # fraction of that. Checkpointing each layer on its own keeps every
+    # layer's input, about as much as model(x).
+    dim, layers, batch = MEMORY_SIZES[kind]
+    seed = secrets.randbelow(2**31)
+    x = make_tensor((batch, dim), torch.float32, seed)
+    got, peak = impl.measured_scenario(scenarios.checkpointed_memory, kind, dim, layers, seed, x)
+
+    model = scenarios.build_model(kind, dim, layers, seed)
+    xr = x.clone().requires_grad_(True)
+    out, plain_bytes = scenarios.measure_saved_bytes(model, lambda: model(xr))
+    (out * torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)).sum().backward()
+    assert_close(got["out"], out.detach(), what=f"checkpointed_forward output ({kind}, seed {seed})")
+    assert_close(got["x_grad"], xr.grad, what=f"gradient of the input ({kind}, seed {seed})")
+    mib = 2**20
+    assert 4 * peak <= 3 * plain_bytes, (
+        f"checkpointed_forward + backward of a {layers}-layer {kind} (dim {dim}, batch {batch}) raised the "
+        f"process's resident memory by {peak / mib:.0f} MiB at its peak; model(x) alone saves "
+        f"{plain_bytes / mib:.0f} MiB of activations for backward (expected at most 3/4 of that: "
+        "checkpoint segments of several layers, not each layer alone)"
     )
 
 
@@ -204,20 +237,38 @@ def test_checkpointed_forward_rejects_unsupported_models(impl):
 # --------------------------------------------------------------------------- checkpoints
 
 
-@pytest.mark.parametrize("kind", ["mlp", "stack"])
-def test_resumed_run_equals_the_uninterrupted_run_bit_for_bit(impl, kind):
-    got = impl.scenario(scenarios.resume, kind, 8, 2, 4, 10, 4, 123)
-    assert got["iteration"] == 4, f"load_checkpoint should return the saved iteration 4, got {got['iteration']!r}"
-    whole, resumed = got["whole"], got["resumed"]
-    assert len(whole) == len(resumed) == 10, f"expected 10 losses each, got {len(whole)} and {len(resumed)}"
-    diverged = [i for i, (a, b) in enumerate(zip(whole, resumed, strict=True)) if a != b]
-    assert not diverged, (
-        f"resuming at step 4 must reproduce the uninterrupted run exactly (model, optimizer state and the "
-        f"torch/NumPy/random RNG states all restored); losses differ from step {diverged[0]}:\n"
-        f"uninterrupted {whole}\nresumed       {resumed}"
+def resumed_run(impl, tmp_path, kind, dim, layers, batch, total, split, seed, precision="fp32"):
+    """The uninterrupted run (one call), the first ``split`` steps saved to a
+    checkpoint in ``tmp_path`` (another call), and the rest continued from it
+    in a fresh process that is not told ``seed`` (so the state it continues
+    from can only have come through the file). Returns (whole, resumed)."""
+    whole = impl.scenario(scenarios.train_run, kind, dim, layers, batch, total, seed, precision)
+    path = str(tmp_path / f"resume-{kind}-{split}.pt")
+    first = impl.scenario(scenarios.train_run, kind, dim, layers, batch, split, seed, precision, path)
+    rest = impl.fresh_scenario(scenarios.resume_run, kind, dim, layers, batch, total,
+                               secrets.randbelow(2**31), path, precision)
+    assert rest["iteration"] == split, (
+        f"load_checkpoint should return the saved iteration {split}, got {rest['iteration']!r}"
     )
-    for i, (a, b) in enumerate(zip(got["whole_params"], got["resumed_params"], strict=True)):
-        assert torch.equal(a, b), f"parameter {i} differs after the resumed run (max diff {(a - b).abs().max()})"
+    return whole, {"losses": list(first["losses"]) + list(rest["losses"]), "params": rest["params"]}
+
+
+@pytest.mark.parametrize("kind", ["mlp", "stack"])
+def test_resumed_run_equals_the_uninterrupted_run_bit_for_bit(impl, kind, tmp_path):
+    seed = secrets.randbelow(2**31)
+    whole, resumed = resumed_run(impl, tmp_path, kind, 8, 2, 4, 10, 4, seed)
+    expected = scenarios.torch_run(kind, 8, 2, 4, 10, seed)
+    assert_losses_close(whole["losses"], expected, 1e-5, 1e-7, f"the uninterrupted run (seed {seed})")
+    a, b = whole["losses"], resumed["losses"]
+    assert len(a) == len(b) == 10, f"expected 10 losses each, got {len(a)} and {len(b)}"
+    diverged = [i for i, (u, v) in enumerate(zip(a, b, strict=True)) if u != v]
+    assert not diverged, (
+        f"resuming at step 4 in a new process must reproduce the uninterrupted run exactly (model, optimizer "
+        f"state and the torch/NumPy/random RNG states all restored from the file); losses differ from step "
+        f"{diverged[0]} (seed {seed}):\nuninterrupted {a}\nresumed       {b}"
+    )
+    for i, (u, v) in enumerate(zip(whole["params"], resumed["params"], strict=True)):
+        assert torch.equal(u, v), f"parameter {i} differs after the resumed run (max diff {(u - v).abs().max()})"
 
 
 def test_checkpoint_round_trip_restores_everything(impl):
@@ -238,22 +289,86 @@ def test_checkpoint_round_trip_restores_everything(impl):
     assert got["files"] == ["ckpt.pt"], f"save_checkpoint should leave only its file, found {got['files']}"
 
 
-def test_a_save_killed_mid_write_leaves_the_previous_checkpoint(impl):
-    pytest.importorskip("resource", reason="needs POSIX resource limits (RLIMIT_FSIZE)")
-    got = impl.scenario(scenarios.killed_mid_save, 64 * 1024)
-    assert got["sha_before"] is not None, "the first save_checkpoint wrote no file"
-    assert got["returncode"] == -signal.SIGXFSZ, (
-        f"the child saving a ~1 MB checkpoint under a 64 KiB file-size limit should be killed by SIGXFSZ, "
-        f"it exited with {got['returncode']}\nstdout: {got['stdout']}\nstderr: {got['stderr']}"
+#: nn.Linear(4096, 8192): a 128 MiB checkpoint, whose save lasts far longer
+#: than it takes this side to see it start and kill the process.
+BIG_SAVE = (4096, 8192)
+
+
+def _sha256(path) -> str | None:
+    if not os.path.exists(path):
+        return None
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _folder_state(folder) -> list[tuple[str, int, int, int]]:
+    """What a save changes: each entry's name, inode, size and mtime."""
+    out = []
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        try:
+            st_ = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        out.append((entry.name, st_.st_ino, st_.st_size, st_.st_mtime_ns))
+    return out
+
+
+def _linear_digest(seed, d_in, d_out) -> str:
+    torch.manual_seed(seed)
+    return scenarios.linear_digest(torch.nn.Linear(d_in, d_out))
+
+
+def test_a_save_killed_mid_write_leaves_the_previous_checkpoint(impl, tmp_path):
+    # This side kills the saving process itself, the moment it sees the save
+    # start on disk (a file appears in the folder, or `path` changes), then
+    # inspects the files and has a fresh process load what is at `path`.
+    old_seed, new_seed = secrets.randbelow(2**31), secrets.randbelow(2**31)
+    path = tmp_path / "ckpt.pt"
+    impl.scenario(scenarios.save_linear, str(path), old_seed, 8, 8, 7)
+    assert path.is_file(), "save_checkpoint(path, ...) wrote no file at `path`"
+    sha_before = _sha256(path)
+    for _attempt in range(3):
+        before = _folder_state(tmp_path)
+        run = impl.interrupted_scenario(scenarios.save_linear, str(path), new_seed, *BIG_SAVE, 99,
+                                        kill_when=lambda before=before: _folder_state(tmp_path) != before)
+        if not run.killed and _folder_state(tmp_path) == before:
+            pytest.fail("save_checkpoint of a 128 MiB checkpoint returned without writing anything")
+        sha_after = _sha256(path)
+        if sha_after == sha_before:
+            break  # killed mid-save, the previous checkpoint is untouched
+        # `path` changed: acceptable only if it is now the complete new
+        # checkpoint (the kill came after the save finished: try again).
+        try:
+            loaded = impl.fresh_scenario(scenarios.load_linear, str(path), *BIG_SAVE)
+        except (ValueError, RuntimeError, OSError, EOFError) as e:
+            loaded = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        complete = loaded == {"iteration": 99, "digest": _linear_digest(new_seed, *BIG_SAVE)}
+        assert complete, (
+            f"a save killed mid-write changed the file at `path` (sha256 {sha_before[:12]} -> "
+            f"{str(sha_after)[:12]}) into something that does not load as either checkpoint "
+            f"({loaded.get('error', 'other weights')}): write to a temporary file in the same folder, "
+            "flush and fsync it, then os.replace it over `path`"
+        )
+        impl.scenario(scenarios.save_linear, str(path), old_seed, 8, 8, 7)  # start again from the old one
+        sha_before = _sha256(path)
+    else:
+        pytest.fail("three times the save finished before it could be interrupted; the check could not run")
+    got = impl.fresh_scenario(scenarios.load_linear, str(path), 8, 8)
+    # And the same save, left alone, does replace the checkpoint.
+    impl.scenario(scenarios.save_linear, str(path), new_seed, *BIG_SAVE, 99)
+    loaded = impl.fresh_scenario(scenarios.load_linear, str(path), *BIG_SAVE)
+    assert loaded == {"iteration": 99, "digest": _linear_digest(new_seed, *BIG_SAVE)}, (
+        "a save that was not interrupted should replace the checkpoint at `path` with one that loads back "
+        f"(iteration 99 and its weights), got iteration {loaded['iteration']!r}"
     )
-    assert got["sha_after"] == got["sha_before"], (
-        f"a save killed mid-write changed the file at `path` (sha256 {got['sha_before'][:12]} -> "
-        f"{str(got['sha_after'])[:12]}): write to a temporary file in the same folder, fsync it, then os.replace"
+    expected = {"iteration": 7, "digest": _linear_digest(old_seed, 8, 8)}
+    assert got == expected, (
+        "the previous checkpoint, untouched on disk, should still load and give iteration 7 and its weights: "
+        f"got iteration {got['iteration']!r}" + ("" if got["digest"] == expected["digest"] else " and other weights")
     )
-    assert got["load_error"] is None and got["iteration"] == 7, (
-        f"the previous checkpoint should still load and give iteration 7: {got['load_error'] or got['iteration']}"
-    )
-    assert torch.equal(got["loaded_weight"], got["weight"]), "the previous checkpoint's weights did not load back"
 
 
 @pytest.mark.parametrize("kind", ["truncated", "garbage", "tensor", "dict"])
@@ -267,13 +382,32 @@ def test_load_of_a_missing_file_is_file_not_found(impl):
         impl.scenario(scenarios.load_bad_file, "missing")
 
 
-def test_load_refuses_files_that_would_run_code(impl):
-    got = impl.scenario(scenarios.load_trapped_file)
-    assert not got["code_ran"], (
-        "loading a checkpoint ran code stored in the file (it created a folder): "
+def test_load_refuses_files_that_would_run_code(impl, tmp_path):
+    # The same call (load_linear, in fresh processes) first loads a checkpoint
+    # the implementation saved -- so it does load files -- then a file this
+    # side wrote with an object whose unpickling creates a folder; this side
+    # looks for the folder.
+    seed = secrets.randbelow(2**31)
+    good, trapped, marker = tmp_path / "good.pt", tmp_path / "ckpt.pt", tmp_path / "code-ran"
+    impl.scenario(scenarios.save_linear, str(good), seed, 8, 8, 3)
+    got = impl.fresh_scenario(scenarios.load_linear, str(good), 8, 8)
+    assert got == {"iteration": 3, "digest": _linear_digest(seed, 8, 8)}, (
+        f"a saved checkpoint should load back (iteration 3 and its weights), got iteration {got['iteration']!r}"
+    )
+    which = secrets.randbelow(1000)
+    scenarios.write_trapped_file(str(trapped), str(marker), which)
+    try:
+        impl.fresh_scenario(scenarios.load_linear, str(trapped), 8, 8)
+        error = None
+    except NotImplementedError:
+        raise  # an unfilled stub is no answer
+    except Exception as e:
+        error = type(e).__name__
+    assert not os.path.lexists(marker), (
+        f"loading a checkpoint ran code stored in the file (it created {marker.name}; trap {which % 5}): "
         "load with torch.load(..., weights_only=True)"
     )
-    assert got["error"] == "ValueError", f"a file weights_only refuses should raise ValueError, got {got['error']}"
+    assert error == "ValueError", f"a file weights_only refuses should raise ValueError, got {error}"
 
 
 @pytest.mark.parametrize(

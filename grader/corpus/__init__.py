@@ -6,7 +6,11 @@ patch's ``find`` text replaced by ``replace`` in ``file``. It must lose exactly
 the points of ``problem``. Keeping patches (not copies) shows the bug at a glance
 and fails loudly when the reference changes under it.
 
-``cheat/<name>/`` holds whole hostile submissions (see its README).
+``cheat/<name>/`` holds whole hostile submissions (see its README). A cheat
+that needs an otherwise correct module (to show that its attack, not a missing
+function, is what loses the points) has a ``from_reference.toml``: its
+submission is ``reference/`` patched like a wrong submission, with the
+folder's ``student/`` files laid over it (:func:`build_cheat`).
 """
 
 from __future__ import annotations
@@ -50,3 +54,22 @@ def build_wrong(sub: WrongSubmission, dest: Path) -> Path:
             raise ValueError(f"{sub.name}: the text to replace occurs {text.count(find)} times in {file}")
         target.write_text(text.replace(find, replace))
     return folder
+
+
+def build_cheat(name: str, dest: Path) -> Path:
+    """The submission folder of cheat ``name``: the folder itself, or (with a
+    ``from_reference.toml``) the patched reference with its files laid over it,
+    written under ``dest``."""
+    folder = CORPUS / "cheat" / name
+    spec_path = folder / "from_reference.toml"
+    if not spec_path.is_file():
+        return folder
+    spec = tomllib.loads(spec_path.read_text())
+    patches = tuple((p["file"], p["find"], p["replace"]) for p in spec.get("patch", []))
+    built = build_wrong(WrongSubmission(name, "", spec.get("description", ""), patches), dest)
+    for src in sorted((folder / "student").rglob("*")):
+        if src.is_file():
+            target = built / "student" / src.relative_to(folder / "student")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, target)
+    return built

@@ -5,6 +5,9 @@ error class of many bad calls)."""
 
 from __future__ import annotations
 
+import os
+import secrets
+
 import numpy as np
 import pytest
 import torch
@@ -13,6 +16,7 @@ from hypothesis import strategies as st
 
 from tests.scenarios import data as scenarios
 from tests.strategies import seeds
+from tests.test_data import assert_rows_are_windows_of, write_random_tokens
 from tests.tolerances import check_tensor
 
 TOKEN_DTYPES = ("uint8", "uint16", "int16", "int32", "uint32", "int64")
@@ -111,13 +115,22 @@ def test_get_batch_bad_input_raises_like_the_reference(impl, ref, argument, valu
     assert got == expected, f"get_batch with {argument}={value!r}: the reference raises {expected[1]}, got {got}"
 
 
+@pytest.fixture(scope="module")
+def token_file(tmp_path_factory):
+    """A 256 MiB file of random uint16 tokens (a fresh seed per run)."""
+    path = tmp_path_factory.mktemp("tokens") / "tokens.bin"
+    write_random_tokens(path, 128 << 20, secrets.randbelow(2**31))
+    return path
+
+
 @pytest.mark.parametrize(("batch_size", "context_length"), [(16, 256), (64, 1024)])
-def test_larger_batches_read_only_their_windows(impl, batch_size, context_length):
-    got = impl.scenario(scenarios.memmap_footprint, 256 << 20, batch_size, context_length, 11)
-    check_tensor(got["x"], dtype=torch.int64, shape=(batch_size, context_length), what="x")
-    limit = got["file_bytes"] // 4
-    assert got["traced_peak"] < limit and got["rss_growth"] < limit, (
-        f"sampling {batch_size}x{context_length} from a {got['file_bytes'] >> 20} MiB memmap cost "
-        f"{got['traced_peak'] >> 20} MiB of allocations and {got['rss_growth'] >> 20} MiB of resident pages "
-        f"(limit {limit >> 20} MiB)"
+def test_larger_batches_read_only_their_windows(impl, token_file, batch_size, context_length):
+    (x, y), peak = impl.measured_scenario(scenarios.sample_file, str(token_file), batch_size, context_length, 11)
+    check_tensor(x, dtype=torch.int64, shape=(batch_size, context_length), what="x")
+    assert_rows_are_windows_of(token_file, x, y, f"a {batch_size}x{context_length} batch")
+    file_bytes = os.path.getsize(token_file)
+    limit = file_bytes // 4
+    assert peak < limit, (
+        f"sampling {batch_size}x{context_length} from a {file_bytes >> 20} MiB memmap raised the process's "
+        f"resident memory by {peak >> 20} MiB at its peak (limit {limit >> 20} MiB)"
     )

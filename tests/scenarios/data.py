@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import os
 import tempfile
-import tracemalloc
 from typing import Any
 
 import numpy as np
-import psutil
 import torch
 
 
@@ -95,47 +93,16 @@ def save_then_load(lab: Any, tokens: Any, dtype_name: str) -> Any:
         return values
 
 
-def memmap_footprint(lab: Any, n_tokens: int, batch_size: int, context_length: int, seed: int) -> Any:
-    """Sample one batch from a freshly mapped ``n_tokens``-token uint16 file and
-    report what it cost: the peak of Python/NumPy allocations (tracemalloc)
-    during the call and the growth of the resident set, which counts every
-    page of the mapping the call touched (for as long as the mapping lives).
-
-    The file is sparse (all zeros, no disk blocks), so a large one costs
-    nothing to create; reading it whole costs its full size in memory.
-    """
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "tokens.bin")
-        with open(path, "wb") as f:
-            f.truncate(n_tokens * 2)
-        mm = np.memmap(path, dtype=np.uint16, mode="r")
-        proc = psutil.Process()
-        g = torch.Generator().manual_seed(seed)
-        # Warm torch's own lazy initialisation outside the measured window.
-        torch.randint(3, (2,), generator=torch.Generator().manual_seed(0)).numpy()
-        rss_before = proc.memory_info().rss
-        already = tracemalloc.is_tracing()  # e.g. python -X tracemalloc: leave it running
-        if already:
-            tracemalloc.reset_peak()
-        else:
-            tracemalloc.start()
-        try:
-            before, _ = tracemalloc.get_traced_memory()
-            x, y = lab.data.get_batch(mm, batch_size, context_length, "cpu", generator=g)
-            _, peak = tracemalloc.get_traced_memory()
-            peak -= before
-        finally:
-            if not already:
-                tracemalloc.stop()
-        rss_after = proc.memory_info().rss
+def sample_file(lab: Any, path: str, batch_size: int, context_length: int, seed: int) -> Any:
+    """``get_batch`` from a read-only ``np.memmap`` of the uint16 token file at
+    ``path`` (written by the test), with a generator seeded with ``seed``. The
+    test reads this process's peak memory from outside and finds each row in
+    the file itself (see ``Impl.measured_scenario``)."""
+    mm = np.memmap(path, dtype=np.uint16, mode="r")
+    try:
+        return lab.data.get_batch(mm, batch_size, context_length, "cpu", generator=torch.Generator().manual_seed(seed))
+    finally:
         del mm
-        return {
-            "file_bytes": n_tokens * 2,
-            "traced_peak": peak,
-            "rss_growth": rss_after - rss_before,
-            "x": x,
-            "y": y,
-        }
 
 
 def batch_on_device(lab: Any, tokens: Any, batch_size: int, context_length: int, seed: int, device: str) -> Any:

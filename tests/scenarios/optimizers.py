@@ -17,11 +17,7 @@ judges the implementation.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import importlib
 import io
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -29,11 +25,6 @@ from torch import nn
 
 Groups = list[tuple[list[int], dict[str, Any]]]
 Grads = list[list[torch.Tensor | None]]
-
-#: modules of torch.optim whose optimizers the handout's imitate
-_TORCH_MODULES = ("sgd", "adagrad", "rmsprop", "adam", "adamw")
-_TORCH_CLASSES = ("SGD", "Adagrad", "RMSprop", "Adam", "AdamW")
-_TORCH_KERNELS = ("_fused_sgd_", "_fused_adagrad_", "_fused_adam_", "_fused_adamw_", "_fused_adam", "_fused_adamw")
 
 
 def build(lab: Any, name: str, params: list[torch.Tensor], groups: Groups, defaults: dict[str, Any]) -> Any:
@@ -126,68 +117,3 @@ def construct(lab: Any, name: str, defaults: dict[str, Any], group_overrides: di
     if group_overrides is not None:
         groups.append(([1], dict(group_overrides)))
     build(lab, name, _parameters([torch.ones(3), torch.ones(2)]), groups, defaults)
-
-
-@contextlib.contextmanager
-def _spying_on_torch_optim(calls: list[str]) -> Iterator[None]:
-    """Record in ``calls`` every call of torch.optim's optimizers' ``step``,
-    their functional forms (``torch.optim.adam.adam``, ``_single_tensor_adam``,
-    ``torch.optim._functional.adam``, ...) and the ``torch._fused_*`` kernels."""
-    patched: list[tuple[Any, str, Any, bool]] = []
-
-    def spy(owner: Any, attr: str, label: str) -> None:
-        had = attr in vars(owner) if isinstance(owner, type) else True
-        original = getattr(owner, attr)
-
-        @functools.wraps(original)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            calls.append(label)
-            return original(*args, **kwargs)
-
-        patched.append((owner, attr, vars(owner).get(attr) if isinstance(owner, type) else original, had))
-        setattr(owner, attr, wrapper)
-
-    try:
-        for mod_name in _TORCH_MODULES:
-            mod = importlib.import_module(f"torch.optim.{mod_name}")
-            for attr, value in list(vars(mod).items()):
-                if callable(value) and not isinstance(value, type) and (
-                    attr in _TORCH_MODULES or attr.startswith(("_single_tensor_", "_multi_tensor_", "_fused_"))
-                ):
-                    spy(mod, attr, f"torch.optim.{mod_name}.{attr}")
-        functional = importlib.import_module("torch.optim._functional")
-        for attr in _TORCH_MODULES:
-            if callable(getattr(functional, attr, None)):
-                spy(functional, attr, f"torch.optim._functional.{attr}")
-        for cls_name in _TORCH_CLASSES:
-            spy(getattr(torch.optim, cls_name), "step", f"torch.optim.{cls_name}.step")
-        for attr in _TORCH_KERNELS:
-            if hasattr(torch, attr):
-                spy(torch, attr, f"torch.{attr}")
-        yield
-    finally:
-        for owner, attr, original, had in reversed(patched):
-            if had:
-                setattr(owner, attr, original)
-            else:
-                delattr(owner, attr)
-
-
-def delegation_facts(
-    lab: Any, name: str, params: list[torch.Tensor], groups: Groups, defaults: dict[str, Any],
-    grads_per_step: Grads,
-) -> dict[str, Any]:
-    """Facts about how the implementation's optimizer works: the classes it
-    derives from (``module.qualname``), the torch.optim functions called while
-    it was built and run, and its trajectory."""
-    cls = getattr(lab.optimizers, name)
-    calls: list[str] = []
-    with _spying_on_torch_optim(calls):
-        ps = _parameters(params)
-        opt = build(lab, name, ps, groups, defaults)
-        steps = run_steps(opt, ps, grads_per_step, None)
-    return {
-        "mro": [f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__],
-        "torch_optim_calls": sorted(set(calls)),
-        "trajectory": steps,
-    }

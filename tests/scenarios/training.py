@@ -11,11 +11,8 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -218,19 +215,34 @@ def measure_saved_bytes(model: nn.Module, fn: Any) -> tuple[Any, int]:
 
 
 def checkpointed(lab: Any, kind: str, dim: int, num_layers: int, seed: int, x: torch.Tensor) -> Any:
-    """``checkpointed_forward``'s output, the gradients after a backward of a
-    weighted sum of it, and the bytes saved for backward while it ran."""
+    """``checkpointed_forward``'s output and the gradients after a backward of
+    a weighted sum of it. (How much it saved for backward is not asked here:
+    a count taken in this process would be the implementation's word; the
+    tests read the process's memory from outside, see
+    :func:`checkpointed_memory`.)"""
     model = build_model(kind, dim, num_layers, seed)
     x = x.clone().requires_grad_(True)
-    out, nbytes = measure_saved_bytes(model, lambda: lab.training.checkpointed_forward(model, x))
+    out = lab.training.checkpointed_forward(model, x)
     weights = torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)
     (out * weights).sum().backward()
     return {
         "out": out.detach().clone(),
         "grads": [p.grad.clone() if p.grad is not None else None for p in model.parameters()],
         "x_grad": x.grad.clone() if x.grad is not None else None,
-        "saved_bytes": nbytes,
     }
+
+
+def checkpointed_memory(lab: Any, kind: str, dim: int, num_layers: int, seed: int, x: torch.Tensor) -> Any:
+    """Like :func:`checkpointed`, on a model big enough that the activations
+    ``model(x)`` would hold dwarf everything else in the process; the test
+    measures the process's peak resident memory from outside (see
+    ``Impl.measured_scenario``). Returns the output and the input's gradient."""
+    model = build_model(kind, dim, num_layers, seed)
+    x = x.clone().requires_grad_(True)
+    out = lab.training.checkpointed_forward(model, x)
+    weights = torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)
+    (out * weights).sum().backward()
+    return {"out": out.detach().clone(), "x_grad": x.grad.clone() if x.grad is not None else None}
 
 
 def checkpointed_unsupported(lab: Any) -> Any:
@@ -261,41 +273,59 @@ def _batch_stream(dim: int, batch: int) -> Iterator[tuple[torch.Tensor, torch.Te
         yield x, torch.sin(x.sum(-1)) * scale + shift
 
 
-def resume(
-    lab: Any, kind: str, dim: int, num_layers: int, batch: int, total: int, split: int, seed: int,
-    precision: str = "fp32",
+def train_run(
+    lab: Any, kind: str, dim: int, num_layers: int, batch: int, steps: int, seed: int, precision: str = "fp32",
+    path: str | None = None,
 ) -> Any:
-    """An uninterrupted run of ``total`` steps, and the same run interrupted at
-    ``split``: saved, every RNG scrambled, reloaded into a fresh model and
-    optimizer built from another seed, and continued."""
+    """Seed every RNG with ``seed``, build the model and AdamW, ``train`` for
+    ``steps`` on batches drawn from all three global RNGs; then, if ``path`` is
+    given, ``save_checkpoint(path, ..., steps)``. Report losses and parameters."""
     _seed_all(seed)
     model = build_model(kind, dim, num_layers, seed)
     opt = build_optimizer("adamw", model.parameters(), 1e-2)
-    whole = lab.training.train(model, opt, _batch_stream(dim, batch), steps=total, precision=precision)
-    whole_params = [p.detach().clone() for p in model.parameters()]
+    losses = lab.training.train(model, opt, _batch_stream(dim, batch), steps=steps, precision=precision)
+    if path is not None:
+        lab.training.save_checkpoint(path, model, opt, steps)
+    return {"losses": losses, "params": [p.detach().clone() for p in model.parameters()]}
 
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "ckpt.pt")
+
+def resume_run(
+    lab: Any, kind: str, dim: int, num_layers: int, batch: int, total: int, other_seed: int, path: str,
+    precision: str = "fp32",
+) -> Any:
+    """In a process that has not run the first part: RNGs scrambled with
+    ``other_seed``, a model and AdamW built from it, ``load_checkpoint(path)``,
+    then ``train`` until ``total`` steps. Report the iteration loaded, the
+    losses of the continued run and the final parameters."""
+    _seed_all(other_seed)
+    model = build_model(kind, dim, num_layers, other_seed)
+    opt = build_optimizer("adamw", model.parameters(), 1e-2)
+    iteration = lab.training.load_checkpoint(path, model, opt)
+    rest = lab.training.train(model, opt, _batch_stream(dim, batch), steps=total - iteration, precision=precision)
+    return {"iteration": iteration, "losses": rest, "params": [p.detach().clone() for p in model.parameters()]}
+
+
+def torch_run(kind: str, dim: int, num_layers: int, batch: int, steps: int, seed: int) -> list[float]:
+    """The oracle of :func:`train_run` (fp32): the same run with a plain torch
+    loop (``F.mse_loss``, AdamW). For the test's side only; it restores the
+    global RNG states it used."""
+    states = torch.get_rng_state(), np.random.get_state(), random.getstate()
+    try:
         _seed_all(seed)
         model = build_model(kind, dim, num_layers, seed)
         opt = build_optimizer("adamw", model.parameters(), 1e-2)
-        first = lab.training.train(model, opt, _batch_stream(dim, batch), steps=split, precision=precision)
-        lab.training.save_checkpoint(path, model, opt, split)
-        del model, opt
-        _seed_all(seed + 1)  # a new process would start from other RNG states
-        model = build_model(kind, dim, num_layers, seed + 1)
-        opt = build_optimizer("adamw", model.parameters(), 1e-2)
-        iteration = lab.training.load_checkpoint(path, model, opt)
-        rest = lab.training.train(
-            model, opt, _batch_stream(dim, batch), steps=total - iteration, precision=precision
-        )
-    return {
-        "whole": whole,
-        "resumed": list(first) + list(rest),
-        "iteration": iteration,
-        "whole_params": whole_params,
-        "resumed_params": [p.detach().clone() for p in model.parameters()],
-    }
+        losses = []
+        for _, (x, y) in zip(range(steps), _batch_stream(dim, batch), strict=False):
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses
+    finally:
+        torch.set_rng_state(states[0])
+        np.random.set_state(states[1])
+        random.setstate(states[2])
 
 
 def checkpoint_round_trip(lab: Any, seed: int) -> Any:
@@ -334,83 +364,53 @@ def checkpoint_round_trip(lab: Any, seed: int) -> Any:
     }
 
 
-def _sha256(path: str) -> str | None:
-    if not os.path.exists(path):
-        return None
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+def save_linear(lab: Any, path: str, seed: int, d_in: int, d_out: int, iteration: int) -> None:
+    """``save_checkpoint(path, ...)`` of an ``nn.Linear(d_in, d_out)`` built
+    after ``torch.manual_seed(seed)`` and its AdamW (the test kills the process
+    in the middle of a big one, see ``Impl.interrupted_scenario``)."""
+    torch.manual_seed(seed)
+    model = nn.Linear(d_in, d_out)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    lab.training.save_checkpoint(path, model, opt, iteration)
 
 
-_CHILD = r"""
-import importlib, resource, signal, sys
-sys.path.insert(0, sys.argv[1])
-training = importlib.import_module(sys.argv[2] + ".training")
-import torch
-torch.manual_seed(1)
-model = torch.nn.Linear(256, 256)
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-model(torch.randn(4, 256)).sum().backward()
-opt.step()
-# Python ignores SIGXFSZ (a write past the limit fails with EFBIG, so cleanup
-# code would run); restore the default action: the kernel kills the process
-# in the middle of the write, as a crash or a power cut would.
-signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-limit = int(sys.argv[4])
-resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
-training.save_checkpoint(sys.argv[3], model, opt, 99)
-print("save returned")
-"""
+def linear_digest(model: nn.Module) -> str:
+    """sha256 of a Linear's weight then bias bytes."""
+    h = hashlib.sha256()
+    for p in (model.weight, model.bias):
+        h.update(p.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 
-def killed_mid_save(lab: Any, limit_bytes: int) -> Any:
-    """Save a checkpoint, then let a child process overwrite it with a bigger
-    one while RLIMIT_FSIZE makes the kernel kill it (SIGXFSZ) mid-write. Report
-    the child's return code, the file's sha256 before and after, and what
-    loading the file gives afterwards."""
-    module_dir = Path(lab.training.__file__).resolve().parent
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "ckpt.pt")
-        torch.manual_seed(0)
-        model = nn.Linear(8, 8)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        lab.training.save_checkpoint(path, model, opt, 7)
-        before, size_before = _sha256(path), os.path.getsize(path)
-        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-        proc = subprocess.run(
-            [sys.executable, "-c", _CHILD, str(module_dir.parent), module_dir.name, path, str(limit_bytes)],
-            capture_output=True, text=True, timeout=120, env=env, cwd=d,
-        )
-        after = _sha256(path)
-        fresh = nn.Linear(8, 8)
-        fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=1e-3)
-        try:
-            iteration: Any = lab.training.load_checkpoint(path, fresh, fresh_opt)
-            load_error = None
-        except Exception as e:  # reported as data; the test decides
-            iteration, load_error = None, f"{type(e).__name__}: {e}"
-        return {
-            "returncode": proc.returncode,
-            "stdout": proc.stdout[-2000:],
-            "stderr": proc.stderr[-2000:],
-            "size_before": size_before,
-            "sha_before": before,
-            "sha_after": after,
-            "iteration": iteration,
-            "load_error": load_error,
-            "weight": model.weight.detach().clone(),
-            "loaded_weight": fresh.weight.detach().clone(),
-        }
+def load_linear(lab: Any, path: str, d_in: int, d_out: int) -> Any:
+    """``load_checkpoint(path, ...)`` into a fresh ``nn.Linear(d_in, d_out)``
+    and AdamW; report the iteration and the sha256 of the loaded weights (the
+    test computes the expected one from the seed, which this call is not told)."""
+    model = nn.Linear(d_in, d_out)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    iteration = lab.training.load_checkpoint(path, model, opt)
+    return {"iteration": iteration, "digest": linear_digest(model)}
 
 
 class _Trap:
-    """Unpickling this object creates the folder ``marker``: visible proof that
-    a load ran code from the file."""
+    """Unpickling this object calls ``call(*args)``, which creates ``marker``:
+    visible proof that a load ran code from the file. The test picks the call
+    at random among several (a loader cannot refuse just the ones it expects;
+    only refusing every global but plain data, as ``weights_only`` does, works)."""
 
-    def __init__(self, marker: str) -> None:
-        self.marker = marker
+    def __init__(self, call: Any, args: tuple[Any, ...]) -> None:
+        self.call, self.args = call, args
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (os.mkdir, (self.marker,))
+        return (self.call, self.args)
+
+
+def _traps(marker: str, path: str) -> list[tuple[Any, tuple[Any, ...]]]:
+    import builtins
+    import shutil
+
+    return [(os.mkdir, (marker,)), (os.makedirs, (marker,)), (builtins.open, (marker, "x")),
+            (shutil.copyfile, (path, marker)), (os.symlink, (path, marker))]
 
 
 def load_bad_file(lab: Any, kind: str) -> Any:
@@ -441,24 +441,17 @@ def load_bad_file(lab: Any, kind: str) -> Any:
         return lab.training.load_checkpoint(path, model, opt)
 
 
-def load_trapped_file(lab: Any) -> Any:
-    """Load a checkpoint file that holds, next to a real checkpoint's entries,
-    an object whose unpickling creates a folder. Report the error raised (or
-    None) and whether the folder appeared."""
-    with tempfile.TemporaryDirectory() as d:
-        path, marker = os.path.join(d, "ckpt.pt"), os.path.join(d, "code-ran")
-        model = build_model("mlp", 4, 1, 0)
-        opt = build_optimizer("adamw", model.parameters(), 1e-2)
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "iteration": 1,
-                    "payload": _Trap(marker)}, path)
-        try:
-            lab.training.load_checkpoint(path, model, opt)
-            error = None
-        except NotImplementedError:
-            raise  # an unfilled stub is no answer
-        except Exception as e:  # reported as data; the test decides
-            error = type(e).__name__
-        return {"error": error, "code_ran": os.path.exists(marker)}
+def write_trapped_file(path: str, marker: str, which: int) -> None:
+    """For the test's side: write at ``path`` a checkpoint that holds, next to
+    a real checkpoint's entries, an object whose unpickling creates ``marker``
+    (visible proof, on disk, that a load ran code from the file) with the
+    ``which``-th of several calls (see :class:`_Trap`)."""
+    model = nn.Linear(8, 8)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    traps = _traps(marker, path)
+    call, args = traps[which % len(traps)]
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "iteration": 1,
+                "payload": _Trap(call, args)}, path)
 
 
 def save_with(lab: Any, iteration: Any, extra_kind: str | None) -> Any:
