@@ -55,6 +55,7 @@ def pytest_configure(config: pytest.Config) -> None:
         processes={p["name"]: int(p.get("processes", 0)) for p in plan["problems"]},
     )
     config.stash[IMPL_KEY] = impl
+    _limit_own_memory(int(sb["limits"].get("trusted_memory_bytes", 0)), gpu=bool(sb["gpu"]))
     files: dict[str, tuple[str, int, int]] = {}
     for i, p in enumerate(plan["problems"]):
         for j, f in enumerate(p["files"]):
@@ -64,9 +65,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Grading is reproducible: derandomized examples, no example database
-    (a regrade gives the same verdict, whatever was graded before), and fast
-    on failures (no shrinking)."""
+    """Grading is reproducible: derandomized public examples (hidden checks
+    draw from the run's recorded seed, see :func:`hidden_seed`), no example
+    database (a regrade gives the same verdict, whatever was graded before),
+    and fast on failures (no shrinking)."""
     if not _STATE:
         return
     from hypothesis import Phase, settings
@@ -80,6 +82,34 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     settings.load_profile("grader")
 
 
+def _limit_own_memory(limit: int, gpu: bool) -> None:
+    """Cap this trusted process's address space (soft limit only: the workers it
+    starts inherit it and raise it to their own limit). Whatever a reply makes
+    the checks allocate then ends this run with an error, not the machine.
+    Not with CUDA, whose driver maps huge virtual ranges."""
+    if not limit or gpu:
+        return
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        if soft == resource.RLIM_INFINITY or soft > limit:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (ImportError, ValueError, OSError):  # no RLIMIT_AS (macOS refuses it): nothing to cap with
+        pass
+
+
+def hidden_seed(run_seed: int, nodeid: str) -> int:
+    """The seed of one hidden check's hypothesis draws: the run's seed (recorded
+    in the instructors' JSON; ``--seed`` replays it) mixed with the check's id,
+    so each check draws its own inputs and no two runs draw the same ones."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(f"{run_seed}:{nodeid}".encode()).digest()[:8], "big")
+
+
 def _cuda() -> bool:
     try:
         import torch
@@ -87,6 +117,12 @@ def _cuda() -> bool:
         return bool(torch.cuda.is_available())
     except Exception:
         return False
+
+
+def _is_hidden(file: str) -> bool:
+    from grader.rubric import is_hidden
+
+    return is_hidden(file)
 
 
 def _where(item: pytest.Item) -> tuple[str, int, int]:
@@ -103,8 +139,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if not _STATE:
         return
-    problem = _where(item)[0]
+    problem, _, index = _where(item)
     _STATE["impl"].enter(problem)
+    if problem and _is_hidden(_STATE["pfiles"][problem][index]) and hasattr(item, "obj") \
+            and hasattr(item.obj, "hypothesis"):
+        # Hidden checks draw fresh inputs each run (a leak is not replayable);
+        # public tests stay derandomized (students reproduce their failures).
+        from hypothesis import seed
+
+        seed(hidden_seed(int(_STATE["plan"].get("seed", 0)), item.nodeid))(item.obj)
     if item.get_closest_marker("gpu") is not None and not _STATE["cuda"]:
         pytest.skip("needs a CUDA device: not run on a GPU")
 

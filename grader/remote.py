@@ -145,9 +145,9 @@ class Worker:
         except subprocess.TimeoutExpired:
             code = None
         self.kill()
-        tail = bytes(self.log[-1500:]).decode("utf-8", "replace").strip()
-        return WorkerCrashed(f"the worker {_signal_name(code)} {what}"
-                             + (f"\nits last output:\n{tail}" if tail else ""))
+        # The signal or exit status only: the submission's output (which could
+        # echo hidden inputs just before exiting) stays in the instructors' log.
+        return WorkerCrashed(f"the worker {_signal_name(code)} {what}")
 
     def _read(self, n: int, deadline: float) -> bytes:
         chunks, got = [], 0

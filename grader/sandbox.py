@@ -25,9 +25,11 @@ last measures remain, and every report says so.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -42,21 +44,41 @@ MOUNT = "/submission"
 #: Caps on what is copied from a submission's student/ folder.
 MAX_FILES = 2000
 MAX_BYTES = 64 << 20
+MAX_DEPTH = 32
 
 
 class SubmissionError(Exception):
     """The submission cannot be graded (no student/, too big, unreadable)."""
 
 
+#: Address space of the trusted pytest process (public tests, hidden checks,
+#: the reference's oracle computations). Measured: grading the reference on
+#: every problem peaks at 1.2 GiB of address space (1189 MiB VmPeak, 471 MiB
+#: resident), so 4 GiB leaves room; a reply that would need more is refused
+#: before (tests.wire's logical-size bounds) or ends the run with an error.
+TRUSTED_MEMORY_BYTES = 4 << 30
+#: What the trusted process is counted for in the memory budget (resident).
+TRUSTED_SHARE_BYTES = 1 << 30
+#: A worker's address space never goes below this (torch alone maps about
+#: 1.5 GiB): below it, grading waits or runs fewer jobs instead.
+MIN_WORKER_BYTES = 3 << 30
+
+
 @dataclass(frozen=True)
 class Limits:
-    """Resources of one worker process (one per problem)."""
+    """Resources of one worker process (one per problem), and of what all the
+    workers of a run share: the scratch folder (bytes actually allocated on
+    disk, entries, depth), checked from the trusted side while calls run."""
 
     memory_bytes: int = 8 << 30
     cpu_seconds: int = 600
     file_bytes: int = 16 << 30  # sparse token files of the data checks are big
     open_files: int = 1024
     tmpfs_bytes: int = 256 << 20
+    scratch_bytes: int = 2 << 30
+    scratch_entries: int = 20_000
+    scratch_depth: int = 64
+    trusted_memory_bytes: int = TRUSTED_MEMORY_BYTES
 
     def rlimits(self, gpu: bool) -> dict[str, int]:
         out = {"CPU": self.cpu_seconds, "FSIZE": self.file_bytes, "NOFILE": self.open_files, "CORE": 0}
@@ -64,6 +86,96 @@ class Limits:
         if not gpu:
             out["AS"] = self.memory_bytes
         return out
+
+
+# Terminal escape sequences (CSI, OSC up to BEL or ST, other ESC pairs), C0/C1
+# controls but newline and tab, and the bidirectional overrides that reorder
+# what a reader sees.
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]?|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[ -~]?"
+                      r"|[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` without terminal control sequences (what a submission's
+    exception message could use to rewrite a terminal or a report): escape
+    sequences and control characters are dropped, ``\\n`` and ``\\t`` kept."""
+    return _CONTROL.sub("", text.replace("\r\n", "\n"))
+
+
+def worker_slots(memory_limit_bytes: int, trusted: int = 1) -> int:
+    """How many workers of ``memory_limit_bytes`` fit in the memory this machine
+    has free now, once ``trusted`` trusted pytest processes have their share.
+
+    The kernel does not reserve what an rlimit allows, so this is the promise
+    the grader keeps instead: it never starts more workers at once than this
+    (the spare worker only when it fits, ``batch --jobs`` capped).
+    """
+    import psutil
+
+    free = psutil.virtual_memory().available - trusted * TRUSTED_SHARE_BYTES
+    return max(0, int(free // max(1, memory_limit_bytes)))
+
+
+def fitted_memory_limit(configured_bytes: int, workers: int = 2, trusted: int = 1) -> int:
+    """The per-worker address-space limit: ``configured_bytes`` or, on a smaller
+    machine, what lets ``workers`` workers (a problem's and the spare) fit in
+    the free memory; never below :data:`MIN_WORKER_BYTES`."""
+    import psutil
+
+    free = psutil.virtual_memory().available - trusted * TRUSTED_SHARE_BYTES
+    return max(MIN_WORKER_BYTES, min(configured_bytes, int(free // max(1, workers))))
+
+
+def remove_tree(path: Path | str) -> None:
+    """Remove ``path`` and everything below it, iteratively and fd-relatively.
+
+    A submission controls what is in its scratch folder and what its zip
+    unpacks to: folders thousands deep (recursive removers hit the recursion
+    limit, paths pass PATH_MAX), folders without permissions, symlinks to
+    anything. This never recurses, never follows a symlink (it unlinks it),
+    holds two descriptors at a time, and makes each folder writable before
+    emptying it. Raises ``OSError`` if something cannot be removed.
+    """
+    path = os.fspath(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(path)
+        return
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | nofollow
+    os.chmod(path, 0o700)
+    fd = os.open(path, flags)
+    names: list[str] = []  # the path from ``path`` down to the folder ``fd`` is
+    try:
+        while True:
+            with contextlib.suppress(OSError):
+                os.fchmod(fd, 0o700)
+            child = None
+            with os.scandir(fd) as it:
+                for entry in it:
+                    if entry.is_dir(follow_symlinks=False):
+                        child = entry.name
+                        break
+                    os.unlink(entry.name, dir_fd=fd)
+            if child is not None:
+                with contextlib.suppress(OSError):
+                    os.chmod(child, 0o700, dir_fd=fd)  # known to be a folder, not a link
+                sub = os.open(child, flags, dir_fd=fd)
+                os.close(fd)
+                fd, names = sub, [*names, child]
+                continue
+            if not names:
+                break
+            parent = os.open("..", flags & ~nofollow, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            os.rmdir(names.pop(), dir_fd=fd)  # emptied: an error here stops the removal
+    finally:
+        os.close(fd)
+    os.rmdir(path)
 
 
 def make_working_copy(student: Path, dest: Path) -> Path:
@@ -74,6 +186,8 @@ def make_working_copy(student: Path, dest: Path) -> Path:
     files = total = 0
     for root, dirs, names in os.walk(student, followlinks=False):
         rel = Path(root).relative_to(student)
+        if len(rel.parts) >= MAX_DEPTH:  # before os.walk recurses into thousands of levels
+            raise SubmissionError(f"student/ is more than {MAX_DEPTH} folders deep")
         dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not (Path(root) / d).is_symlink())
         (dest / "student" / rel).mkdir(parents=True, exist_ok=True)
         for name in sorted(names):
