@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.sandbox import MAX_BYTES, printable, remove_tree
+from grader.sandbox import MAX_BYTES, plan_jobs, printable, remove_tree
 from tests.harness import HANDOUT_MODULES
 
 __all__ = [
@@ -677,6 +677,8 @@ def _locked(out: Path):
 
 def _grader_args(args: argparse.Namespace) -> list[str]:
     extra = []
+    if getattr(args, "worker_memory", None):
+        extra += ["--memory-limit", f"{args.worker_memory / (1 << 30):.3f}"]
     if args.profile:
         extra += ["--profile", args.profile]
     if args.problems:
@@ -697,6 +699,12 @@ def run_batch(args: argparse.Namespace) -> int:
     if args.shard:
         i, n = args.shard
         subs = [s for s in subs if shard_index(s.id, n) == i]
+    # All the workers that can run at once (two per grader: a problem's and
+    # the spare) must fit the free memory: cap the per-worker limit, then --jobs.
+    configured = int((args.memory_limit or _rubric_memory_gib()) * (1 << 30))
+    args.jobs, args.worker_memory, message = plan_jobs(args.jobs, configured)
+    if message:
+        print(f"batch: {message}", flush=True)
     grader_args = _grader_args(args)
     with _locked(out):
         results = out / "results"
@@ -743,6 +751,15 @@ def run_batch(args: argparse.Namespace) -> int:
         write_outputs(out, ordered, quiet=args.quiet)
     print(f"batch: {len(ordered)} rows in {out / 'gradebook.csv'}; summary in {out / 'summary.md'}")
     return 0
+
+
+def _rubric_memory_gib() -> float:
+    from grader.rubric import load
+
+    try:
+        return float(load().settings.memory_limit_gib)
+    except Exception:  # the rubric's own checks report a broken rubric; this only sizes --jobs
+        return 8.0
 
 
 def run_merge(args: argparse.Namespace) -> int:
@@ -816,6 +833,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", choices=("dev", "ci", "grade"), default=None, help="passed to the grader")
     p.add_argument("--problems", default=None, help="comma-separated problems, passed to the grader")
     p.add_argument("--public-only", action="store_true", help="passed to the grader")
+    p.add_argument("--memory-limit", type=float, default=None, metavar="GIB",
+                   help="address space per worker (default: the rubric's); lowered, and --jobs with it, "
+                        "so that every worker that can run at once fits the free memory")
     p.add_argument("--force", action="store_true", help="regrade submissions that already have results")
     p.add_argument("--quiet", action="store_true", help="no summary table on the console")
     p.add_argument("--shard", type=_parse_shard, default=None, metavar="i/N",

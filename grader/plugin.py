@@ -42,7 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if plan is None:
         return
     from grader.remote import RemoteImpl
-    from grader.sandbox import Limits, Sandbox
+    from grader.sandbox import Limits, Sandbox, ScratchWatch
 
     sb = plan["sandbox"]
     sandbox = Sandbox(limits=Limits(**sb["limits"]), gpu=sb["gpu"], want=sb["mode"])
@@ -55,12 +55,13 @@ def pytest_configure(config: pytest.Config) -> None:
         processes={p["name"]: int(p.get("processes", 0)) for p in plan["problems"]},
     )
     config.stash[IMPL_KEY] = impl
+    watch = ScratchWatch(Path(plan["scratch"]), sandbox.limits, impl.stop_workers).start()
     _limit_own_memory(int(sb["limits"].get("trusted_memory_bytes", 0)), gpu=bool(sb["gpu"]))
     files: dict[str, tuple[str, int, int]] = {}
     for i, p in enumerate(plan["problems"]):
         for j, f in enumerate(p["files"]):
             files[str((Path(plan["repo"]) / f).resolve())] = (p["name"], i, j)
-    _STATE.update(plan=plan, impl=impl, files=files, tests={}, cuda=_cuda(),
+    _STATE.update(plan=plan, impl=impl, files=files, watch=watch, tests={}, cuda=_cuda(),
                   pfiles={p["name"]: p["files"] for p in plan["problems"]})
 
 
@@ -211,6 +212,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if not _STATE:
         return
     impl = _STATE["impl"]
+    _STATE["watch"].stop()
     impl.close()
     problems = {
         name: {"calls": st.calls, "crashes": st.crashes, "timeout": st.timeout, "seccomp": st.seccomp,
@@ -218,7 +220,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                "started": bool(st.started)}
         for name, st in impl.states.items()
     }
-    data = json.dumps({"tests": _STATE["tests"], "problems": problems, "cuda": _STATE["cuda"]}).encode()
+    watch = _STATE["watch"]
+    data = json.dumps({"tests": _STATE["tests"], "problems": problems, "cuda": _STATE["cuda"],
+                       "scratch": {"peak_bytes": watch.peak_bytes, "peak_entries": watch.peak_entries}}).encode()
     fd = int(_STATE["plan"]["results_fd"])
     view = memoryview(data)
     while view:

@@ -31,9 +31,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,7 +78,7 @@ class Limits:
     file_bytes: int = 16 << 30  # sparse token files of the data checks are big
     open_files: int = 1024
     tmpfs_bytes: int = 256 << 20
-    scratch_bytes: int = 2 << 30
+    scratch_bytes: int = 1 << 30
     scratch_entries: int = 20_000
     scratch_depth: int = 64
     trusted_memory_bytes: int = TRUSTED_MEMORY_BYTES
@@ -124,6 +127,30 @@ def fitted_memory_limit(configured_bytes: int, workers: int = 2, trusted: int = 
 
     free = psutil.virtual_memory().available - trusted * TRUSTED_SHARE_BYTES
     return max(MIN_WORKER_BYTES, min(configured_bytes, int(free // max(1, workers))))
+
+
+def plan_jobs(jobs: int, configured_bytes: int) -> tuple[int, int, str]:
+    """(jobs, per-worker bytes, message) for ``jobs`` graders run at once, each
+    a trusted process and up to two workers (a problem's and the spare), so
+    that all their limits fit the free memory: the per-worker limit is lowered
+    first (never below :data:`MIN_WORKER_BYTES`), then the number of jobs."""
+    import psutil
+
+    free = psutil.virtual_memory().available
+    want = max(1, jobs)
+    n = want
+    while n > 1 and (free - n * TRUSTED_SHARE_BYTES) // (2 * n) < MIN_WORKER_BYTES:
+        n -= 1
+    per_worker = max(MIN_WORKER_BYTES, min(configured_bytes, int((free - n * TRUSTED_SHARE_BYTES) // (2 * n))))
+    message = ""
+    if n < want:
+        message = (f"--jobs {want} lowered to {n}: {free / (1 << 30):.1f} GiB of memory is free, and each grader "
+                   f"needs {TRUSTED_SHARE_BYTES / (1 << 30):g} GiB plus two workers of at least "
+                   f"{MIN_WORKER_BYTES / (1 << 30):g} GiB")
+    elif per_worker < configured_bytes:
+        message = (f"each worker's memory limit lowered to {per_worker / (1 << 30):.1f} GiB so that {n} graders "
+                   f"fit in the {free / (1 << 30):.1f} GiB free")
+    return n, per_worker, message
 
 
 def remove_tree(path: Path | str) -> None:
@@ -176,6 +203,177 @@ def remove_tree(path: Path | str) -> None:
     finally:
         os.close(fd)
     os.rmdir(path)
+
+
+def scratch_usage(path: Path | str, max_entries: int, max_depth: int) -> tuple[int, int, int]:
+    """(bytes allocated on disk, entries, deepest level) under ``path``, walked
+    without following links and without recursion. Stops counting once
+    ``max_entries`` or ``max_depth`` is passed (the caller only needs to know
+    that it was), so one call costs at most ``max_entries`` stats and
+    ``max_depth`` open descriptors."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        top = os.open(path, flags)
+    except OSError:
+        return 0, 0, 0
+    total = entries = deepest = 0
+    stack: list[tuple[int, int]] = [(top, 0)]
+    try:
+        while stack:
+            fd, depth = stack.pop()
+            try:
+                deepest = max(deepest, depth)
+                if depth > max_depth or entries > max_entries:
+                    continue
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        entries += 1
+                        if entries > max_entries:
+                            break
+                        try:
+                            st = entry.stat(follow_symlinks=False)
+                        except OSError:
+                            continue
+                        total += st.st_blocks * 512 if hasattr(st, "st_blocks") else st.st_size
+                        if stat.S_ISDIR(st.st_mode):
+                            if depth + 1 > max_depth:
+                                deepest = max(deepest, depth + 1)
+                                continue
+                            with contextlib.suppress(OSError):
+                                stack.append((os.open(entry.name, flags, dir_fd=fd), depth + 1))
+            finally:
+                os.close(fd)
+    finally:
+        for fd, _ in stack:
+            os.close(fd)
+    return total, entries, deepest
+
+
+class ScratchWatch:
+    """Watches the scratch folder the workers share (the one place a bwrapped
+    worker can write on the host disk) from the trusted side, every
+    ``interval`` seconds, and calls ``over(reason)`` while it holds more than
+    the limits allow (bytes allocated, entries, depth). The callback kills the
+    workers; what they wrote stays bounded by the limit plus what one worker
+    writes in one interval, and is removed with the run's folder."""
+
+    def __init__(self, scratch: Path, limits: Limits, over: Callable[[str], None], interval: float = 0.5) -> None:
+        self.scratch, self.limits, self.over, self.interval = scratch, limits, over, interval
+        self.peak_bytes = self.peak_entries = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scratch-watch", daemon=True)
+
+    def start(self) -> ScratchWatch:
+        self._thread.start()
+        return self
+
+    def check(self) -> str:
+        """Measure once; the reason the scratch folder is over its limits, or ""."""
+        lim = self.limits
+        used, entries, depth = scratch_usage(self.scratch, lim.scratch_entries, lim.scratch_depth)
+        self.peak_bytes, self.peak_entries = max(self.peak_bytes, used), max(self.peak_entries, entries)
+        if used > lim.scratch_bytes:
+            return f"the scratch folder holds more than {lim.scratch_bytes >> 20} MiB"
+        if entries > lim.scratch_entries:
+            return f"the scratch folder holds more than {lim.scratch_entries} files and folders"
+        if depth > lim.scratch_depth:
+            return f"the scratch folder is more than {lim.scratch_depth} folders deep"
+        return ""
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            reason = self.check()
+            if reason:
+                self.over(reason)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def pids_limit(processes: int) -> int:
+    """Tasks (processes and threads: the kernel counts both) a worker's pids
+    cgroup allows: torch's thread pools (a few per CPU), bwrap, and the
+    ``processes`` the rubric grants."""
+    return 64 + 3 * (os.cpu_count() or 1) + processes
+
+
+class PidsCgroup:
+    """A pids cgroup for one worker, where this process may make one (root
+    with cgroup v1, or a delegated cgroup v2 subtree): unlike RLIMIT_NPROC,
+    its ``pids.max`` binds root too. ``create`` returns None elsewhere (then
+    the seccomp filter, mandatory on Linux x86_64/aarch64, is what stops
+    processes)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def create(cls, max_tasks: int) -> PidsCgroup | None:
+        parent = _pids_parent()
+        if parent is None:
+            return None
+        path = parent / f"grader-{os.getpid()}-{os.urandom(4).hex()}"
+        try:
+            path.mkdir()
+        except OSError:
+            return None
+        try:
+            (path / "pids.max").write_text(str(max_tasks))
+        except OSError:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+            return None
+        return cls(path)
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """``argv`` started inside the cgroup: a shell moves itself in, then execs it."""
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.path / "cgroup.procs"), *argv]
+
+    def close(self) -> None:
+        """Kill whatever is left in it and remove it."""
+        for _ in range(50):
+            try:
+                pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+            except (OSError, ValueError):
+                pids = []
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                threading.Event().wait(0.02)  # killed tasks take a moment to leave
+
+
+@functools.lru_cache(maxsize=1)
+def _pids_parent() -> Path | None:
+    """The folder of this process's pids cgroup, if it can hold new cgroups."""
+    if sys.platform != "linux":
+        return None
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, rel = line.split(":", 2)
+        if "pids" in controllers.split(","):  # cgroup v1
+            base = Path("/sys/fs/cgroup/pids") / rel.lstrip("/")
+            if base.is_dir() and os.access(base, os.W_OK):
+                return base
+    for line in lines:
+        if line.startswith("0::"):  # cgroup v2: the pids controller must be enabled below us
+            base = Path("/sys/fs/cgroup") / line[3:].lstrip("/")
+            try:
+                enabled = (base / "cgroup.subtree_control").read_text().split()
+            except OSError:
+                return None
+            if "pids" in enabled and os.access(base, os.W_OK):
+                return base
+    return None
 
 
 def make_working_copy(student: Path, dest: Path) -> Path:

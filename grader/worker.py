@@ -193,6 +193,11 @@ def main() -> None:
     if processes:
         _limit_processes(processes + 64)  # + torch's threads
     seccomp = "off (processes allowed)" if processes else _forbid_processes()
+    if not processes and seccomp != "on" and sys.platform == "linux" and platform.machine() in _ARCH:
+        # Mandatory where the platform has it: RLIMIT_NPROC does not bind root
+        # (graders often run as root), so without the filter nothing would.
+        os.write(2, b"grader worker: the seccomp filter could not be installed; refusing to run\n")
+        os._exit(71)
     _write_frame(out_fd, wire.encode({"hello": {
         "seccomp": seccomp, "python": sys.version.split()[0], "torch": str(torch.__version__),
         "cuda": bool(torch.cuda.is_available()) if config.get("cuda") else False}}))
