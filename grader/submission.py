@@ -67,7 +67,7 @@ def _extract(archive: Path, dest: Path) -> Path:
             mode = info.external_attr >> 16
             if info.is_dir():
                 if len(name.parts) > MAX_DEPTH:
-                    raise SubmissionError(f"a path in the archive is more than {MAX_DEPTH} folders deep")
+                    raise SubmissionError(f"{archive.name}: a path in it is more than {MAX_DEPTH} folders deep")
                 (dest / name).mkdir(parents=True, exist_ok=True)
                 continue
             if stat.S_IFMT(mode) and not stat.S_ISREG(mode):
@@ -75,7 +75,7 @@ def _extract(archive: Path, dest: Path) -> Path:
             if "__pycache__" in name.parts:
                 continue
             if len(name.parts) > MAX_DEPTH:
-                raise SubmissionError(f"a path in the archive is more than {MAX_DEPTH} folders deep")
+                raise SubmissionError(f"{archive.name}: a path in it is more than {MAX_DEPTH} folders deep")
             target = dest / name
             target.parent.mkdir(parents=True, exist_ok=True)
             # A new regular file, never through a link (nothing here makes links,

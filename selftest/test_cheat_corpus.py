@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,11 +40,47 @@ CASES = {
     "syntax_error": ("precision", None, "error"),
     "missing_module": ("precision", None, "error"),
     "hostile_replies": ("precision", None, "error"),
+    "leak_inputs": ("precision", None, "error"),
+    "wire_inflate": ("precision", None, "error"),
+    "disk_fill": ("precision", "bwrap", "error|timeout"),
+    "deep_scratch": ("precision", "bwrap", "error|timeout"),
+    "escape_codes": ("precision", None, "failed"),
+    "symlink_student": ("precision", None, "error"),
+    "symlink_loose": ("precision", None, "error"),
 }
+#: Folders of the corpus that are not one submission (graded by their own tests below).
+NOT_SUBMISSIONS = {"bad_archives"}
 
 
 def test_every_cheat_has_a_case():
-    assert sorted(p.name for p in CHEATS.iterdir() if p.is_dir()) == sorted(CASES)
+    assert sorted(p.name for p in CHEATS.iterdir() if p.is_dir() and p.name not in NOT_SUBMISSIONS) == sorted(CASES)
+
+
+def _grade(submission: Path, problems: str, out_dir: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict,
+                                                                                  dict]:
+    """Grade with the grader's temporary folders in ``out_dir / "tmp"`` (to see what it leaves)."""
+    out, gs = out_dir / "result.json", out_dir / "gradescope.json"
+    (out_dir / "tmp").mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "grader", str(submission), "--problems", problems, "--profile", "dev",
+         "--json", str(out), "--gradescope", str(gs), "--time-limit", "60", "--memory-limit", "1.5", *extra],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(out_dir / "tmp")},
+    )
+    assert proc.returncode == 0, f"the grader failed on {submission}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    return proc, json.loads(out.read_text()), json.loads(gs.read_text())
+
+
+@pytest.mark.parametrize("archive", sorted(p.name for p in (CHEATS / "bad_archives").glob("*.zip")))
+def test_bad_archive_is_an_error_result(archive, tmp_path):
+    """A corrupt member, a file where student/ goes, a 2100-level path: an error
+    result with a clear message, exit 0, no temporary folder left behind."""
+    _proc, result, gradescope = _grade(CHEATS / "bad_archives" / archive, "precision", tmp_path)
+    assert result["score"] == 0 and gradescope["score"] == 0
+    assert result["problems"][0]["status"] == "error" and "not graded" in result["problems"][0]["output"]
+    assert archive in result["error"] and ("could not be unpacked" in result["error"] or "deep" in result["error"]), \
+        result["error"]
+    assert not list((tmp_path / "tmp").iterdir()), "a temporary folder was left behind"
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -56,7 +93,8 @@ def test_cheat_gains_nothing(name, tmp_path):
     out, gs = tmp_path / "result.json", tmp_path / "gradescope.json"
     proc = subprocess.run(
         [sys.executable, "-m", "grader", str(CHEATS / name), "--problems", problems, "--profile", "dev",
-         "--json", str(out), "--gradescope", str(gs), "--call-timeout", "4" if name == "infinite_loop" else "10",
+         "--json", str(out), "--gradescope", str(gs),
+         "--call-timeout", {"infinite_loop": "4", "disk_fill": "60"}.get(name, "10"),
          "--time-limit", "60", "--memory-limit", "1.5"],
         cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)},
     )
@@ -72,3 +110,33 @@ def test_cheat_gains_nothing(name, tmp_path):
         assert len(by["precision"]["log"]) < (64 << 10) + 200 and "dropped" in by["precision"]["log"]
     if name == "write_results":
         assert not list(REPO.glob("**/results.json")), "a forged results file appeared in the repository"
+    if name == "leak_inputs":  # what it printed stays in the instructors' log
+        assert "LEAKED" in by["precision"]["log"]
+        visible = json.dumps(gradescope) + by["precision"]["output"] + json.dumps(by["precision"]["checks"])
+        assert "LEAKED" not in visible and "LEAKED" not in proc.stdout
+    if name == "escape_codes":
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", proc.stdout + json.dumps(
+            gradescope, ensure_ascii=False) + out.read_text()), "control characters reached an output"
+    if name in ("disk_fill", "deep_scratch"):
+        assert "killed by the grader: the scratch folder" in by["precision"]["output"] or \
+            by["precision"]["status"] == "timeout", by["precision"]["output"]
+
+
+def test_hidden_inputs_follow_the_recorded_seed(tmp_path):
+    """Hidden checks draw from the run's seed, recorded in --json: the same seed
+    replays the same inputs, another seed draws others (a leak is not replayable).
+    The submission prints what it is called with, to the instructors' log."""
+    sub = tmp_path / "sub" / "student"
+    sub.mkdir(parents=True)
+    (sub / "__init__.py").write_text("")
+    (sub / "precision.py").write_text(
+        "def _show(*args):\n    print(repr(args), flush=True)\n    raise NotImplementedError\n\n"
+        "bytes_per_element = tensor_bytes = float_format = underflows = overflows = _show\n")
+    logs = {}
+    for run, seed in (("a", "1"), ("b", "1"), ("c", "2")):
+        (tmp_path / run).mkdir()
+        _, result, gradescope = _grade(sub.parent, "precision", tmp_path / run, "--seed", seed)
+        assert result["seed"] == int(seed) and "seed" not in json.dumps(gradescope).lower()
+        logs[run] = result["problems"][0]["log"]
+    assert logs["a"] and logs["a"] == logs["b"], "the same seed did not replay the same inputs"
+    assert logs["a"] != logs["c"], "another seed drew the same hidden inputs"
