@@ -47,6 +47,7 @@ CASES = {
     "escape_codes": ("precision", None, "failed"),
     "symlink_student": ("precision", None, "error"),
     "symlink_loose": ("precision", None, "error"),
+    "memory_hungry": ("precision", None, "failed"),
 }
 #: Folders of the corpus that are not one submission (graded by their own tests below).
 NOT_SUBMISSIONS = {"bad_archives"}
@@ -140,3 +141,47 @@ def test_hidden_inputs_follow_the_recorded_seed(tmp_path):
         logs[run] = result["problems"][0]["log"]
     assert logs["a"] and logs["a"] == logs["b"], "the same seed did not replay the same inputs"
     assert logs["a"] != logs["c"], "another seed drew the same hidden inputs"
+
+
+def test_memory_hungry_batch_fits_the_machine(tmp_path):
+    """``batch --jobs 2`` over two submissions that hoard 256 MiB tensors until refused:
+    host memory (sampled from here) grows by no more than the plan's budget, jobs
+    times (the trusted share plus two workers' limits), which fits the free memory."""
+    import shutil
+    import threading
+
+    import psutil
+
+    from grader.sandbox import TRUSTED_SHARE_BYTES, plan_jobs
+
+    subs = tmp_path / "subs"
+    for name in ("one", "two"):
+        shutil.copytree(CHEATS / "memory_hungry", subs / name)
+    jobs, per_worker, _ = plan_jobs(2, 2 << 30)
+    budget = jobs * (TRUSTED_SHARE_BYTES + 2 * per_worker)
+    assert budget <= psutil.virtual_memory().available
+    start = psutil.virtual_memory()
+    peak, stop = [start.total - start.available], threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.1):
+            vm = psutil.virtual_memory()
+            peak.append(vm.total - vm.available)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "grader.batch", str(subs), "--out", str(tmp_path / "out"), "--jobs", "2",
+             "--problems", "precision", "--profile", "dev", "--memory-limit", "2"],
+            cwd=REPO, capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(REPO)})
+    finally:
+        stop.set()
+        sampler.join()
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    grown = max(peak) - peak[0]
+    print(f"peak host memory growth: {grown / (1 << 20):.0f} MiB (budget {budget / (1 << 20):.0f} MiB)")
+    assert grown <= budget, f"host memory grew by {grown >> 20} MiB, more than the {budget >> 20} MiB budget"
+    for name in ("one", "two"):
+        rec = json.loads((tmp_path / "out" / "results" / f"{name}.json").read_text())
+        assert rec["status"] == "graded" and rec["score"] == 0, rec
