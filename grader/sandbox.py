@@ -21,6 +21,14 @@ without that filter, capped by RLIMIT_NPROC at the user's current task count
 plus N (which the kernel does not enforce for root).
 Without a usable bwrap (macOS, containers without user namespaces) only those
 last measures remain, and every report says so.
+
+What holds for root too: the seccomp filter (mandatory where the platform has
+it), a pids cgroup per worker where one can be made (:class:`PidsCgroup`), the
+scratch folder's caps checked from the trusted side (:class:`ScratchWatch`),
+and the memory budget (:func:`worker_slots`, :func:`fitted_memory_limit`,
+:func:`plan_jobs`): the limits of all the workers that can run at once fit the
+free memory. :func:`remove_tree` removes what a submission left without
+recursing or following links; :func:`printable` strips terminal controls.
 """
 
 from __future__ import annotations

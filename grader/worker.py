@@ -20,9 +20,10 @@ worker writes is a hello (``{"hello": ...}``); then, for each request
 Before any submission code is imported the worker lowers its own rlimits,
 asks to be killed with its parent, and (on Linux) installs a seccomp filter
 that refuses to create processes (threads are allowed): a fork bomb gets
-``EAGAIN``. None of this is what makes verdicts trustworthy (the submission
-may rewrite this process entirely); it keeps a hostile submission from
-harming the machine. Verdicts are computed in the trusted process.
+``EAGAIN``. The filter is mandatory where the platform has it: a worker that
+cannot install it exits (status 71) rather than run the submission. None of
+this is what makes verdicts trustworthy (the submission may rewrite this
+process entirely); it keeps a hostile submission from harming the machine. Verdicts are computed in the trusted process.
 """
 
 from __future__ import annotations
