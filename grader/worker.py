@@ -23,7 +23,8 @@ that refuses to create processes (threads are allowed): a fork bomb gets
 ``EAGAIN``. The filter is mandatory where the platform has it: a worker that
 cannot install it exits (status 71) rather than run the submission. None of
 this is what makes verdicts trustworthy (the submission may rewrite this
-process entirely); it keeps a hostile submission from harming the machine. Verdicts are computed in the trusted process.
+process entirely); it keeps a hostile submission from harming the machine.
+Verdicts are computed in the trusted process.
 """
 
 from __future__ import annotations
