@@ -84,21 +84,22 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def _limit_own_memory(limit: int, gpu: bool) -> None:
-    """Cap this trusted process's address space (soft limit only: the workers it
-    starts inherit it and raise it to their own limit). Whatever a reply makes
-    the checks allocate then ends this run with an error, not the machine.
-    Not with CUDA, whose driver maps huge virtual ranges."""
+    """Cap this trusted process's data (private writable memory: the heap and
+    every anonymous mapping, not mere address-space reservations, which grow
+    with the number of CPUs). Soft limit only: the workers it starts inherit
+    it and lift it first thing. Whatever a reply makes the checks allocate then
+    ends this run with an error, not the machine. Not with CUDA."""
     if not limit or gpu:
         return
     try:
         import resource
 
-        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
         if hard != resource.RLIM_INFINITY:
             limit = min(limit, hard)
         if soft == resource.RLIM_INFINITY or soft > limit:
-            resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    except (ImportError, ValueError, OSError):  # no RLIMIT_AS (macOS refuses it): nothing to cap with
+            resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+    except (ImportError, AttributeError, ValueError, OSError):  # not enforceable here: nothing to cap with
         pass
 
 

@@ -62,11 +62,12 @@ class SubmissionError(Exception):
     """The submission cannot be graded (no student/, too big, unreadable)."""
 
 
-#: Address space of the trusted pytest process (public tests, hidden checks,
-#: the reference's oracle computations). Measured: grading the reference on
-#: every problem peaks at 1.2 GiB of address space (1189 MiB VmPeak, 471 MiB
-#: resident), so 4 GiB leaves room; a reply that would need more is refused
-#: before (tests.wire's logical-size bounds) or ends the run with an error.
+#: Data (RLIMIT_DATA: heap and anonymous writable mappings) of the trusted
+#: pytest process (public tests, hidden checks, the reference's oracle
+#: computations). Measured: grading the reference on every problem peaks at
+#: 1.2 GiB of address space (1189 MiB VmPeak, 471 MiB resident), so 4 GiB
+#: leaves room; a reply that would need more is refused before (tests.wire's
+#: logical-size bounds) or ends the run with an error.
 TRUSTED_MEMORY_BYTES = 4 << 30
 #: What the trusted process is counted for in the memory budget (resident).
 TRUSTED_SHARE_BYTES = 1 << 30

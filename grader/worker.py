@@ -175,8 +175,17 @@ def _error(e: BaseException) -> dict[str, Any]:
             "message": str(e)[:20_000], "traceback": tb[-20_000:]}
 
 
+def _lift_inherited_data_limit() -> None:
+    """The trusted process caps its own data with a soft RLIMIT_DATA, which
+    this process inherits; the worker's own limit is its address space."""
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        _soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
+
+
 def main() -> None:
     in_fd, out_fd, config = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+    _lift_inherited_data_limit()
     _set_rlimits({k: int(v) for k, v in config.get("rlimits", {}).items()})
     _die_with_parent(int(config.get("parent", 0)))
     here = os.path.dirname(os.path.abspath(__file__))
