@@ -322,6 +322,7 @@ class PidsCgroup:
         parent = _pids_parent()
         if parent is None:
             return None
+        _remove_stale_cgroups(parent)
         path = parent / f"grader-{os.getpid()}-{os.urandom(4).hex()}"
         try:
             path.mkdir()
@@ -356,6 +357,16 @@ class PidsCgroup:
                 return
             except OSError:
                 threading.Event().wait(0.02)  # killed tasks take a moment to leave
+
+
+def _remove_stale_cgroups(parent: Path) -> None:
+    """Empty cgroups left by graders that were killed before removing theirs."""
+    with contextlib.suppress(OSError):
+        for d in parent.glob("grader-*-*"):
+            pid = d.name.split("-")[1]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                with contextlib.suppress(OSError):
+                    d.rmdir()  # refused while a task is still in it
 
 
 @functools.lru_cache(maxsize=1)

@@ -258,7 +258,14 @@ def test_crash_message_carries_no_submission_output(impl):
     assert all("SECRET" not in c for c in impl.states["precision"].crashes)
 
 
-@pytest.mark.skipif(PidsCgroup.create(1) is None, reason="no pids cgroup can be made here (not root, no delegation)")
+def _pids_cgroups() -> bool:
+    cg = PidsCgroup.create(1)
+    if cg is not None:
+        cg.close()
+    return cg is not None
+
+
+@pytest.mark.skipif(not _pids_cgroups(), reason="no pids cgroup can be made here (not root, no delegation)")
 def test_pids_cgroup_caps_a_fork_bomb_even_for_root(work):
     """With processes allowed (no seccomp), the pids cgroup is the cap, and it holds
     for root, unlike RLIMIT_NPROC. Counted from outside: the worker's descendants."""
@@ -270,9 +277,10 @@ def test_pids_cgroup_caps_a_fork_bomb_even_for_root(work):
         worker = impl._workers["precision"]
         tree = psutil.Process(worker.proc.pid).children(recursive=True)
         assert worker.cgroup is not None and 16 <= len(tree) <= pids_limit(16) + 2, len(tree)
+        cgroup = worker.cgroup.path
     finally:
         impl.close()
-    assert not worker.cgroup  # removed with the worker
+    assert not worker.cgroup and not cgroup.exists()  # removed with the worker
 
 
 def test_scratch_watch_kills_a_worker_filling_the_disk(work, tmp_path):
