@@ -341,8 +341,9 @@ class PidsCgroup:
         return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.path / "cgroup.procs"), *argv]
 
     def close(self) -> None:
-        """Kill whatever is left in it and remove it."""
-        for _ in range(50):
+        """Kill whatever is left in it and remove it (a cgroup whose killed
+        tasks are still exiting after a few seconds is removed later)."""
+        for _ in range(250):
             try:
                 pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
             except (OSError, ValueError):
@@ -357,10 +358,20 @@ class PidsCgroup:
                 return
             except OSError:
                 threading.Event().wait(0.02)  # killed tasks take a moment to leave
+        _PENDING.append(self.path)
+
+
+#: Cgroups whose tasks were still exiting when their worker was closed.
+_PENDING: list[Path] = []
 
 
 def _remove_stale_cgroups(parent: Path) -> None:
-    """Empty cgroups left by graders that were killed before removing theirs."""
+    """Empty cgroups left by graders that were killed before removing theirs,
+    or by this one when their tasks took long to exit."""
+    for path in list(_PENDING):
+        with contextlib.suppress(OSError):
+            path.rmdir()
+            _PENDING.remove(path)
     with contextlib.suppress(OSError):
         for d in parent.glob("grader-*-*"):
             pid = d.name.split("-")[1]
