@@ -3,6 +3,7 @@ targets, and the grader exits normally with reports of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -185,3 +186,30 @@ def test_memory_hungry_batch_fits_the_machine(tmp_path):
     for name in ("one", "two"):
         rec = json.loads((tmp_path / "out" / "results" / f"{name}.json").read_text())
         assert rec["status"] == "graded" and rec["score"] == 0, rec
+
+
+@pytest.mark.skipif(not SECCOMP, reason="the seccomp filter is Linux x86_64/aarch64 only")
+def test_fork_bomb_creates_no_process(tmp_path):
+    """Counted from outside, as the grader runs (root included): the grader's
+    process tree never holds more than the grader, its trusted pytest and a
+    worker's sandbox (and a spare's)."""
+    import psutil
+
+    (tmp_path / "tmp").mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "grader", str(CHEATS / "fork_bomb"), "--problems", "precision", "--profile", "dev",
+         "--json", str(tmp_path / "result.json"), "--time-limit", "60", "--call-timeout", "10"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path / "tmp")})
+    most = 0
+    while True:
+        try:
+            proc.wait(timeout=0.05)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(psutil.Error):
+            most = max(most, len(psutil.Process(proc.pid).children(recursive=True)))
+    assert proc.returncode == 0
+    assert 3 <= most <= 8, f"the grader's process tree reached {most} processes"
+    assert json.loads((tmp_path / "result.json").read_text())["score"] == 0
