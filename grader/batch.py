@@ -41,6 +41,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import statistics
 import subprocess
 import sys
@@ -49,12 +50,14 @@ import threading
 import time
 import uuid
 import zipfile
+import zlib
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.sandbox import MAX_BYTES, plan_jobs, printable, remove_tree
 from tests.harness import HANDOUT_MODULES
 
 __all__ = [
@@ -75,7 +78,8 @@ GRADER_ENV = "LAB_GRADER_CMD"
 RECORD_VERSION = 1
 
 #: What can happen to a submission. Only "graded" carries the grader's JSON.
-STATUSES = ("graded", "timeout", "grader error", "bad zip", "no student/")
+#: "rejected": it holds what staging never follows (a symbolic link, a device, a FIFO).
+STATUSES = ("graded", "timeout", "grader error", "bad zip", "no student/", "rejected")
 
 #: Entries of an export that are never submissions.
 _IGNORED = {"__MACOSX", "submission_metadata.yml", "submission_metadata.yaml"}
@@ -120,6 +124,25 @@ class Submission:
 def _safe_id(name: str) -> str:
     stem = name[:-4] if name.lower().endswith(".zip") else name
     return re.sub(r"[^A-Za-z0-9._-]", "_", stem).strip("._") or "submission"
+
+
+def _record_id(name: str) -> str:
+    """The id of the entry ``name``: its name (without ``.zip``) when that is
+    already a safe file name, else the safe form plus a hash of the original,
+    so that two different names ("a b", "a_b") never share a record."""
+    stem = name[:-4] if name.lower().endswith(".zip") else name
+    safe = _safe_id(name)
+    return safe if safe == stem else f"{safe}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
+def _kind(path: Path) -> str:
+    """"dir", "file", "link" or "other" (device, FIFO, socket), never following a link."""
+    try:
+        mode = path.lstat().st_mode
+    except OSError:
+        return "other"
+    return ("dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode)
+            else "link" if stat.S_ISLNK(mode) else "other")
 
 
 def parse_gradescope_metadata(text: str) -> dict[str, list[dict[str, str]]]:
@@ -176,9 +199,11 @@ def discover(root: Path, exclude: Iterable[Path] = ()) -> list[Submission]:
     for entry in sorted(root.iterdir(), key=lambda p: p.name):
         if entry.name.startswith(".") or entry.name in _IGNORED or entry.resolve() in excluded:
             continue
-        if not (entry.is_dir() or (entry.is_file() and entry.suffix.lower() == ".zip")):
+        kind = _kind(entry)
+        # A link is listed (and rejected by precheck, so the instructor sees it), never followed.
+        if not (kind in ("dir", "link") or (kind == "file" and entry.suffix.lower() == ".zip")):
             continue
-        sid = base = _safe_id(entry.name)
+        sid = base = _record_id(entry.name)
         k = 2
         while sid in seen:  # "alice/" and "alice.zip": both are graded, under distinct ids
             sid, k = f"{base}-{k}", k + 1
@@ -227,8 +252,9 @@ def _zip_student(path: Path) -> tuple[bool, str]:
             if bad is not None:
                 return False, f"bad zip: corrupt member {bad}"
             names = z.namelist()
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
-        return False, f"bad zip: {e}"
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, OSError, EOFError, ValueError, RuntimeError,
+            NotImplementedError) as e:  # corrupt streams, encrypted or unsupported members
+        return False, f"bad zip: {type(e).__name__}: {str(e)[:200]}"
     parts = [n.split("/") for n in names if not n.startswith("__MACOSX/")]
     if any((p[0] == "student" and len(p) > 1) or (len(p) > 2 and p[1] == "student") for p in parts):
         return True, ""
@@ -246,33 +272,72 @@ def precheck(path: Path, staging: Path | None = None) -> tuple[Path | None, str,
     graded as if they were in ``student/``: a copy is staged under ``staging``,
     exactly as the Gradescope bundle's run_autograder does.
     """
-    if path.is_file():
+    try:
+        return _precheck(path, staging)
+    except (OSError, ValueError, RuntimeError) as e:  # unreadable entries, names too long, too deep...
+        return None, "rejected", f"the submission could not be read: {type(e).__name__}: {str(e)[:200]}"
+
+
+def _precheck(path: Path, staging: Path | None) -> tuple[Path | None, str, str]:
+    # Nothing here follows a symbolic link (it could name the reference, a
+    # classmate's files or a device): links are rejected with their name.
+    kind = _kind(path)
+    if kind == "link":
+        return None, "rejected", f"{path.name} is a symbolic link (never followed)"
+    if kind == "file":
         ok, reason = _zip_student(path)
         return (path, "graded", "") if ok else (None, "bad zip" if reason.startswith("bad zip") else "no student/",
                                                  reason)
-    if (path / "student").is_dir():
+    if kind != "dir":
+        return None, "rejected", f"{path.name} is not a regular file or folder"
+    entries = sorted(path.iterdir(), key=lambda p: p.name)
+    kinds = {p.name: _kind(p) for p in entries}
+    if kinds.get("student") == "dir":
         return path, "graded", ""
-    subdirs = [p for p in path.iterdir() if p.is_dir() and p.name not in _IGNORED and not p.name.startswith(".")]
-    if any((p / "student").is_dir() for p in subdirs):
+    if kinds.get("student") == "link":
+        return None, "rejected", "student is a symbolic link (never followed)"
+    subdirs = [p for p in entries if kinds[p.name] == "dir" and p.name not in _IGNORED and not p.name.startswith(".")]
+    nested = {p.name: _kind(p / "student") for p in subdirs}
+    if "link" in nested.values():
+        return None, "rejected", f"{next(n for n, k in nested.items() if k == 'link')}/student is a symbolic link " \
+                                 "(never followed)"
+    if "dir" in nested.values():
         return path, "graded", ""
-    zips = [p for p in path.iterdir() if p.is_file() and p.suffix.lower() == ".zip"]
+    zips = [p for p in entries if p.suffix.lower() == ".zip" and kinds[p.name] in ("file", "link")]
     if len(zips) == 1:
+        if kinds[zips[0].name] == "link":
+            return None, "rejected", f"{zips[0].name} is a symbolic link (never followed)"
         ok, reason = _zip_student(zips[0])
         if ok:
             return zips[0], "graded", ""
         return None, "bad zip" if reason.startswith("bad zip") else "no student/", f"{zips[0].name}: {reason}"
-    loose = [p for p in path.iterdir() if p.is_file() and p.suffix == ".py" and p.stem in HANDOUT_MODULES]
+    loose = [p for p in entries if p.suffix == ".py" and p.stem in HANDOUT_MODULES]
     if loose and staging is not None:
+        odd = [p.name for p in entries if p.suffix == ".py" and kinds[p.name] != "file"]
+        if odd:
+            return None, "rejected", f"{', '.join(odd)}: not regular files (symbolic links are never followed)"
         pkg = staging / "student"
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_tree(staging)
         pkg.mkdir(parents=True)
-        for p in path.iterdir():
-            if p.is_file() and p.suffix == ".py":
-                shutil.copy2(p, pkg / p.name)
+        for p in entries:
+            if p.suffix == ".py" and kinds[p.name] == "file":
+                _copy_regular(p, pkg / p.name)
         if not (pkg / "__init__.py").exists():
             (pkg / "__init__.py").write_text("")
         return staging, "graded", ""
     return None, "no student/", "no student/ folder (at the top of the submission or one level deep)"
+
+
+def _copy_regular(src: Path, dest: Path, cap: int = MAX_BYTES) -> None:
+    """Copy the regular file ``src``: opened without following a link (so a
+    link swapped in after the check is refused, not followed), checked to be
+    a regular file, at most ``cap`` bytes."""
+    fd = os.open(src, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with open(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > cap:
+            raise ValueError(f"{src.name} is not a regular file of at most {cap >> 20} MiB")
+        dest.write_bytes(f.read(cap + 1)[:cap])
 
 
 # ------------------------------------------------------------------ grading one
@@ -359,7 +424,7 @@ def grade_submission(sub: Submission, out: Path, grader_args: Sequence[str], tim
     record["wall_time"] = round(time.monotonic() - start, 3)
     err = stderr.decode(errors="replace")
     record["grader_exit"] = proc.returncode
-    record["stderr_tail"] = _tail(err)
+    record["stderr_tail"] = printable(_tail(err))
     if record["status"] == "timeout":
         json_path.unlink(missing_ok=True)
         return record
@@ -374,7 +439,7 @@ def grade_submission(sub: Submission, out: Path, grader_args: Sequence[str], tim
     finally:
         json_path.unlink(missing_ok=True)
     if proc.returncode != 0 or problem:
-        why = _last_line(err) or _last_line(stdout.decode(errors="replace")) or problem
+        why = printable(_last_line(err) or _last_line(stdout.decode(errors="replace")) or problem)
         record.update(status="grader error", reason=f"grader exit code {proc.returncode}: {why}"[:500])
         return record
     record.update(status="graded", score=float(result["score"]), max_score=float(result["max_score"]),
@@ -583,7 +648,8 @@ class _Progress:
         if self.bar is not None:
             self.bar.update(self.task, advance=1, description=f"{rec['id']}: {what}"[:60])
         else:
-            print(f"[{self.done}/{self.total}] {rec['id']}: {what} ({rec.get('wall_time', 0):.1f} s)", flush=True)
+            print(printable(f"[{self.done}/{self.total}] {rec['id']}: {what} ({rec.get('wall_time', 0):.1f} s)"),
+                  flush=True)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -611,6 +677,8 @@ def _locked(out: Path):
 
 def _grader_args(args: argparse.Namespace) -> list[str]:
     extra = []
+    if getattr(args, "worker_memory", None):
+        extra += ["--memory-limit", f"{args.worker_memory / (1 << 30):.3f}"]
     if args.profile:
         extra += ["--profile", args.profile]
     if args.problems:
@@ -631,6 +699,12 @@ def run_batch(args: argparse.Namespace) -> int:
     if args.shard:
         i, n = args.shard
         subs = [s for s in subs if shard_index(s.id, n) == i]
+    # All the workers that can run at once (two per grader: a problem's and
+    # the spare) must fit the free memory: cap the per-worker limit, then --jobs.
+    configured = int((args.memory_limit or _rubric_memory_gib()) * (1 << 30))
+    args.jobs, args.worker_memory, message = plan_jobs(args.jobs, configured)
+    if message:
+        print(f"batch: {message}", flush=True)
     grader_args = _grader_args(args)
     with _locked(out):
         results = out / "results"
@@ -641,6 +715,8 @@ def run_batch(args: argparse.Namespace) -> int:
         changed = 0
         for s in subs:
             rec = None if args.force else load_record(results / f"{s.id}.json", s.id)
+            if rec is not None and Path(str(rec.get("source", ""))).name != s.path.name:
+                rec = None  # another entry had this id in an earlier run: its grade is not this one's
             if rec is None:
                 todo.append(s)
             else:
@@ -675,6 +751,15 @@ def run_batch(args: argparse.Namespace) -> int:
         write_outputs(out, ordered, quiet=args.quiet)
     print(f"batch: {len(ordered)} rows in {out / 'gradebook.csv'}; summary in {out / 'summary.md'}")
     return 0
+
+
+def _rubric_memory_gib() -> float:
+    from grader.rubric import load
+
+    try:
+        return float(load().settings.memory_limit_gib)
+    except Exception:  # the rubric's own checks report a broken rubric; this only sizes --jobs
+        return 8.0
 
 
 def run_merge(args: argparse.Namespace) -> int:
@@ -748,6 +833,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", choices=("dev", "ci", "grade"), default=None, help="passed to the grader")
     p.add_argument("--problems", default=None, help="comma-separated problems, passed to the grader")
     p.add_argument("--public-only", action="store_true", help="passed to the grader")
+    p.add_argument("--memory-limit", type=float, default=None, metavar="GIB",
+                   help="address space per worker (default: the rubric's); lowered, and --jobs with it, "
+                        "so that every worker that can run at once fits the free memory")
     p.add_argument("--force", action="store_true", help="regrade submissions that already have results")
     p.add_argument("--quiet", action="store_true", help="no summary table on the console")
     p.add_argument("--shard", type=_parse_shard, default=None, metavar="i/N",

@@ -3,7 +3,7 @@
     python -m grader [SUBMISSION] [--json FILE] [--gradescope FILE] [--junit FILE]
                      [--profile dev|ci|grade] [--problems a,b] [--public-only]
                      [--sandbox auto|bwrap|rlimits] [--call-timeout S] [--time-limit S]
-                     [--memory-limit GIB] [--reveal-hidden] [--rubric FILE] [--quiet]
+                     [--memory-limit GIB] [--reveal-hidden] [--seed N] [--rubric FILE] [--quiet]
 
 SUBMISSION is a folder or zip holding ``student/`` (default: this repository's
 ``student/``). The exit code is 0 whenever grading completed, whatever the
@@ -19,6 +19,7 @@ from pathlib import Path
 
 from grader import engine, report
 from grader.rubric import DEFAULT_RUBRIC, PROFILES, RubricError
+from grader.sandbox import printable
 
 
 def parser() -> argparse.ArgumentParser:
@@ -39,6 +40,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--memory-limit", type=float, metavar="GIB", help="address space per worker (default: rubric)")
     ap.add_argument("--reveal-hidden", action="store_true", default=None,
                     help="show hidden checks' failure details (instructors)")
+    ap.add_argument("--seed", type=int, metavar="N",
+                    help="seed of the hidden checks' inputs (default: a fresh one, recorded in --json; "
+                         "pass a recorded one to replay a grade exactly)")
     ap.add_argument("--rubric", type=Path, default=DEFAULT_RUBRIC, help="rubric TOML file")
     ap.add_argument("--quiet", "-q", action="store_true", help="print the table only, without details")
     return ap
@@ -50,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         profile=args.profile, problems=[p for p in args.problems.split(",") if p] if args.problems else None,
         public_only=args.public_only, sandbox=args.sandbox, call_timeout=args.call_timeout,
         time_limit=args.time_limit, memory_limit_gib=args.memory_limit, reveal_hidden=args.reveal_hidden,
-        rubric=args.rubric,
+        rubric=args.rubric, seed=args.seed,
     )
     try:
         result = engine.grade(args.submission, options)
@@ -64,5 +68,5 @@ def main(argv: list[str] | None = None) -> int:
 
     reveal = args.reveal_hidden if args.reveal_hidden is not None else load(args.rubric).settings.reveal_hidden
     report.write_reports(result, json_path=args.json, gradescope=args.gradescope, junit=args.junit, reveal=reveal)
-    sys.stdout.write(report.table(result, details=not args.quiet))
+    sys.stdout.write(printable(report.table(result, details=not args.quiet)))
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -24,7 +25,15 @@ from typing import Any
 
 from grader import rubric as rubric_mod
 from grader.rubric import Problem, Rubric, is_hidden
-from grader.sandbox import Limits, Sandbox, SubmissionError, make_working_copy
+from grader.sandbox import (
+    Limits,
+    Sandbox,
+    SubmissionError,
+    fitted_memory_limit,
+    make_working_copy,
+    printable,
+    remove_tree,
+)
 from grader.submission import locate
 
 REPO = Path(__file__).resolve().parent.parent
@@ -72,6 +81,7 @@ class GradeResult:
     notes: list[str] = field(default_factory=list)
     error: str = ""
     points_without_checks: float = 0.0
+    seed: int = 0  # the hidden checks' seed (instructors only: --seed replays this grade)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,6 +98,7 @@ class Options:
     reveal_hidden: bool | None = None
     memory_limit_gib: float | None = None
     rubric: Path = rubric_mod.DEFAULT_RUBRIC
+    seed: int | None = None  # hidden checks' inputs; None: a fresh one, recorded in the result
 
 
 def _cuda_available() -> bool:
@@ -121,26 +132,37 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
     reveal = rub.settings.reveal_hidden if opts.reveal_hidden is None else opts.reveal_hidden
     path = Path(submission).expanduser().resolve() if submission else REPO
     cuda = _cuda_available()
-    limits = Limits(memory_bytes=int((opts.memory_limit_gib or rub.settings.memory_limit_gib) * (1 << 30)),
-                    cpu_seconds=int(rub.settings.cpu_limit_seconds))
+    configured = int((opts.memory_limit_gib or rub.settings.memory_limit_gib) * (1 << 30))
+    limits = Limits(memory_bytes=fitted_memory_limit(configured), cpu_seconds=int(rub.settings.cpu_limit_seconds))
     sandbox = Sandbox(limits=limits, gpu=cuda, want=opts.sandbox)
-    result = GradeResult(submission=str(path), profile=profile, sandbox=sandbox.describe())
+    seed = opts.seed if opts.seed is not None else secrets.randbits(32)
+    result = GradeResult(submission=str(path), profile=profile, sandbox=sandbox.describe(), seed=seed)
+    if limits.memory_bytes < configured:
+        result.notes.append(f"worker memory limit lowered to {limits.memory_bytes / (1 << 30):.1f} GiB "
+                            f"(from {configured / (1 << 30):g} GiB) to fit this machine's free memory")
     if public_only:
         result.notes.append("public checks only (" + ("--public-only" if opts.public_only else
                             "this checkout has no reference/ or hidden checks") + ")")
     if sandbox.mode != "bwrap":
         result.notes.append(f"sandbox: rlimits only ({sandbox.why})")
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
-        run = Path(tmp)
+    run = Path(tempfile.mkdtemp(prefix="grader-"))
+    try:
         try:
             folder = locate(path, run / "unpacked")
             work = make_working_copy(folder / "student", run / "work")
-        except SubmissionError as e:
-            result.error = str(e)
-            result.problems = [_unavailable(p, ERROR, f"not graded: {e}", cuda) for p in selected]
+        except Exception as e:  # whatever a submission's files do, it gets a result
+            why = str(e) if isinstance(e, SubmissionError) else \
+                f"its files could not be unpacked or copied ({type(e).__name__}: {e})"
+            result.error = printable(why)[:1000]
+            result.problems = [_unavailable(p, ERROR, f"not graded: {result.error}", cuda) for p in selected]
             return _total(result, time.monotonic() - start)
-        outcome = _run_pytest(rub, selected, opts, profile, public_only, sandbox, work, run, path)
+        outcome = _run_pytest(rub, selected, opts, profile, public_only, sandbox, work, run, path, seed)
+    finally:
+        try:
+            remove_tree(run)
+        except OSError as e:  # never a crash: the result stands, the instructor is told
+            result.notes.append(f"the grader could not remove its temporary folder {run}: {e}")
     result.execution_time = time.monotonic() - start
     seccomp = {n: s["seccomp"] for n, s in outcome.get("problems", {}).items() if s.get("seccomp")}
     off = sorted(n for n, v in seccomp.items() if v != "on")
@@ -151,7 +173,20 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
     repro = str(path) if path.is_dir() else "FOLDER_HOLDING_YOUR_student"
     for p in selected:
         result.problems.append(_score(p, outcome, cuda, public_only, reveal, repro))
+        if outcome.get("fatal") and outcome.get("log"):
+            result.problems[-1].log = outcome["log"]  # the trusted run's output: instructors only
+    _strip_controls(result)
     return _total(result, result.execution_time)
+
+
+def _strip_controls(result: GradeResult) -> None:
+    """No terminal escape sequence of a submission's messages reaches a report or a terminal."""
+    result.notes = [printable(n) for n in result.notes]
+    result.error = printable(result.error)
+    for p in result.problems:
+        p.output, p.log = printable(p.output), printable(p.log)
+        for c in p.checks:
+            c.message, c.example = printable(c.message), printable(c.example)
 
 
 def _unavailable(p: Problem, status: str, output: str, cuda: bool) -> ProblemResult:
@@ -170,7 +205,7 @@ def _total(result: GradeResult, elapsed: float) -> GradeResult:
 
 
 def _run_pytest(rub: Rubric, selected: list[Problem], opts: Options, profile: str, public_only: bool,
-                sandbox: Sandbox, work: Path, run: Path, path: Path) -> dict[str, Any]:
+                sandbox: Sandbox, work: Path, run: Path, path: Path, seed: int = 0) -> dict[str, Any]:
     """Run the trusted pytest process; return the plugin's results (or an error)."""
     planned = [(p, p.check_files(REPO, public_only=public_only)) for p in selected]
     planned = [(p, files) for p, files in planned if files and not (p.gpu and not sandbox.gpu)]
@@ -187,7 +222,7 @@ def _run_pytest(rub: Rubric, selected: list[Problem], opts: Options, profile: st
                      for p, files in planned],
         "sandbox": {"mode": sandbox.mode, "gpu": sandbox.gpu, "limits": asdict(sandbox.limits)},
         "call_timeout": float(opts.call_timeout or rub.settings.call_timeout),
-        "start_timeout": float(rub.settings.start_timeout), "results_fd": write_fd,
+        "start_timeout": float(rub.settings.start_timeout), "results_fd": write_fd, "seed": seed,
         # GPU problems hold the device's lock (grader/gpulock.py, taken by grader/plugin.py)
         "gpu_problems": [p.name for p, _ in planned if p.gpu],
     }
@@ -237,7 +272,9 @@ def _run_pytest(rub: Rubric, selected: list[Problem], opts: Options, profile: st
     if results is None:
         why = (f"the grader's test run ran past {hard_limit:g} s and was stopped" if killed
                else f"the grader's test run ended without results (exit {proc.returncode})")
-        return {"tests": {}, "problems": {}, "error": f"{why}:\n{text[-3000:]}", "fatal": True}
+        # Its output may hold what the submission said (failure messages of
+        # hidden checks): it goes to the instructors' log, never to "error".
+        return {"tests": {}, "problems": {}, "error": why, "log": text[-3000:], "fatal": True}
     return results
 
 

@@ -42,7 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if plan is None:
         return
     from grader.remote import RemoteImpl
-    from grader.sandbox import Limits, Sandbox
+    from grader.sandbox import Limits, Sandbox, ScratchWatch
 
     sb = plan["sandbox"]
     sandbox = Sandbox(limits=Limits(**sb["limits"]), gpu=sb["gpu"], want=sb["mode"])
@@ -55,18 +55,21 @@ def pytest_configure(config: pytest.Config) -> None:
         processes={p["name"]: int(p.get("processes", 0)) for p in plan["problems"]},
     )
     config.stash[IMPL_KEY] = impl
+    watch = ScratchWatch(Path(plan["scratch"]), sandbox.limits, impl.stop_workers).start()
+    _limit_own_memory(int(sb["limits"].get("trusted_memory_bytes", 0)), gpu=bool(sb["gpu"]))
     files: dict[str, tuple[str, int, int]] = {}
     for i, p in enumerate(plan["problems"]):
         for j, f in enumerate(p["files"]):
             files[str((Path(plan["repo"]) / f).resolve())] = (p["name"], i, j)
-    _STATE.update(plan=plan, impl=impl, files=files, tests={}, cuda=_cuda(),
+    _STATE.update(plan=plan, impl=impl, files=files, watch=watch, tests={}, cuda=_cuda(),
                   pfiles={p["name"]: p["files"] for p in plan["problems"]})
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Grading is reproducible: derandomized examples, no example database
-    (a regrade gives the same verdict, whatever was graded before), and fast
-    on failures (no shrinking)."""
+    """Grading is reproducible: derandomized public examples (hidden checks
+    draw from the run's recorded seed, see :func:`hidden_seed`), no example
+    database (a regrade gives the same verdict, whatever was graded before),
+    and fast on failures (no shrinking)."""
     if not _STATE:
         return
     from hypothesis import Phase, settings
@@ -80,6 +83,35 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     settings.load_profile("grader")
 
 
+def _limit_own_memory(limit: int, gpu: bool) -> None:
+    """Cap this trusted process's data (private writable memory: the heap and
+    every anonymous mapping, not mere address-space reservations, which grow
+    with the number of CPUs). Soft limit only: the workers it starts inherit
+    it and lift it first thing. Whatever a reply makes the checks allocate then
+    ends this run with an error, not the machine. Not with CUDA."""
+    if not limit or gpu:
+        return
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        if soft == resource.RLIM_INFINITY or soft > limit:
+            resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+    except (ImportError, AttributeError, ValueError, OSError):  # not enforceable here: nothing to cap with
+        pass
+
+
+def hidden_seed(run_seed: int, nodeid: str) -> int:
+    """The seed of one hidden check's hypothesis draws: the run's seed (recorded
+    in the instructors' JSON; ``--seed`` replays it) mixed with the check's id,
+    so each check draws its own inputs and no two runs draw the same ones."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(f"{run_seed}:{nodeid}".encode()).digest()[:8], "big")
+
+
 def _cuda() -> bool:
     try:
         import torch
@@ -87,6 +119,12 @@ def _cuda() -> bool:
         return bool(torch.cuda.is_available())
     except Exception:
         return False
+
+
+def _is_hidden(file: str) -> bool:
+    from grader.rubric import is_hidden
+
+    return is_hidden(file)
 
 
 def _where(item: pytest.Item) -> tuple[str, int, int]:
@@ -103,8 +141,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if not _STATE:
         return
-    problem = _where(item)[0]
+    problem, _, index = _where(item)
     _STATE["impl"].enter(problem)
+    if problem and _is_hidden(_STATE["pfiles"][problem][index]) and hasattr(item, "obj") \
+            and hasattr(item.obj, "hypothesis"):
+        # Hidden checks draw fresh inputs each run (a leak is not replayable);
+        # public tests stay derandomized (students reproduce their failures).
+        from hypothesis import seed
+
+        seed(hidden_seed(int(_STATE["plan"].get("seed", 0)), item.nodeid))(item.obj)
     if item.get_closest_marker("gpu") is not None and not _STATE["cuda"]:
         pytest.skip("needs a CUDA device: not run on a GPU")
 
@@ -168,6 +213,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if not _STATE:
         return
     impl = _STATE["impl"]
+    _STATE["watch"].stop()
     impl.close()
     problems = {
         name: {"calls": st.calls, "crashes": st.crashes, "timeout": st.timeout, "seccomp": st.seccomp,
@@ -175,7 +221,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                "started": bool(st.started)}
         for name, st in impl.states.items()
     }
-    data = json.dumps({"tests": _STATE["tests"], "problems": problems, "cuda": _STATE["cuda"]}).encode()
+    watch = _STATE["watch"]
+    data = json.dumps({"tests": _STATE["tests"], "problems": problems, "cuda": _STATE["cuda"],
+                       "scratch": {"peak_bytes": watch.peak_bytes, "peak_entries": watch.peak_entries}}).encode()
     fd = int(_STATE["plan"]["results_fd"])
     view = memoryview(data)
     while view:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import proctree
-from grader.sandbox import Sandbox
+from grader.sandbox import PidsCgroup, Sandbox, pids_limit
 from tests import wire
 from tests.harness import ImplBase, Interrupted, MemoryWatch, process_tree, read_source, scenario_name
 
@@ -99,14 +99,23 @@ class Worker:
         req_r, self.req_w = os.pipe()
         self.rep_r, rep_w = os.pipe()
         argv, env, cwd = sandbox.command(work, scratch, req_r, rep_w, config)
+        # A process cap that holds for root too, where a pids cgroup can be made.
+        self.cgroup = PidsCgroup.create(pids_limit(int(json.loads(config).get("processes", 0))))
+        if self.cgroup is not None:
+            argv = self.cgroup.wrap(argv)
         self.log = bytearray()
         self.log_dropped = 0
         self.hello: dict[str, Any] | None = None
+        self.killed_for = ""  # why the trusted side killed it (the scratch watch), if it did
         try:
             self.proc = subprocess.Popen(
                 argv, env=env, cwd=cwd, pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
             )
+        except BaseException:
+            if self.cgroup is not None:
+                self.cgroup.close()
+            raise
         finally:
             os.close(req_r)
             os.close(rep_w)
@@ -143,6 +152,13 @@ class Worker:
             while time.monotonic() < deadline and _running(pid):
                 time.sleep(0.005)
 
+    def stop(self, reason: str) -> None:
+        """Kill the worker from another thread (its pipes stay open: the call
+        waiting on it sees the end of its reply pipe and reports ``reason``)."""
+        self.killed_for = reason
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -150,6 +166,9 @@ class Worker:
             self.proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
+        if self.cgroup is not None:
+            self.cgroup.close()
+            self.cgroup = None
         for fd in (self.req_w, self.rep_r):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -162,9 +181,11 @@ class Worker:
         except subprocess.TimeoutExpired:
             code = None
         self.kill()
-        tail = bytes(self.log[-1500:]).decode("utf-8", "replace").strip()
-        return WorkerCrashed(f"the worker {_signal_name(code)} {what}"
-                             + (f"\nits last output:\n{tail}" if tail else ""))
+        # The signal or exit status only: the submission's output (which could
+        # echo hidden inputs just before exiting) stays in the instructors' log.
+        if self.killed_for:
+            return WorkerCrashed(f"the worker was killed by the grader: {self.killed_for}")
+        return WorkerCrashed(f"the worker {_signal_name(code)} {what}")
 
     def _read(self, n: int, deadline: float) -> bytes:
         chunks, got = [], 0
@@ -322,8 +343,9 @@ class RemoteImpl(ImplBase):
         else:
             w = self._spawn()
         self._workers[self.problem] = w
-        if self._isolated != self.problem and (self._spare is None or not self._spare.alive()) and (
-                self._fresh_used or any(not self.states[p].started for p in self._order)):
+        if (self._isolated != self.problem and (self._spare is None or not self._spare.alive())
+                and (self._fresh_used or any(not self.states[p].started for p in self._order))
+                and self._spare_fits()):
             # Warm up the next problem's worker meanwhile, or the next fresh
             # worker of a problem whose checks ask for them (never while a
             # problem runs isolated: see retire_workers).
@@ -332,11 +354,24 @@ class RemoteImpl(ImplBase):
             self._spare = self._spawn()
         return w, False
 
+    def _spare_fits(self) -> bool:
+        """A spare worker only when a second worker's memory limit fits the
+        free memory too (else the next problem starts its worker cold)."""
+        from grader.sandbox import worker_slots
+
+        return self._sandbox.gpu or worker_slots(self._sandbox.limits.memory_bytes, trusted=0) >= 2
+
     def _retire(self, problem: str) -> None:
         w = self._workers.pop(problem, None)
         if w is not None:
             w.kill()
             self.states[problem].add_log(w)
+
+    def stop_workers(self, reason: str) -> None:
+        """Kill every running worker, spare included (called by the scratch watch)."""
+        for w in [*list(self._workers.values()), self._spare]:
+            if w is not None and w.alive():
+                w.stop(reason)
 
     def close(self) -> None:
         for p in list(self._workers):

@@ -6,7 +6,7 @@ The ``--json`` schema (stable; other tools build on it)::
     {"submission": str, "score": float, "max_score": float,
      "gpu_points_not_run": float, "execution_time": float, "sandbox": str,
      "profile": str, "notes": [str], "error": str,
-     "points_without_checks": float,
+     "points_without_checks": float, "seed": int,
      "problems": [{"name": str, "section": str, "score": float,
                    "max_score": float, "status": str, "visibility": str,
                    "output": str, "log": str,
@@ -81,7 +81,7 @@ def to_json(r: GradeResult, reveal: bool = True) -> dict[str, Any]:
         "submission": r.submission, "score": r.score, "max_score": r.max_score,
         "gpu_points_not_run": r.gpu_points_not_run, "execution_time": r.execution_time,
         "sandbox": r.sandbox, "profile": r.profile, "notes": r.notes, "error": r.error,
-        "points_without_checks": r.points_without_checks,
+        "points_without_checks": r.points_without_checks, "seed": r.seed,
         "problems": [{
             "name": p.name, "section": p.section, "score": p.score, "max_score": p.max_score,
             "status": p.status, "visibility": p.visibility, "output": p.output, "log": p.log,

@@ -8,11 +8,13 @@ folder deep (as Gradescope and GitHub exports nest it).
 
 from __future__ import annotations
 
+import os
 import stat
 import zipfile
+import zlib
 from pathlib import Path, PurePosixPath
 
-from grader.sandbox import MAX_BYTES, MAX_FILES, SubmissionError
+from grader.sandbox import MAX_BYTES, MAX_DEPTH, MAX_FILES, SubmissionError
 
 MAX_MEMBERS = 4 * MAX_FILES
 
@@ -33,7 +35,21 @@ def _find_student(root: Path) -> Path:
 
 
 def extract_zip(archive: Path, dest: Path) -> Path:
-    """Safely extract ``archive`` into ``dest``; return the folder holding ``student/``."""
+    """Safely extract ``archive`` into ``dest``; return the folder holding ``student/``.
+
+    Whatever is wrong with the archive (a corrupt member, a path too long or too
+    deep, a file where a folder must go, an unsupported compression) is a
+    :class:`SubmissionError` saying so, never a crash of the grader."""
+    try:
+        return _extract(archive, dest)
+    except SubmissionError:
+        raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError, ValueError,
+            RuntimeError, NotImplementedError) as e:  # RecursionError is a RuntimeError
+        raise SubmissionError(f"{archive.name} could not be unpacked: {type(e).__name__}: {str(e)[:300]}") from None
+
+
+def _extract(archive: Path, dest: Path) -> Path:
     try:
         zf = zipfile.ZipFile(archive)
     except (zipfile.BadZipFile, OSError) as e:
@@ -50,15 +66,22 @@ def extract_zip(archive: Path, dest: Path) -> Path:
                 raise SubmissionError(f"unsafe path in the archive: {info.filename!r}")
             mode = info.external_attr >> 16
             if info.is_dir():
+                if len(name.parts) > MAX_DEPTH:
+                    raise SubmissionError(f"{archive.name}: a path in it is more than {MAX_DEPTH} folders deep")
                 (dest / name).mkdir(parents=True, exist_ok=True)
                 continue
             if stat.S_IFMT(mode) and not stat.S_ISREG(mode):
                 continue  # symlinks and special files are dropped, never followed
             if "__pycache__" in name.parts:
                 continue
+            if len(name.parts) > MAX_DEPTH:
+                raise SubmissionError(f"{archive.name}: a path in it is more than {MAX_DEPTH} folders deep")
             target = dest / name
             target.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(info) as src, open(target, "wb") as out:
+            # A new regular file, never through a link (nothing here makes links,
+            # and O_EXCL|O_NOFOLLOW would refuse one).
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            with zf.open(info) as src, open(fd, "wb") as out:
                 while chunk := src.read(1 << 20):
                     total += len(chunk)
                     if total > MAX_BYTES:

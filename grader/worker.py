@@ -20,9 +20,11 @@ worker writes is a hello (``{"hello": ...}``); then, for each request
 Before any submission code is imported the worker lowers its own rlimits,
 asks to be killed with its parent, and (on Linux) installs a seccomp filter
 that refuses to create processes (threads are allowed): a fork bomb gets
-``EAGAIN``. None of this is what makes verdicts trustworthy (the submission
-may rewrite this process entirely); it keeps a hostile submission from
-harming the machine. Verdicts are computed in the trusted process.
+``EAGAIN``. The filter is mandatory where the platform has it: a worker that
+cannot install it exits (status 71) rather than run the submission. None of
+this is what makes verdicts trustworthy (the submission may rewrite this
+process entirely); it keeps a hostile submission from harming the machine.
+Verdicts are computed in the trusted process.
 """
 
 from __future__ import annotations
@@ -173,6 +175,14 @@ def _error(e: BaseException) -> dict[str, Any]:
             "message": str(e)[:20_000], "traceback": tb[-20_000:]}
 
 
+def _lift_inherited_data_limit() -> None:
+    """The trusted process caps its own data with a soft RLIMIT_DATA, which
+    this process inherits; the worker's own limit is its address space."""
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        _soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
+
+
 def main() -> None:
     in_fd, out_fd, config = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
     here = os.path.dirname(os.path.abspath(__file__))
@@ -181,6 +191,7 @@ def main() -> None:
     from tests.harness import return_freed_memory
 
     return_freed_memory()  # resident memory follows live data (memory checks read it from outside)
+    _lift_inherited_data_limit()
     _set_rlimits({k: int(v) for k, v in config.get("rlimits", {}).items()})
     _die_with_parent(int(config.get("parent", 0)))
     import numpy  # noqa: F401  (pre-imported: a warm worker answers at once)
@@ -211,6 +222,11 @@ def main() -> None:
     if processes:
         _limit_processes(processes + 64)  # + torch's threads
     seccomp = "off (processes allowed)" if processes else _forbid_processes()
+    if not processes and seccomp != "on" and sys.platform == "linux" and platform.machine() in _ARCH:
+        # Mandatory where the platform has it: RLIMIT_NPROC does not bind root
+        # (graders often run as root), so without the filter nothing would.
+        os.write(2, b"grader worker: the seccomp filter could not be installed; refusing to run\n")
+        os._exit(71)
     _write_frame(out_fd, wire.encode({"hello": {
         "seccomp": seccomp, "python": sys.version.split()[0], "torch": str(torch.__version__),
         "cuda": bool(torch.cuda.is_available()) if config.get("cuda") else False}}))

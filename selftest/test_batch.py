@@ -14,6 +14,7 @@ import csv
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -347,3 +348,80 @@ def test_merge_refuses_conflicting_shards(tmp_path):
         batch.write_json_atomic(tmp_path / d / "results" / "a.json", {**rec, "reason": reason})
     with pytest.raises(SystemExit, match="graded in both"):
         batch.main(["--merge", str(tmp_path / "s0"), str(tmp_path / "s1"), "--out", str(tmp_path / "m")])
+
+
+def test_staging_never_follows_a_link_and_names_never_share_a_record(tmp_path, fake_grader):
+    """Loose handout modules that are links (to the reference, to a classmate), a linked
+    student/, a linked zip, a linked submission: rejected, each with its reason, and
+    nothing is staged. "a b" and "a_b" get records of their own, also on resume."""
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    classmate = make_sub(subs, "classmate")
+    loose = subs / "loose_links"
+    loose.mkdir()
+    (loose / "precision.py").symlink_to(REPO / "reference" / "precision.py")
+    (loose / "views.py").symlink_to(classmate / "student" / "views.py")
+    linked_pkg = subs / "linked_student"
+    linked_pkg.mkdir()
+    (linked_pkg / "student").symlink_to(classmate / "student")
+    linked_zip = subs / "linked_zip"
+    linked_zip.mkdir()
+    make_sub(tmp_path, "elsewhere", as_zip=True)
+    (linked_zip / "mine.zip").symlink_to(tmp_path / "elsewhere.zip")
+    (subs / "linked_entry").symlink_to(classmate)
+    make_sub(subs, "a b", views="# BUG\n")
+    make_sub(subs, "a_b")
+    out = tmp_path / "out"
+    proc = run_batch(subs, out, "--jobs", "2", "--problems", "precision,views")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    book = read_gradebook(out)
+    rejected = {k: v["reason"] for k, v in book.items() if v["status"] == "rejected"}
+    assert sorted(rejected) == ["linked_entry", "linked_student", "linked_zip", "loose_links"], book
+    assert all("symbolic link" in reason or "not regular" in reason for reason in rejected.values()), rejected
+    assert all(float(book[k]["score"]) == 0 for k in rejected)
+    assert not (out / "staged" / "loose_links" / "student" / "precision.py").exists()
+    ids = [k for k in book if k.startswith("a_b")]
+    assert len(ids) == 2 and {book[k]["score"] for k in ids} == {"5", "10"}, ids
+    sources = {Path(book[k]["source"]).name: book[k]["score"] for k in ids}
+    assert sources == {"a b": "5", "a_b": "10"}
+    # the resumed batch without "a_b" must not hand its record to anyone else
+    shutil.rmtree(subs / "a_b")
+    assert run_batch(subs, out, "--jobs", "1", "--problems", "precision,views").returncode == 0
+    assert {Path(r["source"]).name: r["score"] for r in read_gradebook(out).values()
+            if r["id"].startswith("a_b")}["a b"] == "5"
+
+
+def test_control_characters_never_reach_the_terminal(tmp_path, monkeypatch):
+    """A reason holding escape sequences is printed without them."""
+    script = tmp_path / "evil_grader.py"
+    script.write_text("import sys\nsys.stderr.write('\\x1b]0;pwned\\x07\\x1b[2Jboom\\n')\nsys.exit(4)\n")
+    monkeypatch.setenv(batch.GRADER_ENV, f"{shlex.quote(sys.executable)} {shlex.quote(str(script))}")
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    make_sub(subs, "alice")
+    out = tmp_path / "out"
+    proc = run_batch(subs, out, "--problems", "precision")
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout and "boom" in proc.stdout
+    assert "\x1b" not in (out / "gradebook.csv").read_text()
+
+
+def test_jobs_and_worker_memory_fit_the_free_memory(monkeypatch):
+    """--jobs and the per-worker limit shrink so that every worker that can run at once fits."""
+    import psutil
+
+    from grader import sandbox
+
+    class VM:
+        available = 10 << 30
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: VM)
+    jobs, per_worker, message = sandbox.plan_jobs(8, 8 << 30)
+    assert jobs * (sandbox.TRUSTED_SHARE_BYTES + 2 * per_worker) <= VM.available and "lowered" in message
+    assert per_worker >= sandbox.MIN_WORKER_BYTES and jobs == 1
+    VM.available = 200 << 30
+    assert sandbox.plan_jobs(4, 8 << 30) == (4, 8 << 30, "")
+    assert sandbox.worker_slots(8 << 30) == (200 - 1) // 8
+    assert sandbox.fitted_memory_limit(8 << 30) == 8 << 30
+    VM.available = 5 << 30
+    assert sandbox.fitted_memory_limit(8 << 30) == sandbox.MIN_WORKER_BYTES

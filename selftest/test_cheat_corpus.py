@@ -3,9 +3,11 @@ targets, and the grader exits normally with reports of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,11 +52,48 @@ CASES = {
     "forge_checkpoints": ("training", None, "failed"),
     "forge_memory": ("data,training", None, "failed"),
     "forge_resume": ("training", None, "failed"),
+    "leak_inputs": ("precision", None, "error"),
+    "wire_inflate": ("precision", None, "error"),
+    "disk_fill": ("precision", "bwrap", "error|timeout"),
+    "deep_scratch": ("precision", "bwrap", "error|timeout"),
+    "escape_codes": ("precision", None, "failed"),
+    "symlink_student": ("precision", None, "error"),
+    "symlink_loose": ("precision", None, "error"),
+    "memory_hungry": ("precision", None, "failed"),
 }
+#: Folders of the corpus that are not one submission (graded by their own tests below).
+NOT_SUBMISSIONS = {"bad_archives"}
 
 
 def test_every_cheat_has_a_case():
-    assert sorted(p.name for p in CHEATS.iterdir() if p.is_dir()) == sorted(CASES)
+    assert sorted(p.name for p in CHEATS.iterdir() if p.is_dir() and p.name not in NOT_SUBMISSIONS) == sorted(CASES)
+
+
+def _grade(submission: Path, problems: str, out_dir: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict,
+                                                                                  dict]:
+    """Grade with the grader's temporary folders in ``out_dir / "tmp"`` (to see what it leaves)."""
+    out, gs = out_dir / "result.json", out_dir / "gradescope.json"
+    (out_dir / "tmp").mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "grader", str(submission), "--problems", problems, "--profile", "dev",
+         "--json", str(out), "--gradescope", str(gs), "--time-limit", "60", "--memory-limit", "1.5", *extra],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(out_dir / "tmp")},
+    )
+    assert proc.returncode == 0, f"the grader failed on {submission}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    return proc, json.loads(out.read_text()), json.loads(gs.read_text())
+
+
+@pytest.mark.parametrize("archive", sorted(p.name for p in (CHEATS / "bad_archives").glob("*.zip")))
+def test_bad_archive_is_an_error_result(archive, tmp_path):
+    """A corrupt member, a file where student/ goes, a 2100-level path: an error
+    result with a clear message, exit 0, no temporary folder left behind."""
+    _proc, result, gradescope = _grade(CHEATS / "bad_archives" / archive, "precision", tmp_path)
+    assert result["score"] == 0 and gradescope["score"] == 0
+    assert result["problems"][0]["status"] == "error" and "not graded" in result["problems"][0]["output"]
+    assert archive in result["error"] and ("could not be unpacked" in result["error"] or "deep" in result["error"]), \
+        result["error"]
+    assert not list((tmp_path / "tmp").iterdir()), "a temporary folder was left behind"
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -67,7 +106,7 @@ def test_cheat_gains_nothing(name, tmp_path):
     out, gs = tmp_path / "result.json", tmp_path / "gradescope.json"
     folder = build_cheat(name, tmp_path / "built")
     forged = name.startswith("forge_")  # whole problems of real work: the limits of a real submission
-    call_timeout = "4" if name == "infinite_loop" else "60" if forged else "10"
+    call_timeout = "4" if name == "infinite_loop" else "60" if forged or name == "disk_fill" else "10"
     proc = subprocess.run(
         [sys.executable, "-m", "grader", str(folder), "--problems", problems, "--profile", "dev",
          "--json", str(out), "--gradescope", str(gs), "--call-timeout", call_timeout,
@@ -87,3 +126,104 @@ def test_cheat_gains_nothing(name, tmp_path):
         assert len(by["precision"]["log"]) < (64 << 10) + 200 and "dropped" in by["precision"]["log"]
     if name == "write_results":
         assert not list(REPO.glob("**/results.json")), "a forged results file appeared in the repository"
+    if name == "leak_inputs":  # what it printed stays in the instructors' log
+        assert "LEAKED" in by["precision"]["log"]
+        visible = json.dumps(gradescope) + by["precision"]["output"] + json.dumps(by["precision"]["checks"])
+        assert "LEAKED" not in visible and "LEAKED" not in proc.stdout
+    if name == "escape_codes":
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", proc.stdout + json.dumps(
+            gradescope, ensure_ascii=False) + out.read_text()), "control characters reached an output"
+    if name in ("disk_fill", "deep_scratch"):
+        assert "killed by the grader: the scratch folder" in by["precision"]["output"] or \
+            by["precision"]["status"] == "timeout", by["precision"]["output"]
+
+
+def test_hidden_inputs_follow_the_recorded_seed(tmp_path):
+    """Hidden checks draw from the run's seed, recorded in --json: the same seed
+    replays the same inputs, another seed draws others (a leak is not replayable).
+    The submission prints what it is called with, to the instructors' log."""
+    sub = tmp_path / "sub" / "student"
+    sub.mkdir(parents=True)
+    (sub / "__init__.py").write_text("")
+    (sub / "precision.py").write_text(
+        "def _show(*args):\n    print(repr(args), flush=True)\n    raise NotImplementedError\n\n"
+        "bytes_per_element = tensor_bytes = float_format = underflows = overflows = _show\n")
+    logs = {}
+    for run, seed in (("a", "1"), ("b", "1"), ("c", "2")):
+        (tmp_path / run).mkdir()
+        _, result, gradescope = _grade(sub.parent, "precision", tmp_path / run, "--seed", seed)
+        assert result["seed"] == int(seed) and "seed" not in json.dumps(gradescope).lower()
+        logs[run] = result["problems"][0]["log"]
+    assert logs["a"] and logs["a"] == logs["b"], "the same seed did not replay the same inputs"
+    assert logs["a"] != logs["c"], "another seed drew the same hidden inputs"
+
+
+def test_memory_hungry_batch_fits_the_machine(tmp_path):
+    """``batch --jobs 2`` over two submissions that hoard 256 MiB tensors until refused:
+    host memory (sampled from here) grows by no more than the plan's budget, jobs
+    times (the trusted share plus two workers' limits), which fits the free memory."""
+    import shutil
+    import threading
+
+    import psutil
+
+    from grader.sandbox import TRUSTED_SHARE_BYTES, plan_jobs
+
+    subs = tmp_path / "subs"
+    for name in ("one", "two"):
+        shutil.copytree(CHEATS / "memory_hungry", subs / name)
+    jobs, per_worker, _ = plan_jobs(2, 2 << 30)
+    budget = jobs * (TRUSTED_SHARE_BYTES + 2 * per_worker)
+    assert budget <= psutil.virtual_memory().available
+    start = psutil.virtual_memory()
+    peak, stop = [start.total - start.available], threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.1):
+            vm = psutil.virtual_memory()
+            peak.append(vm.total - vm.available)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "grader.batch", str(subs), "--out", str(tmp_path / "out"), "--jobs", "2",
+             "--problems", "precision", "--profile", "dev", "--memory-limit", "2"],
+            cwd=REPO, capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(REPO)})
+    finally:
+        stop.set()
+        sampler.join()
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    grown = max(peak) - peak[0]
+    print(f"peak host memory growth: {grown / (1 << 20):.0f} MiB (budget {budget / (1 << 20):.0f} MiB)")
+    assert grown <= budget, f"host memory grew by {grown >> 20} MiB, more than the {budget >> 20} MiB budget"
+    for name in ("one", "two"):
+        rec = json.loads((tmp_path / "out" / "results" / f"{name}.json").read_text())
+        assert rec["status"] == "graded" and rec["score"] == 0, rec
+
+
+@pytest.mark.skipif(not SECCOMP, reason="the seccomp filter is Linux x86_64/aarch64 only")
+def test_fork_bomb_creates_no_process(tmp_path):
+    """Counted from outside, as the grader runs (root included): the grader's
+    process tree never holds more than the grader, its trusted pytest and a
+    worker's sandbox (and a spare's)."""
+    import psutil
+
+    (tmp_path / "tmp").mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "grader", str(CHEATS / "fork_bomb"), "--problems", "precision", "--profile", "dev",
+         "--json", str(tmp_path / "result.json"), "--time-limit", "60", "--call-timeout", "10"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path / "tmp")})
+    most = 0
+    while True:
+        try:
+            proc.wait(timeout=0.05)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(psutil.Error):
+            most = max(most, len(psutil.Process(proc.pid).children(recursive=True)))
+    assert proc.returncode == 0
+    assert 3 <= most <= 8, f"the grader's process tree reached {most} processes"
+    assert json.loads((tmp_path / "result.json").read_text())["score"] == 0

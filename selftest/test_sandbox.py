@@ -13,7 +13,17 @@ import pytest
 import torch
 
 from grader.remote import ProtocolError, RemoteError, RemoteImpl, WorkerCrashed, WorkerError, WorkerTimeout
-from grader.sandbox import Limits, Sandbox, bwrap_usable, make_working_copy
+from grader.sandbox import (
+    Limits,
+    PidsCgroup,
+    Sandbox,
+    ScratchWatch,
+    bwrap_usable,
+    make_working_copy,
+    pids_limit,
+    remove_tree,
+    scratch_usage,
+)
 from grader.worker import _ARCH
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,6 +65,20 @@ def bytes_per_element(kind):
     if kind == "view":
         x = torch.arange(6.0)
         return x, x[2:]
+    if kind == "leak":
+        print("SECRET-INPUT-4242", flush=True)
+        os._exit(3)
+    if kind == "forkbomb":
+        n = 0
+        try:
+            while n < 5000:
+                if os.fork() == 0:
+                    time.sleep(60)
+                    os._exit(0)
+                n += 1
+        except OSError:
+            pass
+        return n
     return 4
 
 def tensor_bytes(what, arg=None):
@@ -83,6 +107,11 @@ def tensor_bytes(what, arg=None):
             return f"refused: {type(e).__name__}"
     if what == "pids":
         return sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+    if what == "fill":
+        block = b"x" * (1 << 20)
+        for i in range(100_000):
+            with open(os.path.join(arg, f"fill-{i}"), "wb") as f:
+                f.write(block)
 '''
 
 
@@ -97,12 +126,12 @@ def work(tmp_path_factory):
     return make_working_copy(root / "sub" / "student", root / "work"), scratch
 
 
-def make_impl(work, *, time_limit=120.0, call_timeout=20.0, memory_gib=3.0) -> RemoteImpl:
+def make_impl(work, *, time_limit=120.0, call_timeout=20.0, memory_gib=3.0, processes=0) -> RemoteImpl:
     wc, scratch = work
     sandbox = Sandbox(limits=Limits(memory_bytes=int(memory_gib * (1 << 30))))
     config = json.dumps({"rlimits": sandbox.limits.rlimits(False)})
     impl = RemoteImpl("test", sandbox, wc, scratch, problems={"precision": time_limit},
-                      call_timeout=call_timeout, config=config)
+                      call_timeout=call_timeout, config=config, processes={"precision": processes})
     impl.enter("precision")
     return impl
 
@@ -219,3 +248,117 @@ def test_protocol_garbage_is_a_crash_not_a_value(work):
             impl.precision.bytes_per_element("view")
     finally:
         impl.close()
+
+
+def test_crash_message_carries_no_submission_output(impl):
+    """What a dying worker printed (hidden inputs, say) stays in the log, out of every message."""
+    with pytest.raises(WorkerCrashed) as e:
+        impl.precision.bytes_per_element("leak")
+    assert "exited with status 3" in str(e.value) and "SECRET" not in str(e.value)
+    assert all("SECRET" not in c for c in impl.states["precision"].crashes)
+
+
+def _pids_cgroups() -> bool:
+    cg = PidsCgroup.create(1)
+    if cg is not None:
+        cg.close()
+    return cg is not None
+
+
+@pytest.mark.skipif(not _pids_cgroups(), reason="no pids cgroup can be made here (not root, no delegation)")
+def test_pids_cgroup_caps_a_fork_bomb_even_for_root(work):
+    """With processes allowed (no seccomp), the pids cgroup is the cap, and it holds
+    for root, unlike RLIMIT_NPROC. Counted from outside: the worker's descendants."""
+    import psutil
+
+    impl = make_impl(work, processes=16)
+    try:
+        impl.precision.bytes_per_element("forkbomb")
+        worker = impl._workers["precision"]
+        tree = psutil.Process(worker.proc.pid).children(recursive=True)
+        assert worker.cgroup is not None and 16 <= len(tree) <= pids_limit(16) + 2, len(tree)
+        cgroup = worker.cgroup.path
+    finally:
+        impl.close()
+    assert not worker.cgroup and not cgroup.exists()  # removed with the worker
+
+
+def test_scratch_watch_kills_a_worker_filling_the_disk(work, tmp_path):
+    impl = make_impl(work)
+    scratch = work[1]
+    fill = scratch / "fill"
+    fill.mkdir()
+    watch = ScratchWatch(scratch, Limits(scratch_bytes=64 << 20), impl.stop_workers, interval=0.1).start()
+    try:
+        with pytest.raises(WorkerCrashed, match="killed by the grader: the scratch folder holds more than 64 MiB"):
+            impl.precision.tensor_bytes("fill", str(fill))
+    finally:
+        watch.stop()
+        impl.close()
+        remove_tree(fill)
+    assert 64 << 20 < watch.peak_bytes < 1 << 30
+
+
+def test_scratch_usage_counts_allocated_bytes_and_stops_at_its_caps(tmp_path):
+    (tmp_path / "a").write_bytes(b"x" * (1 << 20))
+    with open(tmp_path / "sparse", "wb") as f:  # a big sparse file allocates (almost) nothing
+        f.truncate(1 << 30)
+    used, entries, depth = scratch_usage(tmp_path, 100, 10)
+    assert (1 << 20) <= used < (2 << 20) and entries == 2 and depth == 0
+    deep = tmp_path
+    for _ in range(20):
+        deep = deep / "d"
+    deep.mkdir(parents=True)
+    assert scratch_usage(tmp_path, 100, 10)[2] == 11  # one past the cap: it stops there
+    for i in range(50):
+        (tmp_path / f"f{i}").touch()
+    assert scratch_usage(tmp_path, 30, 10)[1] == 31
+
+
+def test_remove_tree_never_recurses_nor_follows_links(tmp_path):
+    """A tree deeper than the recursion limit and PATH_MAX, unwritable folders, a link
+    to a folder that must survive, a FIFO: all removed, iteratively."""
+    import os
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("keep")
+    root = tmp_path / "tree"
+    root.mkdir()
+    fd = os.open(root, os.O_RDONLY)
+    for i in range(1500):  # 1500 levels: past sys.getrecursionlimit() and PATH_MAX (4096)
+        os.mkdir("ddd", dir_fd=fd)
+        child = os.open("ddd", os.O_RDONLY, dir_fd=fd)
+        if i % 100 == 0:
+            os.symlink(str(outside), "link", dir_fd=fd)
+            os.fchmod(fd, 0o500)
+        os.close(fd)
+        fd = child
+    os.close(fd)
+    os.mkfifo(root / "fifo")
+    (root / "locked").mkdir()
+    (root / "locked" / "f").write_text("x")
+    (root / "locked").chmod(0)
+    remove_tree(root)
+    assert not root.exists() and (outside / "keep").read_text() == "keep"
+
+
+def test_wire_refuses_views_bigger_than_what_crossed():
+    """A 1-byte storage viewed with zero strides as a 3 GiB tensor is refused before anything is allocated."""
+    from tests import wire
+
+    def frame(shape, stride, nbytes):
+        import json as j
+        import struct
+
+        head = j.dumps({"v": {"$": "tensor", "dtype": "uint8", "shape": shape, "stride": stride, "offset": 0,
+                              "storage": 0, "device": "cpu"}, "sizes": [nbytes]}).encode()
+        return struct.pack("<Q", len(head)) + head + b"\1" * nbytes
+
+    with pytest.raises(wire.WireError, match="stand for"):
+        wire.decode(frame([3 << 15, 1 << 15], [0, 0], 1))
+    with pytest.raises(wire.WireError, match="stand for"):  # many small inflated views add up
+        wire.decode(wire.encode([torch.zeros(1).expand(1 << 20)] * 40))
+    assert wire.decode(frame([4, 1000], [0, 1], 1000)).shape == (4, 1000)  # an honest broadcast crosses
+    x = torch.arange(12.0).reshape(3, 4)
+    assert torch.equal(wire.decode(wire.encode(x.t())), x.t())

@@ -31,6 +31,14 @@ __all__ = ["MAX_MESSAGE_BYTES", "Record", "WireError", "decode", "encode"]
 MAX_DEPTH = 64
 MAX_ITEMS = 2_000_000
 MAX_MESSAGE_BYTES = 4 << 30
+#: Decoded tensors may not stand for more memory than this in all (elements
+#: times item size, summed over the message) ...
+MAX_LOGICAL_BYTES = 4 << 30
+#: ... nor for more than this many times the bytes that crossed, beyond a small
+#: allowance: a 1-byte storage viewed with zero strides as a huge tensor would
+#: otherwise make whoever compares it allocate the full size.
+LOGICAL_PER_BYTE = 16
+LOGICAL_ALLOWANCE = 64 << 20
 _HEADER = struct.Struct("<Q")
 
 _DTYPES: dict[str, torch.dtype] = {
@@ -224,6 +232,9 @@ class _Decoder:
         self.buffers = buffers
         self.storages: dict[tuple[int, str], torch.UntypedStorage] = {}
         self.items = 0
+        self.logical = 0  # bytes the decoded tensors stand for, summed
+        crossed = sum(len(b) for b in buffers)
+        self.max_logical = min(MAX_LOGICAL_BYTES, LOGICAL_PER_BYTE * crossed + LOGICAL_ALLOWANCE)
 
     def buf(self, i: Any) -> memoryview:
         i = _int(i, "buffer index")
@@ -332,6 +343,11 @@ class _Decoder:
             last = offset + sum((n - 1) * s for n, s in zip(shape, stride, strict=True))
             if (last + 1) * itemsize > storage.nbytes():
                 raise WireError("malformed message: tensor reaches past its storage")
+        self.logical += numel * itemsize
+        if self.logical > self.max_logical:
+            raise WireError(f"malformed message: its tensors stand for {self.logical} bytes, more than "
+                            f"{self.max_logical} (at most {LOGICAL_PER_BYTE} times the bytes sent, beyond "
+                            f"{LOGICAL_ALLOWANCE >> 20} MiB, and {MAX_LOGICAL_BYTES >> 30} GiB in all)")
         t = torch.empty(0, dtype=dtype, device=device).set_(storage, offset, shape, stride)
         if x.get("requires_grad") is True and (dtype.is_floating_point or dtype.is_complex):
             t.requires_grad_(True)

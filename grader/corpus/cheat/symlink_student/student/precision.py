@@ -1,0 +1,1 @@
+/proc/self/cwd/reference/precision.py
