@@ -44,6 +44,7 @@ class Check:
     hidden: bool = False
     gpu: bool = False
     exceptions: list[str] = field(default_factory=list)
+    duration: float = 0.0  # seconds, setup to teardown, on the trusted side's clock
 
 
 @dataclass
@@ -57,6 +58,7 @@ class ProblemResult:
     output: str
     checks: list[Check] = field(default_factory=list)
     log: str = ""
+    time: float = 0.0  # seconds: the sum of its checks' durations (trusted side)
 
 
 @dataclass
@@ -150,8 +152,17 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
         result.notes.append(outcome["error"])
     repro = str(path) if path.is_dir() else "FOLDER_HOLDING_YOUR_student"
     for p in selected:
-        result.problems.append(_score(p, outcome, cuda, public_only, reveal, repro))
+        result.problems.append(_timed(_score(p, outcome, cuda, public_only, reveal, repro), outcome))
     return _total(result, result.execution_time)
+
+
+def _timed(res: ProblemResult, outcome: dict[str, Any]) -> ProblemResult:
+    """Fill in the checks' durations and the problem's time from the plugin's records."""
+    tests = outcome.get("tests", {})
+    for c in res.checks:
+        c.duration = float(tests.get(c.test, {}).get("duration", 0.0))
+    res.time = round(sum(c.duration for c in res.checks), 3)
+    return res
 
 
 def _unavailable(p: Problem, status: str, output: str, cuda: bool) -> ProblemResult:
