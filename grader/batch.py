@@ -20,6 +20,8 @@ Contract (instructors rely on each point):
   started die with it.
 * ``DIR/summary.md`` and ``DIR/summary.png``: per-problem pass rates and the score
   distribution of the class (also printed as a table).
+* ``--similarity``: also ``DIR/similarity/`` (pairs of submissions ranked by shared
+  code per module; :mod:`grader.similarity`), from the same staged copies.
 * Classes larger than one machine: ``--shard i/N`` grades a deterministic shard
   (0-based ``i``), ``--slurm N`` writes a Slurm array job grading shard ``i`` per
   array task, and ``--merge DIR... --out DIR`` builds one gradebook from the shards.
@@ -674,6 +676,10 @@ def run_batch(args: argparse.Namespace) -> int:
         ordered = [records[s.id] for s in subs]
         write_outputs(out, ordered, quiet=args.quiet)
     print(f"batch: {len(ordered)} rows in {out / 'gradebook.csv'}; summary in {out / 'summary.md'}")
+    if args.similarity:
+        from grader import similarity
+
+        similarity.report(root, out / "similarity", exclude=[out], quiet=args.quiet)
     return 0
 
 
@@ -749,6 +755,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--problems", default=None, help="comma-separated problems, passed to the grader")
     p.add_argument("--public-only", action="store_true", help="passed to the grader")
     p.add_argument("--force", action="store_true", help="regrade submissions that already have results")
+    p.add_argument("--similarity", action="store_true",
+                   help="also write the class similarity report (OUT/similarity; see grader/similarity.py)")
     p.add_argument("--quiet", action="store_true", help="no summary table on the console")
     p.add_argument("--shard", type=_parse_shard, default=None, metavar="i/N",
                    help="grade only shard i (0-based) of N; deterministic (a hash of the submission id)")
