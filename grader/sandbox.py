@@ -66,6 +66,14 @@ class Limits:
         return out
 
 
+def worker_slots(memory_limit_bytes: int) -> int:
+    """How many workers of ``memory_limit_bytes`` each fit in the memory available
+    now (at least 1): the cap on problems (and submissions) graded at once."""
+    import psutil
+
+    return max(1, int(psutil.virtual_memory().available // max(1, memory_limit_bytes)))
+
+
 def make_working_copy(student: Path, dest: Path) -> Path:
     """Fill ``dest`` with the submission's ``student/`` and the public harness."""
     if not student.is_dir():

@@ -347,3 +347,16 @@ def test_merge_refuses_conflicting_shards(tmp_path):
         batch.write_json_atomic(tmp_path / d / "results" / "a.json", {**rec, "reason": reason})
     with pytest.raises(SystemExit, match="graded in both"):
         batch.main(["--merge", str(tmp_path / "s0"), str(tmp_path / "s1"), "--out", str(tmp_path / "m")])
+
+
+def test_jobs_share_one_worker_budget(monkeypatch):
+    """jobs x problems at once never exceeds min(cores, memory slots)."""
+    from grader import engine, sandbox
+
+    monkeypatch.setattr(engine, "cores", lambda: 4)
+    monkeypatch.setattr(sandbox, "worker_slots", lambda memory_bytes: 3)
+    assert batch.share_budget(1) == (1, 3)
+    assert batch.share_budget(2) == (2, 1)
+    assert batch.share_budget(5) == (3, 1)
+    monkeypatch.setattr(sandbox, "worker_slots", lambda memory_bytes: 16)
+    assert batch.share_budget(2) == (2, 2)

@@ -125,3 +125,61 @@ def test_hidden_checks_catch_what_public_tests_miss(tmp_path):
     revealed, _ = grade(folder, tmp_path, "--problems", "precision", "--reveal-hidden")
     assert "Falsifying" in _problems(revealed)["precision"]["output"] or "grader/hidden" in _problems(
         revealed)["precision"]["output"]
+
+
+def _units() -> list:
+    return [(p, f) for p in RUBRIC.problems if not p.gpu for f in p.check_files(REPO)]
+
+
+def test_partition_balances_check_files_and_keeps_rubric_order():
+    """K groups hold every check file once, in the rubric's order within each, and
+    the heaviest group is within one file of the ideal (longest-first greedy)."""
+    from grader.engine import EXPECTED_SECONDS, partition
+
+    units = _units()
+    assert partition(units, 1) == [units]
+    cost = {f: EXPECTED_SECONDS.get(f, p.time_limit / 40) for p, f in units}
+    for k in (2, 3, 4):
+        groups = partition(units, k)
+        assert len(groups) == min(k, len(units))
+        assert sorted(f for g in groups for _, f in g) == sorted(f for _, f in units)
+        for g in groups:
+            assert g == [u for u in units if u in g], "rubric order lost within a group"
+        loads = [sum(cost[f] for _, f in g) for g in groups]
+        assert max(loads) <= sum(loads) / k + max(cost.values()) + 1e-9, loads
+    assert len(partition(units[:1], 4)) == 1
+
+
+def test_parallelism_is_capped_by_cores_files_and_memory(monkeypatch):
+    from grader import engine
+
+    monkeypatch.setattr(engine, "cores", lambda: 8)
+    monkeypatch.setattr(engine, "worker_slots", lambda memory_bytes: 16)
+    assert engine.parallelism(3, 8 << 30) == 3
+    assert engine.parallelism(20, 8 << 30) == 8
+    assert engine.parallelism(20, 8 << 30, requested=2) == 2
+    monkeypatch.setattr(engine, "worker_slots", lambda memory_bytes: 1)
+    assert engine.parallelism(20, 8 << 30, requested=4) == 1
+
+
+@pytest.mark.skipif(not hidden_available(), reason="needs reference/ and the hidden checks")
+def test_parallel_grade_equals_sequential(tmp_path):
+    """Problems split over concurrent trusted processes (here each problem's public
+    and hidden files land in different groups) get the very verdicts, outputs and
+    checks (in order) of one process; every check has a trusted-side duration."""
+    folder = reference_submission(tmp_path / "sub")
+    target = folder / "student" / "precision.py"
+    find = '    v = abs(require_number("value", value))\n    _, e, m, _ = _layout(dtype)\n'
+    target.write_text(target.read_text().replace(find, find + "    return torch.tensor(v).to(dtype).item() == 0.0\n"))
+    runs = {}
+    for k in ("1", "2"):
+        runs[k], _ = grade(folder, tmp_path, "--problems", "precision,views", "--parallel", k)
+    one, two = (_problems(runs[k]) for k in ("1", "2"))
+    assert one["precision"]["status"] == "failed" and one["views"]["status"] == "passed", one
+    for name in ("precision", "views"):
+        for key in ("status", "score", "output"):
+            assert one[name][key] == two[name][key], (name, key, one[name][key], two[name][key])
+        assert [(c["test"], c["outcome"]) for c in one[name]["checks"]] == \
+            [(c["test"], c["outcome"]) for c in two[name]["checks"]]
+        assert two[name]["time"] > 0 and all(c["duration"] >= 0 for c in two[name]["checks"])
+        assert two[name]["time"] >= max(c["duration"] for c in two[name]["checks"])

@@ -26,10 +26,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("copydetect")
-
-from grader import __main__ as entry  # noqa: E402
-from grader import batch, similarity  # noqa: E402
+from grader import __main__ as entry
+from grader import batch, similarity
 
 REPO = Path(__file__).resolve().parent.parent
 
