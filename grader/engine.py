@@ -113,7 +113,27 @@ EXPECTED_SECONDS = {
     "grader/hidden/test_memory_hidden.py": 0.8,
 }
 
-Unit = tuple[Problem, str]  # one check file of a problem: what the groups are made of
+#: What the groups are made of: a problem with some of its check files (all of
+#: them, unless the problem alone outweighs a group's fair share).
+Unit = tuple[Problem, tuple[str, ...]]
+
+
+def file_cost(p: Problem, f: str) -> float:
+    return EXPECTED_SECONDS.get(f, p.time_limit / 40)
+
+
+def units_of(planned: list[tuple[Problem, list[str]]], k: int) -> list[Unit]:
+    """Whole problems (one worker each), except that a problem heavier than
+    1/k of the total is split into its files (a second worker start is cheaper
+    than one group waiting on it)."""
+    total = sum(file_cost(p, f) for p, files in planned for f in files)
+    out: list[Unit] = []
+    for p, files in planned:
+        if k > 1 and len(files) > 1 and sum(file_cost(p, f) for f in files) > total / k:
+            out += [(p, (f,)) for f in files]
+        else:
+            out.append((p, tuple(files)))
+    return out
 
 
 def cores() -> int:
@@ -133,14 +153,13 @@ def parallelism(n_units: int, memory_bytes: int, requested: int | None = None) -
 
 
 def partition(units: list[Unit], k: int) -> list[list[Unit]]:
-    """Check files in ``k`` groups of about equal expected time (longest first,
-    each to the lightest group; a problem's public and hidden files may land in
-    different groups). Within a group, the rubric's order is kept."""
+    """``units`` in ``k`` groups of about equal expected time (longest first,
+    each to the lightest group). Within a group, the rubric's order is kept."""
     groups: list[list[Unit]] = [[] for _ in range(max(1, k))]
     load = [0.0] * len(groups)
 
     def cost(u: Unit) -> float:
-        return EXPECTED_SECONDS.get(u[1], u[0].time_limit / 40)
+        return sum(file_cost(u[0], f) for f in u[1])
 
     for u in sorted(units, key=lambda u: -cost(u)):  # stable: ties keep the rubric's order
         i = min(range(len(groups)), key=lambda j: (load[j], j))
@@ -280,16 +299,16 @@ def _run_groups(rub: Rubric, selected: list[Problem], opts: Options, profile: st
     planned = [(p, files) for p, files in planned if files and not (p.gpu and not sandbox.gpu)]
     if not planned:
         return {}, []
-    units = [(p, f) for p, files in planned for f in files]
-    groups = partition(units, parallelism(len(units), sandbox.limits.memory_bytes, opts.parallel))
+    k = parallelism(sum(len(files) for _, files in planned), sandbox.limits.memory_bytes, opts.parallel)
+    groups = partition(units_of(planned, k), k)
     threads = max(1, cores() // len(groups))  # torch threads per process: the groups share the cores
     results: list[dict[str, Any]] = [{} for _ in groups]
     failures: list[BaseException] = []
 
     def one(i: int) -> None:
         plan: dict[str, tuple[Problem, list[str]]] = {}
-        for p, f in groups[i]:
-            plan.setdefault(p.name, (p, []))[1].append(f)
+        for p, fs in groups[i]:
+            plan.setdefault(p.name, (p, []))[1].extend(fs)
         try:
             results[i] = _run_pytest(rub, list(plan.values()), opts, profile, sandbox, work, run / f"group-{i}",
                                      path, threads)
