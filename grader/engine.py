@@ -6,11 +6,10 @@ trusted pytest processes (the public test file and the hidden checks of the
 selected problems) with :mod:`grader.plugin`, which routes every call of the
 tests to one sandboxed worker per problem and sends the outcomes back over a
 pipe. The problems (a heavy one split into its check files) are split into K
-groups run concurrently,
-one trusted pytest process each (its own plan, results pipe and scratch
-folder), with K = min(cores, check files, memory slots of
-:func:`grader.sandbox.worker_slots`) or ``Options.parallel``; each problem is
-scored from its groups' results, merged in its files' order.
+groups run concurrently, one trusted pytest process each (its own plan,
+results pipe and scratch folder), with K = min(cores, check files, memory
+slots of :func:`grader.sandbox.worker_slots`) or ``Options.parallel``; each
+problem is scored from its groups' results, merged in its files' order.
 Verdicts and points are computed here, from the rubric.
 """
 
