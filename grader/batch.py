@@ -8,8 +8,10 @@ Contract (instructors rely on each point):
   itself be the export's ``.zip``.
 * Each submission is graded by its own ``python -m grader SUB --json FILE``
   subprocess (so a grader crash on one never takes down the batch), at most
-  ``--jobs`` at a time, each under a wall-clock ``--timeout`` after which its whole
-  process group is killed.
+  ``--jobs`` at a time, sharing one budget of worker slots (min(cores, memory
+  slots)): ``--jobs`` is capped by it and each grader gets ``--parallel
+  slots // jobs``, so jobs x problems at once never exceeds it. Each runs under
+  a wall-clock ``--timeout`` after which its whole process group is killed.
 * Every submission gets ``DIR/results/<id>.json`` (written atomically) and one row of
   ``DIR/gradebook.csv`` (rewritten atomically after every submission), whatever
   happened to it: graded, timeout, grader error, bad zip, no ``student/``; the row
@@ -20,6 +22,8 @@ Contract (instructors rely on each point):
   started die with it.
 * ``DIR/summary.md`` and ``DIR/summary.png``: per-problem pass rates and the score
   distribution of the class (also printed as a table).
+* ``--similarity``: also ``DIR/similarity/`` (pairs of submissions ranked by shared
+  code per module; :mod:`grader.similarity`), from the same staged copies.
 * Classes larger than one machine: ``--shard i/N`` grades a deterministic shard
   (0-based ``i``), ``--slurm N`` writes a Slurm array job grading shard ``i`` per
   array task, and ``--merge DIR... --out DIR`` builds one gradebook from the shards.
@@ -393,8 +397,10 @@ def _valid_result(obj: Any) -> str:
     return ""
 
 
-def grade_submission(sub: Submission, out: Path, grader_args: Sequence[str], timeout: float) -> dict[str, Any]:
-    """Grade one submission and return its record (not yet written)."""
+def grade_submission(sub: Submission, out: Path, grader_args: Sequence[str], timeout: float,
+                     parallel: int | None = None) -> dict[str, Any]:
+    """Grade one submission and return its record (not yet written); ``parallel``:
+    the grader's ``--parallel`` (its share of the batch's worker budget)."""
     start = time.monotonic()
     record: dict[str, Any] = {
         "batch_version": RECORD_VERSION, "id": sub.id, "source": str(sub.path),
@@ -408,7 +414,8 @@ def grade_submission(sub: Submission, out: Path, grader_args: Sequence[str], tim
     tmp = out / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     json_path = tmp / f"{sub.id}.{uuid.uuid4().hex[:8]}.json"
-    cmd = [*grader_command(), str(target), "--json", str(json_path), *grader_args]
+    cmd = [*grader_command(), str(target), "--json", str(json_path), *grader_args,
+           *(["--parallel", str(parallel)] if parallel else [])]
     proc = subprocess.Popen(
         [sys.executable, "-I", "-c", _SUPERVISOR, str(os.getpid()), *cmd],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
@@ -688,6 +695,21 @@ def _grader_args(args: argparse.Namespace) -> list[str]:
     return extra
 
 
+def share_budget(jobs: int) -> tuple[int, int]:
+    """(submissions at once, problems at once within each): one budget of worker
+    slots, min(cores, memory slots), shared so that jobs x problems never exceeds it."""
+    from grader.engine import cores
+    from grader.rubric import load
+    from grader.sandbox import worker_slots
+
+    slots = max(1, min(cores(), worker_slots(int(load().settings.memory_limit_gib * (1 << 30)))))
+    if jobs > slots:
+        print(f"batch: --jobs {jobs} exceeds this machine's {slots} worker slots (cores, memory); "
+              f"grading {slots} at a time", file=sys.stderr, flush=True)
+        jobs = slots
+    return jobs, max(1, slots // jobs)
+
+
 def run_batch(args: argparse.Namespace) -> int:
     out: Path = args.out.resolve()
     root: Path = args.submissions.resolve()
@@ -727,9 +749,11 @@ def run_batch(args: argparse.Namespace) -> int:
                   + (f" ({changed} graded with other options; --force regrades)" if changed else ""), flush=True)
         lock = threading.Lock()
         progress = _Progress(len(subs), len(records))
+        jobs, per_grader = share_budget(max(1, args.jobs))
         try:
-            with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-                futures = {pool.submit(grade_submission, s, out, grader_args, args.timeout): s for s in todo}
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                futures = {pool.submit(grade_submission, s, out, grader_args, args.timeout, per_grader): s
+                           for s in todo}
                 for fut in as_completed(futures):
                     s = futures[fut]
                     try:
@@ -750,6 +774,10 @@ def run_batch(args: argparse.Namespace) -> int:
         ordered = [records[s.id] for s in subs]
         write_outputs(out, ordered, quiet=args.quiet)
     print(f"batch: {len(ordered)} rows in {out / 'gradebook.csv'}; summary in {out / 'summary.md'}")
+    if args.similarity:
+        from grader import similarity
+
+        similarity.report(root, out / "similarity", exclude=[out], quiet=args.quiet)
     return 0
 
 
@@ -837,6 +865,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="address space per worker (default: the rubric's); lowered, and --jobs with it, "
                         "so that every worker that can run at once fits the free memory")
     p.add_argument("--force", action="store_true", help="regrade submissions that already have results")
+    p.add_argument("--similarity", action="store_true",
+                   help="also write the class similarity report (OUT/similarity; see grader/similarity.py)")
     p.add_argument("--quiet", action="store_true", help="no summary table on the console")
     p.add_argument("--shard", type=_parse_shard, default=None, metavar="i/N",
                    help="grade only shard i (0-based) of N; deterministic (a hash of the submission id)")

@@ -3,7 +3,7 @@
     python -m grader [SUBMISSION] [--json FILE] [--gradescope FILE] [--junit FILE]
                      [--profile dev|ci|grade] [--problems a,b] [--public-only]
                      [--sandbox auto|bwrap|rlimits] [--call-timeout S] [--time-limit S]
-                     [--memory-limit GIB] [--reveal-hidden] [--seed N] [--rubric FILE] [--quiet]
+                     [--memory-limit GIB] [--parallel N] [--reveal-hidden] [--seed N] [--rubric FILE] [--quiet]
 
 SUBMISSION is a folder or zip holding ``student/`` (default: this repository's
 ``student/``). The exit code is 0 whenever grading completed, whatever the
@@ -24,7 +24,7 @@ from grader.sandbox import printable
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m grader", description=__doc__.split("\n\n")[0],
-                                 epilog="Also: python -m grader batch|release|gradescope ... (instructors).")
+                                 epilog="Also: python -m grader batch|release|gradescope|similarity ... (instructors).")
     ap.add_argument("submission", nargs="?", default=None,
                     help="a folder or zip holding student/ (default: this repository's student/)")
     ap.add_argument("--json", metavar="FILE", help="write the full results as JSON (see grader/report.py)")
@@ -38,6 +38,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--call-timeout", type=float, metavar="S", help="seconds per call (default: rubric)")
     ap.add_argument("--time-limit", type=float, metavar="S", help="seconds per problem (default: rubric)")
     ap.add_argument("--memory-limit", type=float, metavar="GIB", help="address space per worker (default: rubric)")
+    ap.add_argument("--parallel", type=int, metavar="N", default=None,
+                    help="problems graded at once, one trusted pytest process each (default: auto, "
+                         "min(cores, problems, memory slots))")
     ap.add_argument("--reveal-hidden", action="store_true", default=None,
                     help="show hidden checks' failure details (instructors)")
     ap.add_argument("--seed", type=int, metavar="N",
@@ -50,11 +53,14 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.parallel is not None and args.parallel < 1:
+        print("grader: --parallel needs N >= 1", file=sys.stderr)
+        return 2
     options = engine.Options(
         profile=args.profile, problems=[p for p in args.problems.split(",") if p] if args.problems else None,
         public_only=args.public_only, sandbox=args.sandbox, call_timeout=args.call_timeout,
         time_limit=args.time_limit, memory_limit_gib=args.memory_limit, reveal_hidden=args.reveal_hidden,
-        rubric=args.rubric, seed=args.seed,
+        rubric=args.rubric, seed=args.seed, parallel=args.parallel,
     )
     try:
         result = engine.grade(args.submission, options)

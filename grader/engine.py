@@ -1,11 +1,16 @@
 """Grading one submission: a trusted pytest run over sandboxed workers, then scores.
 
 The engine never imports the submission. It copies the submission's
-``student/`` into a fresh working copy (:mod:`grader.sandbox`), then runs one
-trusted pytest process (the public test file and the hidden checks of every
-selected problem) with :mod:`grader.plugin`, which routes every call of the
+``student/`` into a fresh working copy (:mod:`grader.sandbox`), then runs
+trusted pytest processes (the public test file and the hidden checks of the
+selected problems) with :mod:`grader.plugin`, which routes every call of the
 tests to one sandboxed worker per problem and sends the outcomes back over a
-pipe. Verdicts and points are computed here, from the rubric.
+pipe. The problems (a heavy one split into its check files) are split into K
+groups run concurrently, one trusted pytest process each (its own plan,
+results pipe and scratch folder), with K = min(cores, check files, memory
+slots of :func:`grader.sandbox.worker_slots`) or ``Options.parallel``; each
+problem is scored from its groups' results, merged in its files' order.
+Verdicts and points are computed here, from the rubric.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from grader.sandbox import (
     make_working_copy,
     printable,
     remove_tree,
+    worker_slots,
 )
 from grader.submission import locate
 
@@ -53,6 +59,7 @@ class Check:
     hidden: bool = False
     gpu: bool = False
     exceptions: list[str] = field(default_factory=list)
+    duration: float = 0.0  # seconds, setup to teardown, on the trusted side's clock
 
 
 @dataclass
@@ -66,6 +73,7 @@ class ProblemResult:
     output: str
     checks: list[Check] = field(default_factory=list)
     log: str = ""
+    time: float = 0.0  # seconds: the sum of its checks' durations (trusted side)
 
 
 @dataclass
@@ -99,6 +107,78 @@ class Options:
     memory_limit_gib: float | None = None
     rubric: Path = rubric_mod.DEFAULT_RUBRIC
     seed: int | None = None  # hidden checks' inputs; None: a fresh one, recorded in the result
+    parallel: int | None = None  # concurrent trusted pytest processes (problem groups); None: auto
+
+
+#: Seconds each check file took on the reference (grade profile, trusted
+#: side's clock, a loaded 2-core machine; only the ratios matter): used only to
+#: balance the groups run in parallel, never for a verdict. A file not listed
+#: weighs its problem's time limit / 40.
+EXPECTED_SECONDS = {
+    "grader/hidden/test_optimizers_hidden.py": 140.0, "tests/test_training.py": 35.0,
+    "grader/hidden/test_training_hidden.py": 26.0, "tests/test_optimizers.py": 23.0,
+    "grader/hidden/test_einops_ops_hidden.py": 6.0, "grader/hidden/test_data_hidden.py": 5.5,
+    "tests/test_data.py": 4.6, "grader/hidden/test_model_hidden.py": 3.2, "tests/test_flops.py": 3.2,
+    "tests/test_precision.py": 3.1, "tests/test_memory.py": 2.7, "tests/test_einops_ops.py": 2.5,
+    "tests/test_views.py": 2.2, "tests/test_model.py": 2.1, "grader/hidden/test_precision_hidden.py": 1.3,
+    "grader/hidden/test_views_hidden.py": 1.2, "grader/hidden/test_flops_hidden.py": 1.1,
+    "grader/hidden/test_memory_hidden.py": 0.8,
+}
+
+#: What the groups are made of: a problem with some of its check files (all of
+#: them, unless the problem alone outweighs a group's fair share).
+Unit = tuple[Problem, tuple[str, ...]]
+
+
+def file_cost(p: Problem, f: str) -> float:
+    return EXPECTED_SECONDS.get(f, p.time_limit / 40)
+
+
+def units_of(planned: list[tuple[Problem, list[str]]], k: int) -> list[Unit]:
+    """Whole problems (one worker each), except that a problem heavier than
+    1/k of the total is split into its files (a second worker start is cheaper
+    than one group waiting on it)."""
+    total = sum(file_cost(p, f) for p, files in planned for f in files)
+    out: list[Unit] = []
+    for p, files in planned:
+        if k > 1 and len(files) > 1 and sum(file_cost(p, f) for f in files) > total / k:
+            out += [(p, (f,)) for f in files]
+        else:
+            out.append((p, tuple(files)))
+    return out
+
+
+def cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS
+        return max(1, os.cpu_count() or 1)
+
+
+def parallelism(n_units: int, memory_bytes: int, requested: int | None = None) -> int:
+    """K, the groups run at once: ``requested`` (when given) or the cores, never
+    more than the check files nor the memory slots (each group has one worker at a
+    time under ``memory_bytes``, plus its warm spare)."""
+    want = requested if requested and requested > 0 else cores()
+    return max(1, min(want, n_units, worker_slots(memory_bytes)))
+
+
+def partition(units: list[Unit], k: int) -> list[list[Unit]]:
+    """``units`` in ``k`` groups of about equal expected time (longest first,
+    each to the lightest group). Within a group, the rubric's order is kept."""
+    groups: list[list[Unit]] = [[] for _ in range(max(1, k))]
+    load = [0.0] * len(groups)
+
+    def cost(u: Unit) -> float:
+        return sum(file_cost(u[0], f) for f in u[1])
+
+    for u in sorted(units, key=lambda u: -cost(u)):  # stable: ties keep the rubric's order
+        i = min(range(len(groups)), key=lambda j: (load[j], j))
+        groups[i].append(u)
+        load[i] += cost(u)
+    order = {(p.name, f): i for i, (p, f) in enumerate(units)}
+    return [sorted(g, key=lambda u: order[(u[0].name, u[1])]) for g in groups if g]
 
 
 def _cuda_available() -> bool:
@@ -157,24 +237,25 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
             result.error = printable(why)[:1000]
             result.problems = [_unavailable(p, ERROR, f"not graded: {result.error}", cuda) for p in selected]
             return _total(result, time.monotonic() - start)
-        outcome = _run_pytest(rub, selected, opts, profile, public_only, sandbox, work, run, path, seed)
+        outcomes, errors = _run_groups(rub, selected, opts, profile, public_only, sandbox, work, run, path,
+                                       seed)
     finally:
         try:
             remove_tree(run)
         except OSError as e:  # never a crash: the result stands, the instructor is told
             result.notes.append(f"the grader could not remove its temporary folder {run}: {e}")
     result.execution_time = time.monotonic() - start
-    seccomp = {n: s["seccomp"] for n, s in outcome.get("problems", {}).items() if s.get("seccomp")}
+    seccomp = {n: s["seccomp"] for o in outcomes.values() for n, s in o["problems"].items() if s.get("seccomp")}
     off = sorted(n for n, v in seccomp.items() if v != "on")
     result.sandbox = sandbox.describe(None if not seccomp else "off" if len(off) == len(seccomp) else
                                       "on" + (f" except {', '.join(off)} (processes allowed)" if off else ""))
-    if outcome.get("error"):
-        result.notes.append(outcome["error"])
+    result.notes += errors
     repro = str(path) if path.is_dir() else "FOLDER_HOLDING_YOUR_student"
     for p in selected:
-        result.problems.append(_score(p, outcome, cuda, public_only, reveal, repro))
-        if outcome.get("fatal") and outcome.get("log"):
-            result.problems[-1].log = outcome["log"]  # the trusted run's output: instructors only
+        own = outcomes.get(p.name, {"tests": {}, "problems": {}})
+        result.problems.append(_timed(_score(p, own, cuda, public_only, reveal, repro), own))
+        if own.get("fatal") and own.get("log"):
+            result.problems[-1].log = own["log"]  # the trusted run's output: instructors only
     _strip_controls(result)
     return _total(result, result.execution_time)
 
@@ -187,6 +268,15 @@ def _strip_controls(result: GradeResult) -> None:
         p.output, p.log = printable(p.output), printable(p.log)
         for c in p.checks:
             c.message, c.example = printable(c.message), printable(c.example)
+
+
+def _timed(res: ProblemResult, outcome: dict[str, Any]) -> ProblemResult:
+    """Fill in the checks' durations and the problem's time from the plugin's records."""
+    tests = outcome.get("tests", {})
+    for c in res.checks:
+        c.duration = float(tests.get(c.test, {}).get("duration", 0.0))
+    res.time = round(sum(c.duration for c in res.checks), 3)
+    return res
 
 
 def _unavailable(p: Problem, status: str, output: str, cuda: bool) -> ProblemResult:
@@ -204,13 +294,84 @@ def _total(result: GradeResult, elapsed: float) -> GradeResult:
     return result
 
 
-def _run_pytest(rub: Rubric, selected: list[Problem], opts: Options, profile: str, public_only: bool,
-                sandbox: Sandbox, work: Path, run: Path, path: Path, seed: int = 0) -> dict[str, Any]:
-    """Run the trusted pytest process; return the plugin's results (or an error)."""
+def _merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
+    """One problem's worker record from the groups that ran its files."""
+    if len(states) == 1:
+        return states[0]
+    seccomp = [st["seccomp"] for st in states if st.get("seccomp")]
+    return {
+        "calls": sum(int(st.get("calls", 0)) for st in states),
+        "crashes": [c for st in states for c in st.get("crashes", [])],
+        "timeout": "; ".join(st["timeout"] for st in states if st.get("timeout")),
+        "seccomp": next((v for v in seccomp if v != "on"), seccomp[0] if seccomp else ""),
+        "log": "".join(st.get("log", "") for st in states),
+        "log_dropped": sum(int(st.get("log_dropped", 0)) for st in states),
+        "started": any(st.get("started") for st in states),
+    }
+
+
+def _problem_outcome(name: str, files: list[str], parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The results ``_score`` reads for problem ``name``, from its groups' results,
+    its checks in the order one process would have run them (its files' order)."""
+    out: dict[str, Any] = {"tests": {}, "problems": {}}
+    tests = [item for o in parts for item in o.get("tests", {}).items()]
+    rank = {f: i for i, f in enumerate(files)}
+    out["tests"] = dict(sorted(tests, key=lambda kv: rank.get(kv[1].get("file", ""), len(files))))
+    for o in parts:
+        if o.get("fatal"):
+            out.update(fatal=True, error=o.get("error", ""), log=o.get("log", ""))
+    states = [o["problems"][name] for o in parts if name in o.get("problems", {})]
+    if states:
+        out["problems"][name] = _merge_states(states)
+    return out
+
+
+def _run_groups(rub: Rubric, selected: list[Problem], opts: Options, profile: str, public_only: bool,
+                sandbox: Sandbox, work: Path, run: Path,
+                path: Path, seed: int) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Run the selected problems' check files in K concurrent trusted pytest
+    processes; return each planned problem's results (a problem absent was not
+    run) and the groups' errors."""
     planned = [(p, p.check_files(REPO, public_only=public_only)) for p in selected]
     planned = [(p, files) for p, files in planned if files and not (p.gpu and not sandbox.gpu)]
     if not planned:
-        return {"tests": {}, "problems": {}}
+        return {}, []
+    k = parallelism(sum(len(files) for _, files in planned), sandbox.limits.memory_bytes, opts.parallel)
+    groups = partition(units_of(planned, k), k)
+    threads = max(1, cores() // len(groups))  # torch threads per process: the groups share the cores
+    results: list[dict[str, Any]] = [{} for _ in groups]
+    failures: list[BaseException] = []
+
+    def one(i: int) -> None:
+        plan: dict[str, tuple[Problem, list[str]]] = {}
+        for p, fs in groups[i]:
+            plan.setdefault(p.name, (p, []))[1].extend(fs)
+        try:
+            results[i] = _run_pytest(rub, list(plan.values()), opts, profile, sandbox, work, run / f"group-{i}",
+                                     path, threads, seed)
+        except BaseException as e:  # re-raised below, in the caller's thread
+            failures.append(e)
+
+    if len(groups) == 1:
+        one(0)
+    else:
+        runners = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(groups))]
+        for t in runners:
+            t.start()
+        for t in runners:
+            t.join()
+    if failures:
+        raise failures[0]
+    per_problem = {p.name: _problem_outcome(p.name, files, [results[i] for i, g in enumerate(groups)
+                                                     if any(q.name == p.name for q, _ in g)])
+                   for p, files in planned}
+    return per_problem, [r["error"] for r in results if r.get("error")]
+
+
+def _run_pytest(rub: Rubric, planned: list[tuple[Problem, list[str]]], opts: Options, profile: str,
+                sandbox: Sandbox, work: Path, run: Path, path: Path, threads: int, seed: int) -> dict[str, Any]:
+    """Run one trusted pytest process over ``planned``; return the plugin's results (or an error)."""
+    run.mkdir(parents=True, exist_ok=True)
     scratch = run / "scratch"
     scratch.mkdir()
     scratch.chmod(0o777)
@@ -237,6 +398,7 @@ def _run_pytest(rub: Rubric, selected: list[Problem], opts: Options, profile: st
     env.update(GRADER_PLAN=str(run / "plan.json"), HYPOTHESIS_PROFILE=profile,
                PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
                PYTHONDONTWRITEBYTECODE="1")
+    env.setdefault("OMP_NUM_THREADS", str(threads))  # an instructor's explicit setting wins
     chunks: list[bytes] = []
 
     def collect() -> None:

@@ -10,7 +10,9 @@ engine). Then it:
 * runs the tests problem by problem (the rubric's order), telling the
   RemoteImpl which problem each test belongs to;
 * skips ``gpu``-marked tests where CUDA is unavailable ("not run on a GPU");
-* records every test's outcome and failure details and, at the end, writes them
+* records every test's outcome, failure details and duration (setup + call +
+  teardown, on this trusted process's monotonic clock: nothing the worker
+  reports about time is used) and, at the end, writes them
   with each problem's worker record (timeouts, crashes, capped log) as JSON to
   the inherited file descriptor ``results_fd`` (a pipe to the engine: there is
   no results file a submission could find and forge).
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for i, p in enumerate(plan["problems"]):
         for j, f in enumerate(p["files"]):
             files[str((Path(plan["repo"]) / f).resolve())] = (p["name"], i, j)
-    _STATE.update(plan=plan, impl=impl, files=files, watch=watch, tests={}, cuda=_cuda(),
+    _STATE.update(start=time.monotonic(), plan=plan, impl=impl, files=files, watch=watch, tests={}, cuda=_cuda(),
                   pfiles={p["name"]: p["files"] for p in plan["problems"]})
 
 
@@ -154,6 +157,23 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip("needs a CUDA device: not run on a GPU")
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Hold a GPU problem's device lock (:func:`_hold_gpu_lock`), then time each
+    test on the trusted side (worker start-up included where the test is the
+    first of its problem: that is where the time goes)."""
+    if not _STATE:
+        return (yield)
+    _hold_gpu_lock(item)
+    start = time.monotonic()
+    try:
+        return (yield)
+    finally:
+        entry = _STATE.get("tests", {}).get(getattr(item, "nodeid", ""))
+        if entry is not None:
+            entry["duration"] = round(time.monotonic() - start, 4)
+
+
 def _exception_names(exc: BaseException | None, seen: set[int]) -> list[str]:
     if exc is None or id(exc) in seen:
         return []
@@ -186,7 +206,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     entry = _STATE["tests"].setdefault(item.nodeid, {
         "problem": problem, "file": _STATE["pfiles"][problem][index] if problem else item.nodeid,
         "outcome": "passed", "exceptions": [], "message": "", "example": "",
-        "gpu": item.get_closest_marker("gpu") is not None,
+        "gpu": item.get_closest_marker("gpu") is not None, "duration": 0.0,
     })
     if report.failed:
         entry["outcome"] = "failed" if report.when == "call" else "error"
@@ -223,7 +243,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     }
     watch = _STATE["watch"]
     data = json.dumps({"tests": _STATE["tests"], "problems": problems, "cuda": _STATE["cuda"],
-                       "scratch": {"peak_bytes": watch.peak_bytes, "peak_entries": watch.peak_entries}}).encode()
+                       "scratch": {"peak_bytes": watch.peak_bytes, "peak_entries": watch.peak_entries},
+                       "session_time": round(time.monotonic() - _STATE["start"], 4)}).encode()
     fd = int(_STATE["plan"]["results_fd"])
     view = memoryview(data)
     while view:
@@ -232,13 +253,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 # ------------------------------------------------------------------ one GPU problem per device (grader/gpulock.py)
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+def _hold_gpu_lock(item: pytest.Item) -> None:
     """Hold the device's lock from the first check of a GPU problem to its last.
 
-    This wrapper runs outside setup (where RemoteImpl.enter starts the
-    problem's clock) and outside pytest-timeout's per-test timer, so waiting
-    for another grading's GPU problem costs this problem none of its time.
+    Called from the runtest-protocol wrapper, outside setup (where
+    RemoteImpl.enter starts the problem's clock) and outside pytest-timeout's
+    per-test timer, so waiting for another grading's GPU problem costs this
+    problem none of its time.
     """
     if _STATE and _STATE["cuda"]:
         problem = _where(item)[0]
@@ -248,7 +269,6 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         if problem in _STATE["plan"].get("gpu_problems", []) and _STATE.get("gpu_lock") is None \
                 and problem not in _STATE.setdefault("gpu_busy", {}):
             _acquire_gpu_lock(problem)
-    return (yield)
 
 
 def _acquire_gpu_lock(problem: str) -> None:

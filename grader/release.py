@@ -41,6 +41,7 @@ EXCLUDED_DIRS = (
 #: Files never shipped (replaced, for README.md).
 EXCLUDED_FILES = (
     "README.md", "grader/README.md", "grader/batch.py", "grader/release.py", "grader/bundle.py",
+    "grader/similarity.py",
 )
 #: Never copied whatever git says (local state).
 _LOCAL = (".venv", ".git", "__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", "grade-out", "build",

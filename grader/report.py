@@ -9,8 +9,9 @@ The ``--json`` schema (stable; other tools build on it)::
      "points_without_checks": float, "seed": int,
      "problems": [{"name": str, "section": str, "score": float,
                    "max_score": float, "status": str, "visibility": str,
-                   "output": str, "log": str,
-                   "checks": [{"test": str, "outcome": str, "message": str}]}]}
+                   "output": str, "log": str, "time": float,
+                   "checks": [{"test": str, "outcome": str, "message": str,
+                               "duration": float}]}]}
 
 ``status`` is one of "passed", "failed", "error", "timeout",
 "not run on a GPU", "no checks". ``max_score`` counts only the problems graded
@@ -19,6 +20,8 @@ and were not run; ``points_without_checks`` those of problems whose check files
 do not exist (yet). Hidden checks' messages are withheld unless revealed.
 ``log`` is the submission's own (capped) output, for instructors; it is never
 copied into the Gradescope output (it could echo hidden inputs).
+``time`` (per problem) and ``duration`` (per check) are seconds measured by the
+trusted pytest process, worker start-up included in a problem's first check.
 """
 
 from __future__ import annotations
@@ -64,14 +67,14 @@ def summary(r: GradeResult) -> str:
     return line
 
 
-def _visible_checks(p: Any, reveal: bool) -> list[dict[str, str]]:
+def _visible_checks(p: Any, reveal: bool) -> list[dict[str, Any]]:
     out = []
     for c in p.checks:
         message = c.message if (not c.hidden or reveal) else ("details withheld" if c.outcome != PASSED else "")
         if c.example and (not c.hidden or reveal):
             message = f"{message}\n{c.example}"
         out.append({"test": c.test if (not c.hidden or reveal) else f"hidden check #{len(out) + 1}",
-                    "outcome": c.outcome, "message": message})
+                    "outcome": c.outcome, "message": message, "duration": c.duration})
     return out
 
 
@@ -85,7 +88,7 @@ def to_json(r: GradeResult, reveal: bool = True) -> dict[str, Any]:
         "problems": [{
             "name": p.name, "section": p.section, "score": p.score, "max_score": p.max_score,
             "status": p.status, "visibility": p.visibility, "output": p.output, "log": p.log,
-            "checks": _visible_checks(p, reveal),
+            "time": p.time, "checks": _visible_checks(p, reveal),
         } for p in r.problems],
     }
 

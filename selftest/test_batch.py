@@ -425,3 +425,16 @@ def test_jobs_and_worker_memory_fit_the_free_memory(monkeypatch):
     assert sandbox.fitted_memory_limit(8 << 30) == 8 << 30
     VM.available = 5 << 30
     assert sandbox.fitted_memory_limit(8 << 30) == sandbox.MIN_WORKER_BYTES
+
+
+def test_jobs_share_one_worker_budget(monkeypatch):
+    """jobs x problems at once never exceeds min(cores, memory slots)."""
+    from grader import engine, sandbox
+
+    monkeypatch.setattr(engine, "cores", lambda: 4)
+    monkeypatch.setattr(sandbox, "worker_slots", lambda memory_bytes: 3)
+    assert batch.share_budget(1) == (1, 3)
+    assert batch.share_budget(2) == (2, 1)
+    assert batch.share_budget(5) == (3, 1)
+    monkeypatch.setattr(sandbox, "worker_slots", lambda memory_bytes: 16)
+    assert batch.share_budget(2) == (2, 2)

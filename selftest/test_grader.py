@@ -125,3 +125,93 @@ def test_hidden_checks_catch_what_public_tests_miss(tmp_path):
     revealed, _ = grade(folder, tmp_path, "--problems", "precision", "--reveal-hidden")
     assert "Falsifying" in _problems(revealed)["precision"]["output"] or "grader/hidden" in _problems(
         revealed)["precision"]["output"]
+
+
+def _planned() -> list:
+    return [(p, p.check_files(REPO)) for p in RUBRIC.problems if not p.gpu and p.check_files(REPO)]
+
+
+def test_partition_balances_check_files_and_keeps_rubric_order():
+    """K groups hold every check file once, in the rubric's order within each; a
+    problem is split over groups only when it alone outweighs a fair share; the
+    heaviest group is within one unit of the ideal (longest-first greedy)."""
+    from grader.engine import file_cost, partition, units_of
+
+    planned = _planned()
+    assert partition(units_of(planned, 1), 1) == [[(p, tuple(fs)) for p, fs in planned]]
+    total = sum(file_cost(p, f) for p, fs in planned for f in fs)
+    for k in (2, 3, 4):
+        units = units_of(planned, k)
+        for p, fs in planned:
+            split = [u for u in units if u[0].name == p.name]
+            assert len(split) == 1 or sum(file_cost(p, f) for f in fs) > total / k, (p.name, k)
+        groups = partition(units, k)
+        assert len(groups) == min(k, len(units))
+        assert sorted(f for g in groups for _, fs in g for f in fs) == sorted(f for _, fs in planned for f in fs)
+        for g in groups:
+            assert g == [u for u in units if u in g], "rubric order lost within a group"
+        cost = [sum(file_cost(p, f) for f in fs) for p, fs in units]
+        loads = [sum(file_cost(p, f) for p, fs in g for f in fs) for g in groups]
+        assert max(loads) <= sum(loads) / k + max(cost) + 1e-9, loads
+    assert len(partition(units_of(planned[:1], 4), 4)) <= 2
+
+
+def test_a_problem_split_over_groups_is_merged_in_file_order():
+    """A problem whose files ran in two groups: its checks come back in its files'
+    order (as one process would run them), its worker records are combined, and a
+    group that failed makes the problem fail, not vanish."""
+    from grader.engine import _problem_outcome
+
+    files = ["tests/test_x.py", "grader/hidden/test_x_hidden.py"]
+
+    def test(f: str) -> dict:
+        return {"problem": "x", "file": f, "outcome": "passed", "exceptions": [], "message": "", "example": "",
+                "gpu": False, "duration": 1.0}
+
+    hidden = {"tests": {"grader/hidden/test_x_hidden.py::h": test(files[1])},
+              "problems": {"x": {"calls": 2, "crashes": ["boom"], "timeout": "", "seccomp": "on", "log": "b",
+                                 "log_dropped": 0, "started": True}}}
+    public = {"tests": {"tests/test_x.py::a": test(files[0]), "tests/test_x.py::b": test(files[0])},
+              "problems": {"x": {"calls": 3, "crashes": [], "timeout": "ran out", "seccomp": "on", "log": "a",
+                                 "log_dropped": 5, "started": True}}}
+    out = _problem_outcome("x", files, [hidden, public])
+    assert list(out["tests"]) == ["tests/test_x.py::a", "tests/test_x.py::b", "grader/hidden/test_x_hidden.py::h"]
+    state = out["problems"]["x"]
+    assert (state["calls"], state["crashes"], state["timeout"], state["log_dropped"]) == (5, ["boom"], "ran out", 5)
+    failed = _problem_outcome("x", files, [hidden, {"tests": {}, "problems": {}, "error": "died", "fatal": True}])
+    assert failed["fatal"] and failed["error"] == "died"
+
+
+def test_parallelism_is_capped_by_cores_files_and_memory(monkeypatch):
+    from grader import engine
+
+    monkeypatch.setattr(engine, "cores", lambda: 8)
+    monkeypatch.setattr(engine, "worker_slots", lambda memory_bytes: 16)
+    assert engine.parallelism(3, 8 << 30) == 3
+    assert engine.parallelism(20, 8 << 30) == 8
+    assert engine.parallelism(20, 8 << 30, requested=2) == 2
+    monkeypatch.setattr(engine, "worker_slots", lambda memory_bytes: 1)
+    assert engine.parallelism(20, 8 << 30, requested=4) == 1
+
+
+@pytest.mark.skipif(not hidden_available(), reason="needs reference/ and the hidden checks")
+def test_parallel_grade_equals_sequential(tmp_path):
+    """Problems graded in concurrent trusted processes get the very verdicts,
+    outputs and checks (in order) of one process; every check has a
+    trusted-side duration."""
+    folder = reference_submission(tmp_path / "sub")
+    target = folder / "student" / "precision.py"
+    find = '    v = abs(require_number("value", value))\n    _, e, m, _ = _layout(dtype)\n'
+    target.write_text(target.read_text().replace(find, find + "    return torch.tensor(v).to(dtype).item() == 0.0\n"))
+    runs = {}
+    for k in ("1", "2"):
+        runs[k], _ = grade(folder, tmp_path, "--problems", "precision,views", "--parallel", k)
+    one, two = (_problems(runs[k]) for k in ("1", "2"))
+    assert one["precision"]["status"] == "failed" and one["views"]["status"] == "passed", one
+    for name in ("precision", "views"):
+        for key in ("status", "score", "output"):
+            assert one[name][key] == two[name][key], (name, key, one[name][key], two[name][key])
+        assert [(c["test"], c["outcome"]) for c in one[name]["checks"]] == \
+            [(c["test"], c["outcome"]) for c in two[name]["checks"]]
+        assert two[name]["time"] > 0 and all(c["duration"] >= 0 for c in two[name]["checks"])
+        assert two[name]["time"] >= max(c["duration"] for c in two[name]["checks"])

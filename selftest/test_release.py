@@ -41,7 +41,7 @@ def test_layout(release_dir):
     for absent in ("reference", "grader/hidden", "grader/corpus", "selftest", "docs", "grader/templates"):
         assert not any(n == absent or n.startswith(absent + "/") for n in names), f"{absent} is in the release"
     for absent in ("docs/instructors.md", "grader/batch.py", "grader/release.py", "grader/bundle.py",
-                   "benchmarks/batch.py"):
+                   "grader/similarity.py", "benchmarks/batch.py"):
         assert absent not in names
     for present in ("README.md", "handout.md", "lab", "pyproject.toml", "constraints.txt", "conftest.py",
                     ".ci/run", ".github/workflows/grade.yml", "student/__init__.py", "tests/harness.py",
