@@ -107,6 +107,7 @@ class ProblemResult:
     checks: list[Check] = field(default_factory=list)
     log: str = ""
     items: list[ItemResult] = field(default_factory=list)
+    unmapped: list[str] = field(default_factory=list)  # checks no single item holds (they count toward all)
 
 
 @dataclass
@@ -333,7 +334,7 @@ def _score(p: Problem, outcome: dict[str, Any], cuda: bool, public_only: bool, r
     n_pub, n_hid = sum(not c.hidden for c in ran), sum(c.hidden for c in ran)
     counts = f"{len(ran)} checks ({n_pub} public, {n_hid} hidden)"
     note = f"; {len(gpu_skipped)} GPU checks not run on this machine" if gpu_skipped else ""
-    unmapped = sorted({function_name(c.test) for c in checks if not c.item})
+    unmapped = res.unmapped = sorted({function_name(c.test) for c in checks if not c.item})
     if not checks:
         res.status, res.output = ERROR, "no checks were collected for this problem"
         return res

@@ -18,7 +18,8 @@ The ``--json`` schema (stable; other tools build on it)::
                                   "property_test": str, "property": str,
                                   "input_kind": {str: str}, "parameters": [str],
                                   "message": str, "example": str,
-                                  "reproduce": str, "withheld": bool}}]}]}
+                                  "reproduce": str, "withheld": bool}}],
+                   "unmapped": [str]}]}
 
 ``status`` is one of "passed", "failed", "error", "timeout",
 "not run on a GPU", "no checks" (problems and items alike). A problem's score is
@@ -26,7 +27,9 @@ the sum of its items' (rubric.toml's [[problem.item]]); an item's ``failure`` is
 its first failed check: for a hidden one, the public test it extends
 (``property_test`` and the first paragraph of its docstring, ``property``) and
 the kind of input (``input_kind``, word-like ``parameters``), its message and
-example only when revealed. ``max_score`` counts only the problems graded
+example only when revealed. ``unmapped`` names checks that no single item
+holds (a rubric gap, which selftest/test_rubric_items.py forbids): they count
+toward every item of their problem. ``max_score`` counts only the problems graded
 on this machine; ``gpu_points_not_run`` the points of problems that need a GPU
 and were not run; ``points_without_checks`` those of problems whose check files
 do not exist (yet). Hidden checks' messages are withheld unless revealed.
@@ -105,6 +108,7 @@ def to_json(r: GradeResult, reveal: bool = True) -> dict[str, Any]:
             "name": p.name, "section": p.section, "score": p.score, "max_score": p.max_score,
             "status": p.status, "visibility": p.visibility, "output": p.output, "log": p.log,
             "checks": _visible_checks(p, reveal), "items": [_item_json(i) for i in p.items],
+            "unmapped": p.unmapped,
         } for p in r.problems],
     }
 
