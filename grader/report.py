@@ -197,7 +197,7 @@ def _reason(f: Failure | None, note: str) -> str:
             what += f" (extends {f.property_test.split('::')[-1]})"
         kind = ", ".join(f"{k}={v}" for k, v in f.input_kind.items())
         return f"{what}: {kind}" if kind else what
-    message = next((ln for ln in f.message.splitlines() if ln.strip()), "")
+    message = next((ln for ln in f.message.splitlines() if ln.strip()), "").removeprefix("AssertionError: ")
     return f"{f.test.split('::')[-1]}: {message}" if message else f.test.split("::")[-1]
 
 
