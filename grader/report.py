@@ -213,19 +213,20 @@ def table(r: GradeResult, *, details: bool = True, width: int = 110) -> str:
         failed = [i for i in p.items if i.score < i.max_score and i.status != NOT_RUN_GPU]
         first = ""
         if p.status != PASSED:
-            if failed:
+            if 0 < p.score < p.max_score:  # the item rows below say why
+                first = "lost: " + "; ".join(i.name for i in failed)
+            elif failed:
                 first = _reason(failed[0].failure, failed[0].note)
+                first = f"{failed[0].name}: {first}" if len(p.items) > 1 else first
             elif p.output:
                 first = p.output.splitlines()[0]
-            if failed and len(p.items) > 1:
-                first = f"{failed[0].name}: {first}"
         rows.append((p.name, p.section, f"{_fmt(p.score)}/{_fmt(p.max_score)}", p.status, first))
         if 0 < p.score < p.max_score:
             for i in p.items:
                 rows.append((f"  · {i.name}", "", f"{_fmt(i.score)}/{_fmt(i.max_score)}", i.status,
                              "" if i.status == PASSED else _reason(i.failure, i.note)))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    room = max(30, width - sum(widths) - 8)
+    room = max(60, width - sum(widths) - 8)
     rendered = [("  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)) + "  "
                  + shorten(row[4], room)).rstrip() for row in rows]
     lines += [rendered[0], "-" * max(len(ln) for ln in rendered), *rendered[1:]]

@@ -176,9 +176,9 @@ def test_reports_have_one_entry_per_item(tmp_path):
     assert [(i["name"], i["points"], i["score"]) for i in doc["items"]] == [
         ("update rules", 6, 0), ("state_dict", 3, 3), ("bad hyperparameters", 1, 1)]
     assert doc["items"][0]["failure"]["property_test"].endswith("test_trajectory_matches_torch")
-    table = report.table(r, width=100)
+    table = report.table(r, width=110)
     rows = [ln for ln in table.splitlines() if ln.startswith(("optimizers ", "  · update rules"))]
-    assert len(rows) == 2 and all(ln.endswith(("word…", "[Adam]…")) and len(ln) <= 100 for ln in rows), table
+    assert rows[0].endswith("lost: update rules") and rows[1].endswith("word…") and len(rows[1]) <= 110, table
     assert "  · update rules" in table and "  · state_dict" in table  # partly earned: item breakdown
 
 
