@@ -177,8 +177,8 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
                     cpu_seconds=int(rub.settings.cpu_limit_seconds))
     sandbox = Sandbox(limits=limits, gpu=cuda, want=opts.sandbox)
     result = GradeResult(submission=str(path), profile=profile, sandbox=sandbox.describe())
-    result.checks = ("public checks only (--public-only)" if opts.public_only else
-                     STUDENT_RELEASE_CHECKS if public_only else "public + hidden checks")
+    result.checks = (STUDENT_RELEASE_CHECKS if not hidden_available() else
+                     "public checks only (--public-only)" if opts.public_only else "public + hidden checks")
     if sandbox.mode != "bwrap":
         result.notes.append(f"sandbox: rlimits only ({sandbox.why})")
     start = time.monotonic()
