@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.engine import NO_CHECKS, NOT_RUN_GPU, PASSED, Failure, GradeResult, ItemResult, ProblemResult, item_text
+from grader.rubric import function_name
 
 
 def write_atomic(path: Path | str, text: str) -> None:
@@ -87,7 +88,7 @@ def _visible_checks(p: Any, reveal: bool) -> list[dict[str, str]]:
         message = c.message if (not c.hidden or reveal) else ("details withheld" if c.outcome != PASSED else "")
         if c.example and (not c.hidden or reveal):
             message = f"{message}\n{c.example}"
-        out.append({"test": c.test if (not c.hidden or reveal) else f"hidden check #{len(out) + 1}",
+        out.append({"test": c.test if (not c.hidden or reveal) else f"hidden check {function_name(c.test)}",
                     "outcome": c.outcome, "message": message})
     return out
 
