@@ -1,7 +1,8 @@
 """Each known-wrong submission in grader/corpus/wrong is caught by the public
-tests of its problem, and the tests that catch it belong to exactly the rubric
-items its ``breaks`` list names (the grader tests check it loses exactly those
-items' points)."""
+tests of its problem, and the tests that catch it belong to rubric items its
+``breaks`` list names (the grader tests check it loses exactly those items'
+points: a hidden check extending another item's public test may catch the bug
+there too, e.g. a bf16 bug in a bf16 resume)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,6 @@ def test_public_tests_catch_the_bug(sub, tmp_path):
     if sub.breaks:
         problem = load().problem(sub.problem)
         caught = {i.name for k in failed for i in problem.items_of(k)}
-        assert caught == set(sub.breaks), (
+        assert caught <= set(sub.breaks), (
             f"{sub.name}: its failing public tests belong to items {sorted(caught)}, its breaks list says "
             f"{sorted(sub.breaks)} (failing: {sorted({k.split('::')[-1].split('[')[0] for k in failed})})")
