@@ -10,13 +10,19 @@ groups run concurrently, one trusted pytest process each (its own plan,
 results pipe and scratch folder), with K = min(cores, check files, memory
 slots of :func:`grader.sandbox.worker_slots`) or ``Options.parallel``; each
 problem is scored from its groups' results, merged in its files' order.
-Verdicts and points are computed here, from the rubric.
+Verdicts and points are computed here, from the rubric: each check counts
+toward one item of its problem (:meth:`grader.rubric.Problem.items_of`), an item
+earns its points when all its checks pass, and a problem's score is the sum of
+its items'. Each failed item carries its first failure as structured fields
+(:class:`Failure`), which the reports render.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -29,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import rubric as rubric_mod
-from grader.rubric import Problem, Rubric, is_hidden
+from grader.rubric import Item, Problem, Rubric, function_name, is_hidden
 from grader.sandbox import (
     Limits,
     Sandbox,
@@ -46,6 +52,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 PASSED, FAILED, ERROR, TIMEOUT = "passed", "failed", "error", "timeout"
 NOT_RUN_GPU, NO_CHECKS = "not run on a GPU", "no checks"
+STUDENT_RELEASE_CHECKS = (
+    "public checks only (this is the student release); the course's grader also runs hidden checks "
+    "that extend these public tests with more and larger inputs")
 _IMPORT_ERRORS = {"remote:SyntaxError", "remote:ImportError", "remote:ModuleNotFoundError",
                   "remote:IndentationError", "remote:SystemExit"}
 
@@ -60,6 +69,46 @@ class Check:
     gpu: bool = False
     exceptions: list[str] = field(default_factory=list)
     duration: float = 0.0  # seconds, setup to teardown, on the trusted side's clock
+    extends: str = ""  # hidden checks: the public test (node id, no parameters) this one extends
+    input_kind: dict[str, str] = field(default_factory=dict)  # hidden checks: the kind of input, never values
+    item: str = ""  # the rubric item it counts toward ("" when it maps to none or several: all items)
+
+
+@dataclass
+class Failure:
+    """The first failure of an item, as fields (reports render them; nothing parses text).
+
+    Every field is computed on the trusted side: the check's node id, the
+    rubric, the public tests' source (the property: the first paragraph of the
+    docstring of the public test, or of the public test a hidden check
+    extends), the hidden check's declared input kind, and the assertion
+    message of the trusted test process. ``message`` and ``example`` are empty
+    for a hidden check unless revealed (they may hold the hidden inputs).
+    """
+
+    test: str  # node id; for a withheld hidden check, its function name only
+    hidden: bool
+    outcome: str
+    property_test: str = ""  # the public test (node id, no parameters) stating the property
+    property: str = ""  # that test's docstring summary
+    input_kind: dict[str, str] = field(default_factory=dict)
+    parameters: list[str] = field(default_factory=list)  # word-like pytest parametrize ids (e.g. "Adam")
+    message: str = ""
+    example: str = ""
+    reproduce: str = ""  # a pytest command line for the public test
+    withheld: bool = False
+
+
+@dataclass
+class ItemResult:
+    name: str
+    score: float
+    max_score: float
+    status: str  # passed | failed | error | timeout | not run on a GPU | no checks
+    checks: int = 0  # how many of its checks ran
+    failed: int = 0  # how many of those did not pass
+    failure: Failure | None = None
+    note: str = ""  # why it was not credited (a gate, the grader's own trouble)
 
 
 @dataclass
@@ -74,6 +123,8 @@ class ProblemResult:
     checks: list[Check] = field(default_factory=list)
     log: str = ""
     time: float = 0.0  # seconds: the sum of its checks' durations (trusted side)
+    items: list[ItemResult] = field(default_factory=list)
+    unmapped: list[str] = field(default_factory=list)  # checks no single item holds (they count toward all)
 
 
 @dataclass
@@ -88,6 +139,7 @@ class GradeResult:
     problems: list[ProblemResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     error: str = ""
+    checks: str = ""  # which checks ran: public + hidden, or public only and why
     points_without_checks: float = 0.0
     seed: int = 0  # the hidden checks' seed (instructors only: --seed replays this grade)
 
@@ -220,9 +272,8 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
     if limits.memory_bytes < configured:
         result.notes.append(f"worker memory limit lowered to {limits.memory_bytes / (1 << 30):.1f} GiB "
                             f"(from {configured / (1 << 30):g} GiB) to fit this machine's free memory")
-    if public_only:
-        result.notes.append("public checks only (" + ("--public-only" if opts.public_only else
-                            "this checkout has no reference/ or hidden checks") + ")")
+    result.checks = (STUDENT_RELEASE_CHECKS if not hidden_available() else
+                     "public checks only (--public-only)" if opts.public_only else "public + hidden checks")
     if sandbox.mode != "bwrap":
         result.notes.append(f"sandbox: rlimits only ({sandbox.why})")
     start = time.monotonic()
@@ -268,6 +319,9 @@ def _strip_controls(result: GradeResult) -> None:
         p.output, p.log = printable(p.output), printable(p.log)
         for c in p.checks:
             c.message, c.example = printable(c.message), printable(c.example)
+        for i in p.items:
+            if i.failure is not None:
+                i.failure.message, i.failure.example = printable(i.failure.message), printable(i.failure.example)
 
 
 def _timed(res: ProblemResult, outcome: dict[str, Any]) -> ProblemResult:
@@ -282,14 +336,16 @@ def _timed(res: ProblemResult, outcome: dict[str, Any]) -> ProblemResult:
 def _unavailable(p: Problem, status: str, output: str, cuda: bool) -> ProblemResult:
     if p.gpu and not cuda:
         status, output = NOT_RUN_GPU, f"{p.name} needs a CUDA device; this machine has none, so it was not run"
-    return ProblemResult(p.name, p.section, 0.0, p.points, status, p.visibility, output)
+    return ProblemResult(p.name, p.section, 0.0, p.points, status, p.visibility, output,
+                         items=[ItemResult(i.name, 0.0, i.points, status, note=output) for i in p.items])
 
 
 def _total(result: GradeResult, elapsed: float) -> GradeResult:
     result.execution_time = round(elapsed, 3)
     result.score = sum(p.score for p in result.problems)
     result.max_score = sum(p.max_score for p in result.problems if p.status not in (NOT_RUN_GPU, NO_CHECKS))
-    result.gpu_points_not_run = sum(p.max_score for p in result.problems if p.status == NOT_RUN_GPU)
+    result.gpu_points_not_run = sum(p.max_score for p in result.problems if p.status == NOT_RUN_GPU) + sum(
+        i.max_score for p in result.problems if p.status != NOT_RUN_GPU for i in p.items if i.status == NOT_RUN_GPU)
     result.points_without_checks = sum(p.max_score for p in result.problems if p.status == NO_CHECKS)
     return result
 
@@ -444,65 +500,208 @@ def _score(p: Problem, outcome: dict[str, Any], cuda: bool, public_only: bool, r
            repro: str) -> ProblemResult:
     files = p.check_files(REPO, public_only=public_only)
     if not files:
-        return ProblemResult(p.name, p.section, 0.0, p.points, NO_CHECKS, p.visibility,
-                             f"no check files yet ({', '.join(p.checks)}): not graded")
+        why = f"no check files yet ({', '.join(p.checks)}): not graded"
+        return ProblemResult(p.name, p.section, 0.0, p.points, NO_CHECKS, p.visibility, why,
+                             items=[ItemResult(i.name, 0.0, i.points, NO_CHECKS, note=why) for i in p.items])
     if p.gpu and not cuda:
         return _unavailable(p, NOT_RUN_GPU, "", cuda)
     if outcome.get("fatal"):
-        return ProblemResult(p.name, p.section, 0.0, p.points, ERROR, p.visibility,
-                             outcome.get("error", "the grader failed")[:3000])
+        return _unavailable(p, ERROR, outcome.get("error", "the grader failed")[:3000], cuda)
     state = outcome.get("problems", {}).get(p.name, {})
     checks, collect_errors = [], []
     for nodeid, t in outcome.get("tests", {}).items():
         if t["outcome"] == "collect-error" and any(t["file"].startswith(f) for f in files):
             collect_errors.append(f"{t['file']}: {t['message']}")
         elif t["problem"] == p.name:
-            checks.append(Check(nodeid, t["outcome"], t["message"], t["example"], is_hidden(t["file"]),
-                                t["gpu"], t["exceptions"]))
+            c = Check(nodeid, t["outcome"], t["message"], t["example"], is_hidden(t["file"]), t["gpu"],
+                      t["exceptions"], _extends(t.get("extends")), _input_kind(t.get("input_kind")))
+            found = p.items_of(c.test, c.extends)
+            c.item = found[0].name if len(found) == 1 else ""
+            checks.append(c)
     log = state.get("log", "") + (f"\n[... {state['log_dropped']} more bytes of output dropped]"
                                   if state.get("log_dropped") else "")
     res = ProblemResult(p.name, p.section, 0.0, p.points, FAILED, p.visibility, "", checks, log)
     if collect_errors:
-        res.status, res.output = ERROR, "the grader could not load its checks (not your fault):\n" + \
-            "\n".join(collect_errors)[:3000]
+        why = "the grader could not load its checks (not your fault):\n" + "\n".join(collect_errors)[:3000]
+        res.status, res.output = ERROR, why
+        res.items = [ItemResult(i.name, 0.0, i.points, ERROR, note="the grader could not load its checks")
+                     for i in p.items]
         return res
+    res.items = [_score_item(i, [c for c in checks if c.item in (i.name, "")], reveal, repro) for i in p.items]
+    for spec, gate in zip(p.items, res.items, strict=True):
+        if spec.gate and gate.status != PASSED:
+            for other in res.items:
+                if other is not gate and other.score:
+                    other.score, other.note = 0.0, f"not credited: it needs \"{gate.name}\", which did not pass"
+    not_run = [i for i in res.items if i.status == NOT_RUN_GPU]
+    res.max_score = p.points - sum(i.max_score for i in not_run)
+    res.score = sum(i.score for i in res.items)
     ran = [c for c in checks if c.outcome != "skipped"]
     gpu_skipped = [c for c in checks if c.outcome == "skipped" and c.gpu]
     failed = [c for c in ran if c.outcome != PASSED]
     n_pub, n_hid = sum(not c.hidden for c in ran), sum(c.hidden for c in ran)
     counts = f"{len(ran)} checks ({n_pub} public, {n_hid} hidden)"
     note = f"; {len(gpu_skipped)} GPU checks not run on this machine" if gpu_skipped else ""
+    unmapped = res.unmapped = sorted({function_name(c.test) for c in checks if not c.item})
     if not checks:
         res.status, res.output = ERROR, "no checks were collected for this problem"
-    elif not ran and gpu_skipped:
-        res.status, res.output = NOT_RUN_GPU, f"all {len(gpu_skipped)} checks need a CUDA device: not run"
-    elif not failed and ran:
-        res.status, res.score = PASSED, p.points
-        res.output = f"passed all {counts}{note}"
-    else:
-        names = {n for c in failed for n in c.exceptions}
-        if state.get("timeout"):
-            res.status = TIMEOUT
-        elif state.get("crashes") or names & _IMPORT_ERRORS:
-            res.status = ERROR
-        lines = [f"{len(failed)} of {counts} failed{note}."]
-        if state.get("timeout"):
-            lines.append(f"Timeout: {state['timeout']}")
-        if state.get("crashes"):
-            lines.append(f"The worker crashed: {state['crashes'][0][:1500]}")
-        first = next((c for c in failed if not c.hidden), None) or failed[0]
-        lines.append(_failure_text(first, reveal, repro))
-        res.output = "\n".join(lines)
+        return res
+    if len(not_run) == len(res.items):
+        res.status, res.max_score = NOT_RUN_GPU, p.points
+        res.output = f"all {len(gpu_skipped)} checks need a CUDA device: not run"
+        return res
+    if all(i.status in (PASSED, NOT_RUN_GPU) for i in res.items) and res.score == res.max_score:
+        res.status, res.output = PASSED, f"passed all {counts}{note}"
+        return res
+    names = {n for c in failed for n in c.exceptions}
+    if state.get("timeout"):
+        res.status = TIMEOUT
+    elif state.get("crashes") or names & _IMPORT_ERRORS:
+        res.status = ERROR
+    lines = [f"{len(failed)} of {counts} failed{note}; {_fmt(res.score)} of {_fmt(res.max_score)} points."]
+    if state.get("timeout"):
+        lines.append(f"Timeout: {state['timeout']}")
+    if state.get("crashes"):
+        lines.append(f"The worker crashed: {state['crashes'][0][:1500]}")
+    if unmapped:
+        lines.append(f"Checks the rubric maps to no single item (they count toward every item): {', '.join(unmapped)}")
+    for i in res.items:
+        if i.score < i.max_score and i.status != NOT_RUN_GPU:
+            lines.append(item_text(i))
+    res.output = "\n".join(lines)
     return res
 
 
-def _failure_text(c: Check, reveal: bool, repro: str) -> str:
+def _score_item(item: Item, checks: list[Check], reveal: bool, repro: str) -> ItemResult:
+    """An item earns its points when every check of it that ran passed (and one ran)."""
+    ran = [c for c in checks if c.outcome != "skipped"]
+    failed = [c for c in ran if c.outcome != PASSED]
+    res = ItemResult(item.name, 0.0, item.points, FAILED, len(ran), len(failed))
+    if not ran:
+        if any(c.gpu for c in checks):
+            res.status, res.note = NOT_RUN_GPU, "its checks need a CUDA device: not run"
+        else:
+            res.status, res.note = ERROR, "none of its checks ran (not your fault: tell the course staff)"
+        return res
+    if not failed:
+        res.status, res.score = PASSED, item.points
+        return res
+    names = {n for c in failed for n in c.exceptions}
+    if "WorkerTimeout" in names:
+        res.status = TIMEOUT
+    elif names & (_IMPORT_ERRORS | {"WorkerCrashed", "ProtocolError"}):
+        res.status = ERROR
+    first = next((c for c in failed if not c.hidden), None) or failed[0]
+    res.failure = _failure(first, reveal, repro)
+    return res
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+# Control characters (bar newline and tab) and ANSI escapes never reach a report:
+# a message may quote a string the submission returned.
+_CONTROL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def _clean(text: str, limit: int) -> str:
+    text = _CONTROL.sub("", text).strip()
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _extends(value: Any) -> str:
+    """The node id an ``extends`` marker named, if it is a public test's (else "")."""
+    if not isinstance(value, str):
+        return ""
+    value = value.split("[")[0]
+    path, _, name = value.partition("::")
+    return value if path.startswith("tests/test_") and path.endswith(".py") and name.isidentifier() else ""
+
+
+def _input_kind(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {_clean(str(k), 40): _clean(str(v), 120) for k, v in list(value.items())[:12]}
+
+
+_WORD_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+
+
+def _parameters(test: str) -> list[str]:
+    """The word-like parts of a node id's parametrize ids ("Adam", "torch.float16"):
+    numbers, reprs and pytest's generated ``args3`` could carry values or say nothing."""
+    if "[" not in test:
+        return []
+    ids = test.split("[", 1)[1].rstrip("]")
+    return [part for part in ids.split("-") if _WORD_ID.fullmatch(part) and not re.fullmatch(r"[a-z]+\d+", part)]
+
+
+_DOCS: dict[str, dict[str, str]] = {}
+
+
+def public_docstring(test: str) -> str:
+    """The first docstring line of the public test ``tests/test_x.py::test_y`` (read
+    from the trusted source, never imported); "" when it has none."""
+    path, _, name = test.split("[")[0].partition("::")
+    if not path.startswith("tests/") or ".." in Path(path).parts:
+        return ""
+    if path not in _DOCS:
+        try:
+            tree = ast.parse((REPO / path).read_text())
+        except (OSError, SyntaxError, ValueError):
+            tree = ast.Module(body=[], type_ignores=[])
+        _DOCS[path] = {f.name: (ast.get_docstring(f) or "").strip().split("\n\n")[0].replace("\n", " ")
+                       for f in tree.body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)}
+    return _DOCS[path].get(name, "")
+
+
+def _failure(c: Check, reveal: bool, repro: str) -> Failure:
+    prop = c.test.split("[")[0] if not c.hidden else c.extends
+    f = Failure(test=c.test, hidden=c.hidden, outcome=c.outcome, property_test=prop,
+                property=public_docstring(prop) if prop else "", input_kind=dict(c.input_kind),
+                parameters=_parameters(c.test))
+    if prop:
+        f.reproduce = f"pytest {prop} --impl {repro}"
     if c.hidden and not reveal:
-        return ("First failure: a hidden check (it compares your functions with the reference on "
-                "inputs the public tests do not use); details are withheld.")
-    test = c.test.split("[")[0]
-    text = f"First failure: {c.test}\n{c.message.strip()}"
-    if c.example:
-        text += f"\n{c.example.strip()}"
-    text += f"\nReproduce: pytest {test} --impl {repro}"
-    return text
+        f.test, f.withheld = function_name(c.test), True
+        return f
+    f.message, f.example = _clean(c.message, 4000), _clean(c.example, 4000)
+    return f
+
+
+def failure_text(f: Failure) -> str:
+    """A failure as the student reads it (several lines)."""
+    if f.hidden:
+        head = f"A hidden check failed: {f.test}"
+        if f.property_test:
+            head += f", which extends the public test {function_name(f.property_test)}"
+            head += f" ({f.property})" if f.property else ""
+        lines = [head + "."]
+        kind = ", ".join(f"{k}={v}" for k, v in f.input_kind.items())
+        params = ", ".join(f.parameters) if f.withheld else ""
+        if kind or params:
+            lines.append("Inputs of the kind: " + "; ".join(x for x in (kind, params) if x) + ".")
+        if f.withheld:
+            lines.append("It runs that property on more or larger inputs than the public tests; the values "
+                         "are withheld.")
+    else:
+        lines = [f"Failed: {f.test}" + (f" ({f.property})" if f.property else "")]
+    if f.message:
+        lines.append(f.message)
+    if f.example:
+        lines.append(f.example)
+    if f.reproduce:
+        lines.append(("Explore with the public test: " if f.hidden else "Reproduce: ") + f.reproduce)
+    return "\n".join(lines)
+
+
+def item_text(i: ItemResult) -> str:
+    """One item's result as text: its score, then its first failure or why it earned nothing."""
+    head = f"[{_fmt(i.score)}/{_fmt(i.max_score)}] {i.name}: {i.status}"
+    if i.status == PASSED and not i.note:
+        return f"{head} ({i.checks} checks)"
+    if i.failure is not None:
+        head += f" ({i.failed} of {i.checks} checks failed)"
+    body = [x for x in (i.note, failure_text(i.failure) if i.failure else "") if x]
+    return "\n".join([head, *("  " + ln for x in body for ln in x.splitlines())])

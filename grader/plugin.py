@@ -12,7 +12,10 @@ engine). Then it:
 * skips ``gpu``-marked tests where CUDA is unavailable ("not run on a GPU");
 * records every test's outcome, failure details and duration (setup + call +
   teardown, on this trusted process's monotonic clock: nothing the worker
-  reports about time is used) and, at the end, writes them
+  reports about time is used), and for hidden checks the public test their
+  ``extends`` marker names and the kind of input they declared with
+  ``input_kind`` (read here, on the trusted side: the submission's worker
+  never sees the test items), and at the end writes them
   with each problem's worker record (timeouts, crashes, capped log) as JSON to
   the inherited file descriptor ``results_fd`` (a pipe to the engine: there is
   no results file a submission could find and forge).
@@ -197,6 +200,19 @@ def _describe(exc: BaseException) -> tuple[str, str]:
     return message[:4000], example[:4000]
 
 
+def _extends(item: pytest.Item) -> str:
+    """The public test a hidden check names with ``@pytest.mark.extends(...)`` ("" if none)."""
+    marker = item.get_closest_marker("extends")
+    value = marker.args[0] if marker is not None and marker.args else ""
+    return value if isinstance(value, str) else ""
+
+
+def _input_kind(item: pytest.Item) -> dict[str, str]:
+    """The facts a hidden check recorded with ``input_kind(...)`` (the last call wins)."""
+    kinds = [v for k, v in item.user_properties if k == "input_kind" and isinstance(v, dict)]
+    return {str(k): str(v) for k, v in kinds[-1].items()} if kinds else {}
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     report = yield
@@ -206,8 +222,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     entry = _STATE["tests"].setdefault(item.nodeid, {
         "problem": problem, "file": _STATE["pfiles"][problem][index] if problem else item.nodeid,
         "outcome": "passed", "exceptions": [], "message": "", "example": "",
-        "gpu": item.get_closest_marker("gpu") is not None, "duration": 0.0,
+        "gpu": item.get_closest_marker("gpu") is not None, "duration": 0.0, "extends": _extends(item),
+        "input_kind": {},
     })
+    entry["input_kind"] = _input_kind(item) or entry["input_kind"]
     if report.failed:
         entry["outcome"] = "failed" if report.when == "call" else "error"
     elif report.skipped and entry["outcome"] == "passed":

@@ -5,16 +5,32 @@ The ``--json`` schema (stable; other tools build on it)::
 
     {"submission": str, "score": float, "max_score": float,
      "gpu_points_not_run": float, "execution_time": float, "sandbox": str,
-     "profile": str, "notes": [str], "error": str,
+     "profile": str, "checks": str, "notes": [str], "error": str,
      "points_without_checks": float, "seed": int,
      "problems": [{"name": str, "section": str, "score": float,
                    "max_score": float, "status": str, "visibility": str,
                    "output": str, "log": str, "time": float,
                    "checks": [{"test": str, "outcome": str, "message": str,
-                               "duration": float}]}]}
+                               "duration": float}],
+                   "items": [{"name": str, "points": float, "score": float,
+                              "status": str, "checks": int, "failed": int,
+                              "note": str, "failure": null | {
+                                  "test": str, "hidden": bool, "outcome": str,
+                                  "property_test": str, "property": str,
+                                  "input_kind": {str: str}, "parameters": [str],
+                                  "message": str, "example": str,
+                                  "reproduce": str, "withheld": bool}}],
+                   "unmapped": [str]}]}
 
 ``status`` is one of "passed", "failed", "error", "timeout",
-"not run on a GPU", "no checks". ``max_score`` counts only the problems graded
+"not run on a GPU", "no checks" (problems and items alike). A problem's score is
+the sum of its items' (rubric.toml's [[problem.item]]); an item's ``failure`` is
+its first failed check: for a hidden one, the public test it extends
+(``property_test`` and the first paragraph of its docstring, ``property``) and
+the kind of input (``input_kind``, word-like ``parameters``), its message and
+example only when revealed. ``unmapped`` names checks that no single item
+holds (a rubric gap, which selftest/test_rubric_items.py forbids): they count
+toward every item of their problem. ``max_score`` counts only the problems graded
 on this machine; ``gpu_points_not_run`` the points of problems that need a GPU
 and were not run; ``points_without_checks`` those of problems whose check files
 do not exist (yet). Hidden checks' messages are withheld unless revealed.
@@ -30,10 +46,12 @@ import json
 import os
 import tempfile
 import xml.etree.ElementTree as ET
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from grader.engine import NO_CHECKS, NOT_RUN_GPU, PASSED, GradeResult
+from grader.engine import NO_CHECKS, NOT_RUN_GPU, PASSED, Failure, GradeResult, ItemResult, ProblemResult, item_text
+from grader.rubric import function_name
 
 
 def write_atomic(path: Path | str, text: str) -> None:
@@ -73,9 +91,14 @@ def _visible_checks(p: Any, reveal: bool) -> list[dict[str, Any]]:
         message = c.message if (not c.hidden or reveal) else ("details withheld" if c.outcome != PASSED else "")
         if c.example and (not c.hidden or reveal):
             message = f"{message}\n{c.example}"
-        out.append({"test": c.test if (not c.hidden or reveal) else f"hidden check #{len(out) + 1}",
+        out.append({"test": c.test if (not c.hidden or reveal) else f"hidden check {function_name(c.test)}",
                     "outcome": c.outcome, "message": message, "duration": c.duration})
     return out
+
+
+def _item_json(i: ItemResult) -> dict[str, Any]:
+    return {"name": i.name, "points": i.max_score, "score": i.score, "status": i.status, "checks": i.checks,
+            "failed": i.failed, "note": i.note, "failure": asdict(i.failure) if i.failure else None}
 
 
 def to_json(r: GradeResult, reveal: bool = True) -> dict[str, Any]:
@@ -83,75 +106,139 @@ def to_json(r: GradeResult, reveal: bool = True) -> dict[str, Any]:
     return {
         "submission": r.submission, "score": r.score, "max_score": r.max_score,
         "gpu_points_not_run": r.gpu_points_not_run, "execution_time": r.execution_time,
-        "sandbox": r.sandbox, "profile": r.profile, "notes": r.notes, "error": r.error,
+        "sandbox": r.sandbox, "profile": r.profile, "checks": r.checks, "notes": r.notes, "error": r.error,
         "points_without_checks": r.points_without_checks, "seed": r.seed,
         "problems": [{
             "name": p.name, "section": p.section, "score": p.score, "max_score": p.max_score,
             "status": p.status, "visibility": p.visibility, "output": p.output, "log": p.log,
-            "time": p.time, "checks": _visible_checks(p, reveal),
+            "time": p.time, "checks": _visible_checks(p, reveal), "items": [_item_json(i) for i in p.items],
+            "unmapped": p.unmapped,
         } for p in r.problems],
     }
 
 
+def _title(p: ProblemResult) -> str:
+    return f"{p.name} §{p.section}" if p.section else p.name
+
+
+def _item_output(p: ProblemResult, i: ItemResult) -> str:
+    """An item's Gradescope/JUnit text: its result, first failure or why it was not run."""
+    text = item_text(i)
+    if p.status not in (PASSED, NOT_RUN_GPU, NO_CHECKS) and i.status != PASSED and p.output and not i.failure \
+            and not i.note:
+        text += "\n" + p.output
+    return text
+
+
 def to_gradescope(r: GradeResult) -> dict[str, Any]:
-    """Gradescope's results.json: one test per problem (problems without checks left out)."""
+    """Gradescope's results.json: one test per rubric item, named "problem §section:
+    item" (problems without checks left out); a problem without items is one test."""
     tests = []
     for p in r.problems:
         if p.status == NO_CHECKS:
             continue
-        title = f"{p.name} (§{p.section})" if p.section else p.name
-        status = p.status if p.status != PASSED else "passed"
-        tests.append({
-            "name": title, "score": p.score, "max_score": p.max_score,
-            "status": "passed" if p.status == PASSED else "failed",
-            "output": (f"[{status}] " + p.output).strip(), "visibility": p.visibility,
-        })
-    output = "\n".join([summary(r), f"sandbox: {r.sandbox}", *r.notes, *([r.error] if r.error else [])])
+        if not p.items:
+            tests.append({"name": _title(p), "score": p.score, "max_score": p.max_score,
+                          "status": "passed" if p.status == PASSED else "failed",
+                          "output": f"[{p.status}] {p.output}".strip(), "visibility": p.visibility})
+            continue
+        for i in p.items:
+            tests.append({
+                "name": f"{_title(p)}: {i.name}", "score": i.score, "max_score": i.max_score,
+                "status": "passed" if i.status == PASSED and i.score == i.max_score else "failed",
+                "output": _item_output(p, i), "visibility": p.visibility,
+            })
+    output = "\n".join([summary(r), f"checks: {r.checks}", f"sandbox: {r.sandbox}", *r.notes,
+                        *([r.error] if r.error else [])])
     return {"score": r.score, "execution_time": r.execution_time, "output": output, "tests": tests}
 
 
 def to_junit(r: GradeResult) -> str:
-    """JUnit XML: one testcase per problem."""
-    suite = ET.Element("testsuite", name="grader", tests=str(len(r.problems)),
-                       failures=str(sum(p.status not in (PASSED, NOT_RUN_GPU, NO_CHECKS) for p in r.problems)),
-                       skipped=str(sum(p.status in (NOT_RUN_GPU, NO_CHECKS) for p in r.problems)),
-                       time=f"{r.execution_time:.3f}")
+    """JUnit XML: one testcase per rubric item (classname: the problem)."""
+    cases: list[tuple[ProblemResult, str, float, float, str, str]] = []
     for p in r.problems:
-        case = ET.SubElement(suite, "testcase", classname="grader", name=p.name)
+        for i in p.items or []:
+            status = i.status if i.status != PASSED or i.score == i.max_score else "failed"
+            cases.append((p, i.name, i.score, i.max_score, status, _item_output(p, i)))
+        if not p.items:
+            cases.append((p, p.name, p.score, p.max_score, p.status, p.output))
+    skipped = (NOT_RUN_GPU, NO_CHECKS)
+    suite = ET.Element("testsuite", name="grader", tests=str(len(cases)),
+                       failures=str(sum(c[4] not in (PASSED, *skipped) for c in cases)),
+                       skipped=str(sum(c[4] in skipped for c in cases)), time=f"{r.execution_time:.3f}")
+    for p, name, score, max_score, status, output in cases:
+        case = ET.SubElement(suite, "testcase", classname=p.name, name=name)
         ET.SubElement(case, "properties").extend([
-            ET.Element("property", name="score", value=_fmt(p.score)),
-            ET.Element("property", name="max_score", value=_fmt(p.max_score)),
+            ET.Element("property", name="score", value=_fmt(score)),
+            ET.Element("property", name="max_score", value=_fmt(max_score)),
         ])
-        if p.status in (NOT_RUN_GPU, NO_CHECKS):
-            ET.SubElement(case, "skipped", message=p.status).text = p.output
-        elif p.status != PASSED:
-            ET.SubElement(case, "failure", message=p.status, type=p.status).text = p.output
+        if status in skipped:
+            ET.SubElement(case, "skipped", message=status).text = output
+        elif status != PASSED:
+            ET.SubElement(case, "failure", message=status, type=status).text = output
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def table(r: GradeResult, *, details: bool = True) -> str:
-    """The terminal report: a per-problem table, then each problem's first failure."""
-    lines = [f"grading {r.submission}", f"sandbox: {r.sandbox}; profile: {r.profile}"]
+def shorten(text: str, width: int) -> str:
+    """``text`` on one line, cut at a word boundary with an ellipsis to fit ``width``."""
+    text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1]
+    space = cut.rfind(" ")
+    if space > width // 3:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:.") + "…"
+
+
+def _reason(f: Failure | None, note: str) -> str:
+    """What went wrong, in a few words: the test and its message's first line."""
+    if f is None:
+        return note
+    if f.hidden:
+        what = f"hidden {f.test}"
+        if f.property_test:
+            what += f" (extends {f.property_test.split('::')[-1]})"
+        kind = ", ".join(f"{k}={v}" for k, v in f.input_kind.items())
+        return f"{what}: {kind}" if kind else what
+    message = next((ln for ln in f.message.splitlines() if ln.strip()), "").removeprefix("AssertionError: ")
+    return f"{f.test.split('::')[-1]}: {message}" if message else f.test.split("::")[-1]
+
+
+def table(r: GradeResult, *, details: bool = True, width: int = 110) -> str:
+    """The terminal report: a per-problem table (with an item breakdown for a
+    problem partly earned), the summary, then each problem's failed items."""
+    lines = [f"grading {r.submission}", f"sandbox: {r.sandbox}; profile: {r.profile}", f"checks: {r.checks}"]
     lines += [f"note: {n}" for n in r.notes]
     if r.error:
         lines.append(f"error: {r.error}")
-    rows = [("problem", "§", "points", "status", "first failure")]
+    rows: list[tuple[str, str, str, str, str]] = [("problem", "§", "points", "status", "first failure")]
     for p in r.problems:
+        failed = [i for i in p.items if i.score < i.max_score and i.status != NOT_RUN_GPU]
         first = ""
-        if p.status not in (PASSED,):
-            first = next((ln for ln in p.output.splitlines() if ln.startswith("First failure")), p.output)
-            first = first.removeprefix("First failure: ").splitlines()[0] if first else ""
-        rows.append((p.name, p.section, f"{_fmt(p.score)}/{_fmt(p.max_score)}", p.status, first[:70]))
+        if p.status != PASSED:
+            if 0 < p.score < p.max_score:  # the item rows below say why
+                first = "lost: " + "; ".join(i.name for i in failed)
+            elif failed:
+                first = _reason(failed[0].failure, failed[0].note)
+                first = f"{failed[0].name}: {first}" if len(p.items) > 1 else first
+            elif p.output:
+                first = p.output.splitlines()[0]
+        rows.append((p.name, p.section, f"{_fmt(p.score)}/{_fmt(p.max_score)}", p.status, first))
+        if 0 < p.score < p.max_score:
+            for i in p.items:
+                rows.append((f"  · {i.name}", "", f"{_fmt(i.score)}/{_fmt(i.max_score)}", i.status,
+                             "" if i.status == PASSED else _reason(i.failure, i.note)))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    for i, row in enumerate(rows):
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)) + "  " + row[4])
-        if i == 0:
-            lines.append("-" * (sum(widths) + 8 + 13))
+    room = max(60, width - sum(widths) - 8)
+    rendered = [("  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)) + "  "
+                 + shorten(row[4], room)).rstrip() for row in rows]
+    lines += [rendered[0], "-" * max(len(ln) for ln in rendered), *rendered[1:]]
     lines.append(summary(r))
     if details:
         for p in r.problems:
             if p.status not in (PASSED, NO_CHECKS, NOT_RUN_GPU) and p.output:
-                lines += ["", f"== {p.name}: {p.status}", p.output]
+                lines += ["", f"== {p.name}: {p.status}, {_fmt(p.score)}/{_fmt(p.max_score)}", p.output]
     return "\n".join(lines) + "\n"
 
 

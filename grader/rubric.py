@@ -6,6 +6,7 @@ Every point comes from the TOML file; this module only reads and validates it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,24 @@ class RubricError(ValueError):
 
 
 @dataclass(frozen=True)
+class Item:
+    """A share of a problem's points: earned when every check it holds passes."""
+
+    name: str
+    points: float
+    tests: tuple[str, ...]  # fnmatch patterns over test function names (no parameters)
+    gate: bool = False  # the problem's other items earn nothing unless this one passes
+
+    def matches(self, function: str) -> bool:
+        return any(fnmatchcase(function, pattern) for pattern in self.tests)
+
+
+def function_name(test: str) -> str:
+    """The test function of a node id or name: ``tests/x.py::test_a[p]`` -> ``test_a``."""
+    return test.split("::")[-1].split("[")[0]
+
+
+@dataclass(frozen=True)
 class Problem:
     name: str
     section: str
@@ -31,6 +50,21 @@ class Problem:
     time_limit: float
     gpu: bool = False
     processes: int = 0
+    items: tuple[Item, ...] = ()
+
+    def items_of(self, test: str, extends: str = "") -> list[Item]:
+        """The items a check counts toward (exactly one in a consistent rubric).
+
+        ``test`` is the check's node id or function name; ``extends`` the node id
+        its ``extends`` marker names (hidden checks). The extended public test
+        decides; a check without the marker, or whose named test no pattern
+        matches, is matched by its own name.
+        """
+        if extends:
+            found = [i for i in self.items if i.matches(function_name(extends))]
+            if found:
+                return found
+        return [i for i in self.items if i.matches(function_name(test))]
 
     def check_files(self, root: Path = REPO, *, public_only: bool = False) -> list[str]:
         """The check files that exist (hidden ones dropped in public-only mode)."""
@@ -76,6 +110,37 @@ def _num(where: str, v: Any, positive: bool = True) -> float:
     return float(v)
 
 
+def _items(where: str, raw: Any, points: float) -> tuple[Item, ...]:
+    """A problem's [[problem.item]] tables, validated: names unique, points
+    positive and adding up to the problem's, patterns non-empty strings."""
+    if not isinstance(raw, list) or not raw:
+        raise RubricError(f"{where}: needs [[problem.item]] tables (name, points, tests)")
+    items: list[Item] = []
+    for j, it in enumerate(raw):
+        at = f"{where} item #{j + 1}"
+        if not isinstance(it, dict):
+            raise RubricError(f"{at}: must be a table")
+        extra = set(it) - {"name", "points", "tests", "gate"}
+        if extra:
+            raise RubricError(f"{at}: unknown keys {sorted(extra)}")
+        name = it.get("name")
+        if not isinstance(name, str) or not name.strip() or name in {i.name for i in items}:
+            raise RubricError(f"{at}: name must be a non-empty string, unique in the problem, got {name!r}")
+        tests = it.get("tests")
+        if not isinstance(tests, list) or not tests or not all(
+                isinstance(t, str) and t.startswith("test") and "::" not in t and "/" not in t for t in tests):
+            raise RubricError(f"{at} ({name}): tests must be a non-empty list of test function name patterns "
+                              f"(e.g. \"test_xavier_init_*\"), got {tests!r}")
+        gate = it.get("gate", False)
+        if not isinstance(gate, bool):
+            raise RubricError(f"{at} ({name}): gate must be true or false")
+        items.append(Item(name, _num(f"{at}.points", it.get("points")), tuple(tests), gate))
+    total = sum(i.points for i in items)
+    if abs(total - points) > 1e-9:
+        raise RubricError(f"{where}: its items' points add up to {total:g}, not the problem's {points:g}")
+    return tuple(items)
+
+
 def load(path: Path = DEFAULT_RUBRIC) -> Rubric:
     """Read and validate a rubric file."""
     try:
@@ -96,7 +161,8 @@ def load(path: Path = DEFAULT_RUBRIC) -> Rubric:
         if not isinstance(name, str) or not name.isidentifier() or name in seen:
             raise RubricError(f"{where}: name must be a unique identifier, got {name!r}")
         seen.add(name)
-        extra = set(p) - {"name", "section", "points", "visibility", "checks", "time_limit", "gpu", "processes"}
+        extra = set(p) - {"name", "section", "points", "visibility", "checks", "time_limit", "gpu", "processes",
+                          "item"}
         if extra:
             raise RubricError(f"{where} ({name}): unknown keys {sorted(extra)}")
         vis = p.get("visibility", "visible")
@@ -107,11 +173,13 @@ def load(path: Path = DEFAULT_RUBRIC) -> Rubric:
             raise RubricError(f"{where} ({name}): checks must be a list of .py paths")
         if any(c.startswith("/") or ".." in Path(c).parts for c in checks):
             raise RubricError(f"{where} ({name}): checks must be relative paths inside the repository")
+        points = _num(f"{where}.points", p.get("points"))
         problems.append(Problem(
-            name=name, section=str(p.get("section", "")), points=_num(f"{where}.points", p.get("points")),
+            name=name, section=str(p.get("section", "")), points=points,
             visibility=vis, checks=tuple(checks),
             time_limit=_num(f"{where}.time_limit", p.get("time_limit", settings.time_limit)),
             gpu=bool(p.get("gpu", False)), processes=int(_num(f"{where}.processes", p.get("processes", 0), False)),
+            items=_items(f"{where} ({name})", p.get("item"), points),
         ))
     if not problems:
         raise RubricError(f"{path}: no [[problem]] entries")

@@ -2,7 +2,8 @@
 mid-run, rerun, and then exactly 30 rows with the expected scores.
 
 To fit CI (2 cores) it grades two problems (precision, views) with the dev
-profile. The rubric gives a problem's points only when all its checks pass.
+profile. A known-wrong submission loses the points of the rubric items it
+breaks (its ``breaks`` list in grader/corpus/wrong) and keeps the others.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 from grader import batch
 from grader.compat import tomllib
 from grader.corpus import build_wrong, wrong_submissions
+from grader.rubric import load
 
 REPO = Path(__file__).resolve().parent.parent
 PROBLEMS = ("precision", "views")
@@ -30,6 +32,13 @@ PROBLEMS = ("precision", "views")
 def _points() -> dict[str, float]:
     rubric = tomllib.loads((REPO / "grader" / "rubric.toml").read_text())
     return {p["name"]: float(p["points"]) for p in rubric["problem"] if p["name"] in PROBLEMS}
+
+
+def _lost(problem: str, breaks: tuple[str, ...]) -> float:
+    """The points a wrong submission loses: its broken items' (the problem's when unstated)."""
+    if not breaks:
+        return _points()[problem]
+    return sum(i.points for i in load().problem(problem).items if i.name in breaks)
 
 
 def _grader_available() -> bool:
@@ -71,7 +80,7 @@ def generate_class(root: Path) -> dict[str, tuple[str, float]]:
         sid = f"partial-{i}-{w.name}"
         folder = build_wrong(w, root / "_tmp")
         shutil.move(folder, root / sid)
-        expected[sid] = ("graded", full - pts[w.problem])
+        expected[sid] = ("graded", full - _lost(w.problem, w.breaks))
     shutil.rmtree(root / "_tmp", ignore_errors=True)
     for i in range(3):  # the untouched stubs
         shutil.copytree(REPO / "student", root / f"stubs-{i}" / "student", ignore=ignore)

@@ -41,20 +41,38 @@ GRADESCOPE_SCHEMA = {
     },
 }
 
+STATUSES = ["passed", "failed", "error", "timeout", "not run on a GPU", "no checks"]
+
 RESULT_SCHEMA = {
     "type": "object",
     "required": ["submission", "score", "max_score", "gpu_points_not_run", "execution_time", "sandbox",
-                 "profile", "problems"],
+                 "profile", "checks", "problems"],
     "properties": {
         "submission": {"type": "string"}, "score": {"type": "number"}, "max_score": {"type": "number"},
         "gpu_points_not_run": {"type": "number"}, "execution_time": {"type": "number"},
         "sandbox": {"type": "string"}, "profile": {"enum": ["dev", "ci", "grade"]},
         "problems": {"type": "array", "items": {
             "type": "object",
-            "required": ["name", "section", "score", "max_score", "status", "visibility", "output", "checks"],
+            "required": ["name", "section", "score", "max_score", "status", "visibility", "output", "checks",
+                         "items"],
             "properties": {
-                "status": {"enum": ["passed", "failed", "error", "timeout", "not run on a GPU", "no checks"]},
+                "status": {"enum": STATUSES},
                 "checks": {"type": "array", "items": {"type": "object", "required": ["test", "outcome", "message"]}},
+                "items": {"type": "array", "minItems": 1, "items": {
+                    "type": "object",
+                    "required": ["name", "points", "score", "status", "failure"],
+                    "properties": {
+                        "name": {"type": "string"}, "points": {"type": "number", "exclusiveMinimum": 0},
+                        "score": {"type": "number", "minimum": 0}, "status": {"enum": STATUSES},
+                        "failure": {"oneOf": [{"type": "null"}, {
+                            "type": "object",
+                            "required": ["test", "hidden", "property_test", "property", "input_kind", "message",
+                                         "reproduce", "withheld"],
+                            "properties": {"input_kind": {"type": "object",
+                                                          "additionalProperties": {"type": "string"}}},
+                        }]},
+                    },
+                }},
             },
         }},
     },
@@ -98,8 +116,13 @@ def test_zip_submission_all_reports(tmp_path):
     gs = json.loads(files["gs.json"].read_text())
     jsonschema.validate(gs, GRADESCOPE_SCHEMA)
     assert gs["score"] == 10 and {t["status"] for t in gs["tests"]} == {"passed", "failed"}
+    # one Gradescope test and one JUnit testcase per rubric item, named "problem §section: item"
+    assert [t["name"] for t in gs["tests"]] == [f"{p['name']} §{p['section']}: {i['name']}"
+                                                for p in result["problems"] for i in p["items"]]
+    assert all(sum(i["score"] for i in p["items"]) == p["score"] for p in result["problems"])
     suite = ET.parse(files["xml"]).getroot()
-    assert suite.tag == "testsuite" and suite.get("failures") == "1"
+    assert suite.tag == "testsuite" and suite.get("failures") == str(len(by["precision"]["items"]))
+    assert suite.get("tests") == str(len(gs["tests"]))
     assert not list(tmp_path.glob(".*.tmp*")), "atomic writes left temporaries"
 
 
@@ -114,10 +137,11 @@ def test_gpu_problem_in_gradescope_output(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(gs.read_text())
     jsonschema.validate(doc, GRADESCOPE_SCHEMA)
-    (test,) = doc["tests"]
-    assert test["score"] == 0 and test["max_score"] > 0 and "not run" in test["output"]
+    tests = doc["tests"]
+    assert tests and all(t["score"] == 0 and t["max_score"] > 0 and "not run" in t["output"] for t in tests)
+    assert all(t["name"].startswith("mfu §") for t in tests)
     result = json.loads((tmp_path / "r.json").read_text())
-    assert result["max_score"] == 0 and result["gpu_points_not_run"] == test["max_score"]
+    assert result["max_score"] == 0 and result["gpu_points_not_run"] == sum(t["max_score"] for t in tests)
     assert "need a GPU" in proc.stdout and "on CPU" in proc.stdout
 
 

@@ -248,6 +248,8 @@ def test_ci_run_grades_the_stubs_with_the_public_checks(release_dir, tmp_path):
     result = json.loads((repo / "grade-out" / "results.json").read_text())
     assert result["score"] == 0, f"the stubs scored {result['score']}"
     assert result["max_score"] > 0
+    assert result["checks"].startswith("public checks only (this is the student release)"), result["checks"]
+    assert "hidden checks that extend these public tests" in result["checks"]
     names = {p["name"] for p in result["problems"]}
     shipped = {m for m in HANDOUT_MODULES if (repo / "tests" / f"test_{m}.py").exists()}
     assert shipped <= names, f"problems graded: {sorted(names)}; public test files: {sorted(shipped)}"

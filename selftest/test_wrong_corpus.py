@@ -1,5 +1,8 @@
 """Each known-wrong submission in grader/corpus/wrong is caught by the public
-tests of its problem (the grader tests check it loses exactly that problem)."""
+tests of its problem, and the tests that catch it belong to rubric items its
+``breaks`` list names (the grader tests check it loses exactly those items'
+points: a hidden check extending another item's public test may catch the bug
+there too, e.g. a bf16 bug in a bf16 resume)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from grader.corpus import build_wrong, wrong_submissions
+from grader.rubric import load
 from tests.harness import HANDOUT_MODULES
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,3 +40,9 @@ def test_public_tests_catch_the_bug(sub, tmp_path):
     failed = [k for k, r in results.items() if r["outcome"] != "passed"]
     assert failed, f"{sub.name} ({sub.description}) passes every public test of {sub.problem}"
     assert not any(r["outcome"] == "collect-error" for r in results.values()), results
+    if sub.breaks:
+        problem = load().problem(sub.problem)
+        caught = {i.name for k in failed for i in problem.items_of(k)}
+        assert caught <= set(sub.breaks), (
+            f"{sub.name}: its failing public tests belong to items {sorted(caught)}, its breaks list says "
+            f"{sorted(sub.breaks)} (failing: {sorted({k.split('::')[-1].split('[')[0] for k in failed})})")

@@ -2,8 +2,10 @@
 
 ``wrong/<problem>-<bug>.toml`` describes one classic bug as a patch to the
 reference: the submission is ``reference/`` copied as ``student/`` with the
-patch's ``find`` text replaced by ``replace`` in ``file``. It must lose exactly
-the points of ``problem``. Keeping patches (not copies) shows the bug at a glance
+patch's ``find`` text replaced by ``replace`` in ``file``. It must lose points
+in ``problem`` only: exactly the points of the rubric items listed in ``breaks``
+(the items whose public tests catch the bug) where it has that list, and keep
+the other items' points. Keeping patches (not copies) shows the bug at a glance
 and fails loudly when the reference changes under it.
 
 ``cheat/<name>/`` holds whole hostile submissions (see its README). A cheat
@@ -31,6 +33,7 @@ class WrongSubmission:
     problem: str
     description: str
     patches: tuple[tuple[str, str, str], ...]  # (file, find, replace)
+    breaks: tuple[str, ...] = ()  # the rubric items of ``problem`` it must lose (empty: not stated)
 
 
 def wrong_submissions() -> list[WrongSubmission]:
@@ -38,7 +41,8 @@ def wrong_submissions() -> list[WrongSubmission]:
     for path in sorted((CORPUS / "wrong").glob("*.toml")):
         spec = tomllib.loads(path.read_text())
         patches = tuple((p["file"], p["find"], p["replace"]) for p in spec["patch"])
-        out.append(WrongSubmission(path.stem, spec["problem"], spec["description"], patches))
+        out.append(WrongSubmission(path.stem, spec["problem"], spec["description"], patches,
+                                   tuple(spec.get("breaks", ()))))
     return out
 
 

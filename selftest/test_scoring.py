@@ -1,0 +1,192 @@
+"""Partial credit and feedback, on synthetic outcomes (no pytest run, no worker):
+items score independently, hidden checks count toward the item of the public
+test they extend, a check no item holds costs every item, a gate item's
+failure withholds the others, GPU-only items are "not run" rather than failed,
+and the reports carry the first failure as fields, never the hidden values."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grader import engine, report
+from grader.rubric import load
+
+RUBRIC = """
+[[problem]]
+name = "optimizers"
+section = "4"
+points = 10
+checks = ["tests/test_optimizers.py", "grader/hidden/test_optimizers_hidden.py"]
+
+[[problem.item]]
+name = "update rules"
+points = 6
+tests = ["test_trajectory_matches_torch"]
+
+[[problem.item]]
+name = "state_dict"
+points = 3
+tests = ["test_state_dict_*"]
+
+[[problem.item]]
+name = "bad hyperparameters"
+points = 1
+tests = ["test_bad_*"]
+"""
+
+PUBLIC = "tests/test_optimizers.py"
+HIDDEN = "grader/hidden/test_optimizers_hidden.py"
+
+
+def _problem(tmp_path: Path, text: str = RUBRIC):
+    path = tmp_path / "rubric.toml"
+    path.write_text(text)
+    return load(path).problems[0]
+
+
+def _test(file: str, outcome: str = "passed", message: str = "", **extra: Any) -> dict[str, Any]:
+    return {"problem": "optimizers", "file": file, "outcome": outcome, "exceptions": [] if outcome == "passed"
+            else ["AssertionError"], "message": message, "example": "", "gpu": False, **extra}
+
+
+def _outcome(**tests: dict[str, Any]) -> dict[str, Any]:
+    return {"tests": {k.replace("__", "::"): v for k, v in tests.items()}, "problems": {"optimizers": {}}}
+
+
+def _score(problem, outcome, reveal: bool = False) -> engine.ProblemResult:
+    return engine._score(problem, outcome, cuda=False, public_only=False, reveal=reveal, repro="SUB")
+
+
+def _items(res: engine.ProblemResult) -> dict[str, engine.ItemResult]:
+    return {i.name: i for i in res.items}
+
+
+def test_one_failing_property_costs_its_item_only(tmp_path):
+    problem = _problem(tmp_path)
+    res = _score(problem, {"tests": {
+        f"{PUBLIC}::test_trajectory_matches_torch[Adam]": _test(PUBLIC, "failed", "AssertionError: Adam: \x1b[31mX"),
+        f"{PUBLIC}::test_trajectory_matches_torch[SGD]": _test(PUBLIC),
+        f"{PUBLIC}::test_state_dict_resumes_the_run[SGD]": _test(PUBLIC),
+        f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": _test(PUBLIC),
+    }, "problems": {}})
+    items = _items(res)
+    assert (res.score, res.max_score, res.status) == (4, 10, engine.FAILED)
+    assert items["update rules"].score == 0 and items["update rules"].status == engine.FAILED
+    assert items["state_dict"].score == 3 and items["bad hyperparameters"].score == 1
+    f = items["update rules"].failure
+    assert f is not None and not f.hidden and f.test.endswith("test_trajectory_matches_torch[Adam]")
+    assert f.property_test == f"{PUBLIC}::test_trajectory_matches_torch"
+    assert f.property.startswith("Several steps"), f.property  # the test's docstring, read from its source
+    assert f.reproduce == f"pytest {PUBLIC}::test_trajectory_matches_torch --impl SUB"
+    assert f.message == "AssertionError: Adam: X", "control characters and ANSI escapes never reach a report"
+    assert "[0/6] update rules: failed" in res.output and "4 of 10 points" in res.output
+
+
+def test_a_hidden_check_counts_toward_the_item_it_extends_and_withholds_values(tmp_path):
+    problem = _problem(tmp_path)
+    secret = "AssertionError: got 0.123456 for betas=(0.9, 0.0)"
+    tests = {
+        f"{PUBLIC}::test_trajectory_matches_torch[Adam]": _test(PUBLIC),
+        f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": _test(PUBLIC),
+        f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": _test(PUBLIC),
+        f"{HIDDEN}::test_long_runs[Adam-0.5-torch.float16]": _test(
+            HIDDEN, "failed", secret, extends=f"{PUBLIC}::test_trajectory_matches_torch",
+            input_kind={"dtype": "float16", "hyperparameters": "betas"}),
+    }
+    res = _score(problem, {"tests": tests, "problems": {}})
+    items = _items(res)
+    assert items["update rules"].score == 0 and items["state_dict"].score == 3, res.output
+    f = items["update rules"].failure
+    assert f.hidden and f.withheld and f.test == "test_long_runs" and not f.message
+    assert f.property_test == f"{PUBLIC}::test_trajectory_matches_torch" and f.property.startswith("Several")
+    assert f.input_kind == {"dtype": "float16", "hyperparameters": "betas"}
+    assert f.parameters == ["Adam", "torch.float16"], "numbers in parametrize ids are values: dropped"
+    text = res.output + report.table(_result(res)) + json.dumps(report.to_json(_result(res), reveal=False)["problems"]
+                                                                [0]["items"])
+    assert "test_trajectory_matches_torch" in text and "dtype=float16" in text and "withheld" in text
+    assert "0.123456" not in text and "0.5" not in text and "grader/hidden" not in text
+    revealed = _items(_score(problem, {"tests": tests, "problems": {}}, reveal=True))["update rules"].failure
+    assert revealed.message == secret and revealed.test.startswith(HIDDEN)
+
+
+def test_a_check_no_item_holds_costs_every_item(tmp_path):
+    problem = _problem(tmp_path)
+    res = _score(problem, {"tests": {
+        f"{PUBLIC}::test_trajectory_matches_torch[Adam]": _test(PUBLIC),
+        f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": _test(PUBLIC),
+        f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": _test(PUBLIC),
+        f"{HIDDEN}::test_something_new": _test(HIDDEN, "failed", "AssertionError"),
+    }, "problems": {}})
+    assert res.score == 0 and res.unmapped == ["test_something_new"], res.output
+    assert "no single item" in res.output
+
+
+def test_a_gate_withholds_the_other_items(tmp_path):
+    problem = _problem(tmp_path, RUBRIC.replace('tests = ["test_bad_*"]', 'tests = ["test_bad_*"]\ngate = true'))
+    res = _score(problem, {"tests": {
+        f"{PUBLIC}::test_trajectory_matches_torch[Adam]": _test(PUBLIC),
+        f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": _test(PUBLIC),
+        f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": _test(PUBLIC, "failed", "AssertionError: no"),
+    }, "problems": {}})
+    items = _items(res)
+    assert res.score == 0 and items["update rules"].status == engine.PASSED, res.output
+    assert "bad hyperparameters" in items["update rules"].note
+
+
+def test_an_item_of_gpu_only_checks_is_not_run_on_cpu(tmp_path):
+    problem = _problem(tmp_path)
+    gpu = dict(_test(PUBLIC), outcome="skipped", gpu=True)
+    res = _score(problem, {"tests": {
+        f"{PUBLIC}::test_trajectory_matches_torch[Adam]": _test(PUBLIC),
+        f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": gpu,
+        f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": _test(PUBLIC),
+    }, "problems": {}})
+    assert _items(res)["state_dict"].status == engine.NOT_RUN_GPU
+    assert (res.score, res.max_score, res.status) == (7, 7, engine.PASSED)
+    total = _result(res)
+    assert (total.score, total.max_score, total.gpu_points_not_run) == (7, 7, 3)
+
+
+def _result(*problems: engine.ProblemResult) -> engine.GradeResult:
+    return engine._total(engine.GradeResult("SUB", problems=list(problems), checks="public + hidden checks"), 1.0)
+
+
+def test_reports_have_one_entry_per_item(tmp_path):
+    problem = _problem(tmp_path)
+    res = _score(problem, {"tests": {
+        f"{PUBLIC}::test_trajectory_matches_torch[Adam]": _test(PUBLIC, "failed", "AssertionError: " + "word " * 60),
+        f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": _test(PUBLIC),
+        f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": _test(PUBLIC),
+    }, "problems": {}})
+    r = _result(res)
+    gs = report.to_gradescope(r)
+    assert [t["name"] for t in gs["tests"]] == [
+        "optimizers §4: update rules", "optimizers §4: state_dict", "optimizers §4: bad hyperparameters"]
+    assert [(t["score"], t["max_score"], t["status"]) for t in gs["tests"]] == [
+        (0, 6, "failed"), (3, 3, "passed"), (1, 1, "passed")]
+    assert gs["score"] == 4 and "checks: public + hidden checks" in gs["output"]
+    suite = ET.fromstring(report.to_junit(r).split("?>", 1)[1])
+    assert suite.get("tests") == "3" and suite.get("failures") == "1"
+    doc = report.to_json(r)["problems"][0]
+    assert [(i["name"], i["points"], i["score"]) for i in doc["items"]] == [
+        ("update rules", 6, 0), ("state_dict", 3, 3), ("bad hyperparameters", 1, 1)]
+    assert doc["items"][0]["failure"]["property_test"].endswith("test_trajectory_matches_torch")
+    table = report.table(r, width=110)
+    rows = [ln for ln in table.splitlines() if ln.startswith(("optimizers ", "  · update rules"))]
+    assert rows[0].endswith("lost: update rules") and rows[1].endswith("word…") and len(rows[1]) <= 110, table
+    assert "  · update rules" in table and "  · state_dict" in table  # partly earned: item breakdown
+
+
+@pytest.mark.parametrize(("text", "width", "expected"), [
+    ("short", 10, "short"),
+    ("alpha beta gamma delta", 15, "alpha beta…"),
+    ("alpha,  beta\ngamma", 40, "alpha, beta gamma"),
+    ("x" * 30, 10, "x" * 9 + "…"),
+])
+def test_shorten_cuts_at_a_word_boundary(text, width, expected):
+    assert report.shorten(text, width) == expected
