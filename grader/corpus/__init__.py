@@ -6,6 +6,11 @@ patch's ``find`` text replaced by ``replace`` in ``file``. It must lose exactly
 the points of ``problem``. Keeping patches (not copies) shows the bug at a glance
 and fails loudly when the reference changes under it.
 
+``correct/<problem>-<style>`` is the opposite: a correct solution written in
+another style than the reference (per-parameter loops, textbook formulas, other
+segmentations), which must get full marks. It is either a ``.toml`` patch like
+the wrong ones, or a folder of whole modules that replace the reference's.
+
 ``cheat/<name>/`` holds whole hostile submissions (see its README).
 """
 
@@ -49,4 +54,37 @@ def build_wrong(sub: WrongSubmission, dest: Path) -> Path:
         if text.count(find) != 1:
             raise ValueError(f"{sub.name}: the text to replace occurs {text.count(find)} times in {file}")
         target.write_text(text.replace(find, replace))
+    return folder
+
+
+@dataclass(frozen=True)
+class CorrectSubmission:
+    name: str
+    problem: str
+    description: str
+    patches: tuple[tuple[str, str, str], ...]  # (file, find, replace), for a .toml entry
+    modules: tuple[Path, ...]  # whole modules replacing the reference's, for a folder entry
+
+
+def correct_submissions() -> list[CorrectSubmission]:
+    out = []
+    for path in sorted((CORPUS / "correct").iterdir()):
+        problem = path.name.partition("-")[0]
+        if path.suffix == ".toml":
+            spec = tomllib.loads(path.read_text())
+            patches = tuple((p["file"], p["find"], p["replace"]) for p in spec["patch"])
+            out.append(CorrectSubmission(path.stem, spec["problem"], spec["description"], patches, ()))
+        elif path.is_dir():
+            modules = tuple(sorted(path.glob("*.py")))
+            # The description is the first line of the first module's docstring.
+            doc = modules[0].read_text().partition('"""')[2].partition("\n")[0] if modules else ""
+            out.append(CorrectSubmission(path.name, problem, doc, (), modules))
+    return out
+
+
+def build_correct(sub: CorrectSubmission, dest: Path) -> Path:
+    """Write the submission folder (holding ``student/``) under ``dest``; return it."""
+    folder = build_wrong(WrongSubmission(sub.name, sub.problem, sub.description, sub.patches), dest)
+    for module in sub.modules:
+        shutil.copyfile(module, folder / "student" / module.name)
     return folder
