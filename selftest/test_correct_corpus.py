@@ -1,7 +1,8 @@
 """Every correct implementation gets full marks: each entry of
 grader/corpus/correct (a correct solution written in another style than the
 reference) passes every public test and every hidden check of its problem, in
-the ``ci`` hypothesis profile. The counterpart of test_wrong_corpus.py."""
+the ``ci`` hypothesis profile (an entry patching one function may name, with
+``only``, the tests that reach it). The counterpart of test_wrong_corpus.py."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def test_correct_reformulation_passes_public_and_hidden_checks(sub, tmp_path):
     assert sub.problem in HANDOUT_MODULES, f"{sub.name}: unknown problem {sub.problem!r}"
     folder = build_correct(sub, tmp_path)
     tests = [f"tests/test_{sub.problem}.py", f"grader/hidden/test_{sub.problem}_hidden.py"]
-    results, log = _outcomes(folder, tmp_path, tests)
+    results, log = _outcomes(folder, tmp_path, [*tests, *(["-k", sub.only] if sub.only else [])])
     assert results, f"{sub.name}: no test ran\n{log}"
     hidden = [k for k in results if k.startswith("grader/hidden/")]
     assert hidden, f"{sub.name}: no hidden check ran"

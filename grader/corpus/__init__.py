@@ -64,6 +64,9 @@ class CorrectSubmission:
     description: str
     patches: tuple[tuple[str, str, str], ...]  # (file, find, replace), for a .toml entry
     modules: tuple[Path, ...]  # whole modules replacing the reference's, for a folder entry
+    #: a pytest -k expression: the tests that reach the patched function (a patch
+    #: to one function need not rerun the whole problem); "" runs them all
+    only: str = ""
 
 
 def correct_submissions() -> list[CorrectSubmission]:
@@ -73,7 +76,8 @@ def correct_submissions() -> list[CorrectSubmission]:
         if path.suffix == ".toml":
             spec = tomllib.loads(path.read_text())
             patches = tuple((p["file"], p["find"], p["replace"]) for p in spec["patch"])
-            out.append(CorrectSubmission(path.stem, spec["problem"], spec["description"], patches, ()))
+            out.append(CorrectSubmission(path.stem, spec["problem"], spec["description"], patches, (),
+                                         spec.get("only", "")))
         elif path.is_dir():
             modules = tuple(sorted(path.glob("*.py")))
             # The description is the first line of the first module's docstring.
