@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import torch
 from torch import nn
@@ -86,7 +88,11 @@ def training_memory(
 
 
 def max_trainable_parameters(memory_bytes: int | float, bytes_per_parameter: int | float) -> int:
-    """The most parameters that fit in ``memory_bytes`` at ``bytes_per_parameter`` each."""
+    """The most parameters that fit in ``memory_bytes`` at ``bytes_per_parameter``
+    each: the largest int n with n * bytes_per_parameter <= memory_bytes, the
+    arguments taken as the exact values they hold (floats included), i.e. the
+    floor of the exact quotient. ``max_trainable_parameters(1, 0.1)`` is 9: the
+    float 0.1 is 0.1000000000000000055..., so 10 of them exceed 1 byte."""
     for name, v in (("memory_bytes", memory_bytes), ("bytes_per_parameter", bytes_per_parameter)):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise TypeError(f"{name} must be a number, got {type(v).__name__}")
@@ -94,4 +100,6 @@ def max_trainable_parameters(memory_bytes: int | float, bytes_per_parameter: int
             raise ValueError(f"{name} must be finite and >= 0, got {v}")
     if bytes_per_parameter <= 0:
         raise ValueError(f"bytes_per_parameter must be > 0, got {bytes_per_parameter}")
-    return int(memory_bytes // bytes_per_parameter)
+    # Fractions hold a float's exact binary value: no rounding before the floor
+    # (math.floor(m / per) rounds the quotient first and gets 1 / 0.1 wrong).
+    return math.floor(Fraction(memory_bytes) / Fraction(bytes_per_parameter))

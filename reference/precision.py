@@ -65,7 +65,8 @@ def _layout(dtype: torch.dtype) -> tuple[int, int, int, bool]:
 
 
 def float_format(dtype: torch.dtype) -> FloatFormat:
-    """The format of a floating ``dtype``, derived from its bit layout."""
+    """The format of a floating ``dtype`` (float64, float32, float16, bfloat16,
+    float8_e4m3fn, float8_e5m2), derived from its bit layout."""
     bits, e, m, has_inf = _layout(dtype)
     bias = 2 ** (e - 1) - 1
     if has_inf:  # IEEE: the all-ones exponent is reserved for inf/NaN

@@ -121,7 +121,11 @@ def _run(segment: list[nn.Module]) -> Callable[[Tensor], Tensor]:
 
 def checkpointed_forward(model: nn.Module, x: Tensor) -> Tensor:
     """``model(x)`` with activation checkpointing, for an ``nn.Sequential`` or a
-    Cruncher-like module (``layers`` ModuleList then ``final``, output squeezed)."""
+    Cruncher-like module (``layers`` ModuleList then ``final``, output squeezed).
+
+    The contract: ``model(x)``'s outputs and gradients, and for L >= 9 layers
+    (children, or entries of ``layers``) at most 3/4 of the bytes ``model(x)``
+    saves for backward; segments of ceil(sqrt(L)) layers save at most 0.72."""
     if isinstance(model, nn.Sequential):
         layers, final = list(model), None
     elif isinstance(getattr(model, "layers", None), nn.ModuleList) and isinstance(

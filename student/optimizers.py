@@ -24,6 +24,14 @@ Rules shared by all six (see the handout for the update rules):
   [0, 1), momentum outside (0, 1), dampening outside [0, 1], ``lr_decay < 0``,
   ``initial_accumulator_value < 0``.
 
+Graded: trajectories in float32 and float64, compared with torch.optim's
+float64 run within a bound that every correct formulation meets (4 x the
+distance of torch.optim's own run in your dtype, plus 16 roundings of the
+values involved; see tests/tolerances.py); state bytes and dtypes also in
+bfloat16 and float16. Compute per-step scalars (bias corrections, step sizes)
+as Python floats, as torch.optim does: ``1 - beta2**t`` in float32 (a 0-d
+float32 step tensor) loses digits to cancellation.
+
 Be fast: update all params of a group with ``torch._foreach_*`` operations (or
 otherwise vectorised), in place, without a host sync (no ``.item()``) per step.
 """

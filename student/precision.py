@@ -51,7 +51,9 @@ def tensor_bytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:
 
 
 def float_format(dtype: torch.dtype) -> FloatFormat:
-    """The format of the floating ``dtype``, derived from its bit layout.
+    """The format of the floating ``dtype``, derived from its bit layout, for
+    every float format of the handout's table: float64, float32, float16,
+    bfloat16, float8_e4m3fn and float8_e5m2.
 
     float8_e4m3fn has no infinities: its all-ones exponent holds normal numbers
     and only the all-ones pattern is NaN, so its max is 448 (e5m2's is 57344).

@@ -64,6 +64,13 @@ def checkpointed_forward(model: nn.Module, x: Tensor) -> Tensor:
     Cruncher-like module with a ``layers`` ``nn.ModuleList`` and a ``final``
     module, whose forward is ``final(layers[-1](...layers[0](x)...)).squeeze(-1)``.
 
+    Required: the outputs and gradients of ``model(x)``; and for L >= 9 layers
+    (L: the ``nn.Sequential``'s children, or the entries of ``layers``), at
+    most 3/4 of the bytes ``model(x)`` saves for backward. Any split of the L
+    layers into about sqrt(L) contiguous segments (of floor, round or ceil of
+    sqrt(L) layers, or that many segments) achieves it; checkpointing each
+    layer alone does not.
+
     Raises:
         TypeError: ``model`` has neither structure, or ``x`` is not a tensor.
     """

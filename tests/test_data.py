@@ -128,6 +128,39 @@ def test_a_seeded_generator_gives_the_same_batch(impl):
     )
 
 
+def expected_batch(tokens: np.ndarray, batch_size: int, context_length: int, seed: int) -> tuple[torch.Tensor, ...]:
+    """The oracle of the docstring's draw: starts from one
+    ``torch.randint(n - context_length, (batch_size,), generator=...)`` call with
+    a generator seeded ``seed``, then the windows at those starts."""
+    n = len(tokens)
+    starts = torch.randint(n - context_length, (batch_size,), generator=torch.Generator().manual_seed(seed))
+    data = torch.from_numpy(tokens.astype(np.int64))
+    rows = [data[s : s + context_length + 1] for s in starts.tolist()]
+    w = torch.stack(rows) if rows else torch.empty(0, context_length + 1, dtype=torch.int64)
+    return w[:, :-1], w[:, 1:]
+
+
+@given(
+    n_extra=st.integers(1, 200),
+    context_length=st.integers(1, 16),
+    batch_size=st.integers(1, 12),
+    seed=seeds,
+)
+def test_a_seed_gives_the_batch_of_the_stated_draw(impl, n_extra, context_length, batch_size, seed):
+    """The contract fixes how starts are drawn, so the same seed gives the same
+    batch in every correct implementation (and after a checkpoint resume)."""
+    tokens = position_coded(context_length + n_extra)
+    x, y = impl.scenario(scenarios.batch_with_seed, tokens, batch_size, context_length, seed)
+    want_x, want_y = expected_batch(tokens, batch_size, context_length, seed)
+    for what, got, want in (("x", x, want_x), ("y", y, want_y)):
+        check_tensor(got, dtype=torch.int64, shape=tuple(want.shape), device="cpu", what=what)
+        assert torch.equal(got, want), (
+            f"get_batch({len(tokens)} tokens, {batch_size}, {context_length}) with a generator seeded {seed}: "
+            f"{what} differs from the windows at the starts of torch.randint({len(tokens) - context_length}, "
+            f"({batch_size},), generator=...): their first tokens {want[:, 0].tolist()}, got {got[:, 0].tolist()}"
+        )
+
+
 @pytest.mark.parametrize("dtype", [np.uint16, np.int32, np.int64, np.uint8], ids=lambda d: d.__name__)
 def test_batches_are_int64_on_the_device_whatever_the_token_dtype(impl, dtype):
     top = {np.uint8: 255, np.uint16: 65535}.get(dtype, 2**31 - 1)

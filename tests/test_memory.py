@@ -6,6 +6,9 @@ optimizer's state hold after one step, and the activations autograd saves.
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import pytest
 import torch
 from hypothesis import given
@@ -111,10 +114,50 @@ def test_adamw_in_fp32_costs_16_bytes_per_parameter(impl):
     assert impl.memory.max_trainable_parameters(8 * 80e9, 16) == 4 * 10**10
 
 
+def exact_floor(memory: int | float, per: int | float) -> int:
+    """The oracle: the largest n with n * per <= memory, in exact arithmetic
+    (a Fraction holds a float's exact binary value)."""
+    return math.floor(Fraction(memory) / Fraction(per))
+
+
+#: float budgets: up to 1e13 bytes, at least 0.01 bytes per parameter (the
+#: range the docstring promises, where Python's // is exact too)
+float_memory = st.one_of(st.integers(0, 10**13), st.floats(0, 1e13))
+float_per = st.one_of(st.integers(1, 64), st.floats(0.01, 64))
+
+
 @given(memory=st.integers(0, 10**15), per=st.integers(1, 64))
 def test_max_trainable_parameters_is_floor_division(impl, memory, per):
     got = impl.memory.max_trainable_parameters(memory, per)
     assert got == memory // per and type(got) is int, f"max_trainable_parameters({memory}, {per}) = {got!r}"
+
+
+#: (memory_bytes, bytes_per_parameter, answer): 0.1 is 0.1000000000000000055...,
+#: so ten 0.1-byte parameters need more than 1 byte (math.floor(1 / 0.1) says 10)
+FLOAT_EXAMPLES = [(1, 0.1, 9), (1.0, 0.1, 9), (3, 0.1, 29), (6.4e11, 16, 4 * 10**10), (1.0, 0.5, 2),
+                  (7.5, 2.5, 3), (0.3, 0.1, 2), (1e13, 0.01, 999999999999999)]
+
+
+@pytest.mark.parametrize(("memory", "per", "expected"), FLOAT_EXAMPLES)
+def test_max_trainable_parameters_of_float_examples(impl, memory, per, expected):
+    assert exact_floor(memory, per) == expected  # the examples follow the stated rule
+    got = impl.memory.max_trainable_parameters(memory, per)
+    assert type(got) is int and got == expected, (
+        f"max_trainable_parameters({memory!r}, {per!r}): the largest n with n * {per!r} <= {memory!r} "
+        f"(exactly, as the floats are stored) is {expected}, got {got!r}"
+    )
+
+
+@given(memory=float_memory, per=float_per)
+def test_max_trainable_parameters_of_floats_is_the_exact_floor(impl, memory, per):
+    """Float arguments are taken as the exact values they hold: the answer is the
+    floor of the exact quotient."""
+    want = exact_floor(memory, per)
+    got = impl.memory.max_trainable_parameters(memory, per)
+    assert type(got) is int and got == want, (
+        f"max_trainable_parameters({memory!r}, {per!r}): the largest n with n * {per!r} <= {memory!r} "
+        f"(exactly) is {want}, got {got!r}"
+    )
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ gradients, in the test itself; and the bytes its state measurably holds.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from torch import nn
 from tests import static
 from tests.scenarios import optimizers as scenarios
 from tests.strategies import compute_dtypes, hyperparameters, make_tensor, seeds, shapes
-from tests.tolerances import assert_close, check_tensor
+from tests.tolerances import assert_close_to_exact, check_tensor, oracle_error
 
 NAMES = ("SGD", "SGDMomentum", "AdaGrad", "RMSProp", "Adam", "AdamW")
 
@@ -113,32 +114,85 @@ def runs(
     return {"params": params, "groups": groups, "defaults": defaults, "grads": grads, "lrs": lrs}
 
 
+@dataclass(frozen=True)
+class Expected:
+    """What a run must produce, per step and param: the float64 ``exact`` values
+    of torch.optim on the same inputs, the distance of torch.optim's own runs in
+    the tested ``dtype`` from them (``error``), and the sizes of the values
+    involved (``magnitude``: |param| and |update| summed over the steps so far).
+    See tests/tolerances.py for the acceptance rule built on them."""
+
+    dtype: torch.dtype
+    exact: list[list[torch.Tensor]]
+    error: list[list[torch.Tensor]]
+    magnitude: list[list[torch.Tensor]]
+
+    def __len__(self) -> int:
+        return len(self.exact)
+
+
+def _torch_run(
+    name: str, params: list[torch.Tensor], groups: list[tuple[list[int], dict[str, Any]]],
+    defaults: dict[str, Any], grads: list[list[torch.Tensor | None]], lrs: list[list[float]] | None,
+    dtype: torch.dtype, foreach: bool,
+) -> list[list[torch.Tensor]]:
+    ps = [nn.Parameter(p.to(dtype, copy=True)) for p in params]
+    opt = TORCH[name](
+        [{"params": [ps[i] for i in idx], **hp} for idx, hp in groups],
+        **{**TORCH_DEFAULTS.get(name, {}), **defaults, "foreach": foreach},
+    )
+    cast = [[None if g is None else g.to(dtype) for g in step] for step in grads]
+    return scenarios.run_steps(opt, ps, cast, lrs)
+
+
 def torch_trajectory(
     name: str, params: list[torch.Tensor], groups: list[tuple[list[int], dict[str, Any]]],
     defaults: dict[str, Any], grads: list[list[torch.Tensor | None]], lrs: list[list[float]] | None = None,
-) -> list[list[torch.Tensor]]:
-    """The oracle: the same run with torch.optim (default flags)."""
-    ps = [nn.Parameter(p.clone()) for p in params]
-    opt = TORCH[name](
-        [{"params": [ps[i] for i in idx], **hp} for idx, hp in groups],
-        **{**TORCH_DEFAULTS.get(name, {}), **defaults},
-    )
-    return scenarios.run_steps(opt, ps, grads, lrs)
+) -> Expected:
+    """The oracle: the same run with torch.optim (default flags), in float64,
+    and in the params' dtype with both of torch's code paths (float32 for a
+    float64 run) to measure how much rounding moves this run."""
+    dtype = params[0].dtype
+    probe = torch.float32 if dtype == torch.float64 else dtype
+    exact = _torch_run(name, params, groups, defaults, grads, lrs, torch.float64, foreach=False)
+    runs = [_torch_run(name, params, groups, defaults, grads, lrs, probe, foreach=f) for f in (False, True)]
+    error = [[oracle_error(e, [r[k][i] for r in runs], dtype) for i, e in enumerate(step)]
+             for k, step in enumerate(exact)]
+    magnitude, total = [], [p.double().abs() for p in params]
+    before = [p.double() for p in params]
+    for step in exact:
+        total = [t + e.abs() + (e - b).abs() for t, e, b in zip(total, step, before, strict=True)]
+        magnitude.append(total)
+        before = step
+    return Expected(dtype, exact, error, magnitude)
 
 
-def assert_same_trajectory(got: Any, expected: list[list[torch.Tensor]], name: str, exact: bool = False) -> None:
+def assert_same_trajectory(got: Any, expected: Expected | list[list[torch.Tensor]], name: str,
+                           exact: bool = False) -> None:
+    """``got`` (the params after each step) equals ``expected``: bit for bit when
+    ``exact`` (``expected`` then being another run of the implementation), else
+    within rounding of torch.optim's float64 run (tests/tolerances.py)."""
     assert isinstance(got, list) and len(got) == len(expected), (
         f"{name}: expected the params after each of {len(expected)} steps, got {type(got).__name__} "
         f"of length {len(got) if isinstance(got, list) else '?'}"
     )
+    if isinstance(expected, Expected):
+        for k, got_step in enumerate(got):
+            assert isinstance(got_step, list) and len(got_step) == len(expected.exact[k]), (
+                f"{name}: after step {k + 1} expected {len(expected.exact[k])} params, got {got_step!r:.200}"
+            )
+            for i, g in enumerate(got_step):
+                e = expected.exact[k][i]
+                assert_close_to_exact(
+                    g, e, dtype=expected.dtype, error=expected.error[k][i], magnitude=expected.magnitude[k][i],
+                    what=f"{name}: param {i} {tuple(e.shape)} {expected.dtype} after step {k + 1}",
+                )
+        return
     for k, (got_step, exp_step) in enumerate(zip(got, expected, strict=True)):
         for i, (g, e) in enumerate(zip(got_step, exp_step, strict=True)):
             what = f"{name}: param {i} {tuple(e.shape)} {e.dtype} after step {k + 1}"
-            if exact:
-                check_tensor(g, dtype=e.dtype, shape=tuple(e.shape), what=what)
-                assert torch.equal(g, e), f"{what} differs: expected {e}, got {g}"
-            else:
-                assert_close(g, e, scale=k + 1, what=what)
+            check_tensor(g, dtype=e.dtype, shape=tuple(e.shape), what=what)
+            assert exact and torch.equal(g, e), f"{what} differs: expected {e}, got {g}"
 
 
 def _run_args(run: dict[str, Any]) -> tuple[Any, ...]:
@@ -245,9 +299,10 @@ def test_checkpoint_after_two_steps_resumes_exactly(impl, name):
     assert_same_trajectory(got, expected, f"{name} resumed from a state_dict saved after step 2")
 
 
-def _torch_state(name: str, params: list[torch.Tensor], grads: list[list[torch.Tensor]]) -> list[dict[str, Any]]:
+def _torch_state(name: str, params: list[torch.Tensor], groups: list[tuple[list[int], dict[str, Any]]],
+                 grads: list[list[torch.Tensor]]) -> list[dict[str, Any]]:
     ps = [nn.Parameter(p.clone()) for p in params]
-    opt = TORCH[name](ps, **TORCH_DEFAULTS.get(name, {}))
+    opt = TORCH[name]([{"params": [ps[i] for i in idx], **hp} for idx, hp in groups], **TORCH_DEFAULTS.get(name, {}))
     for step_grads in grads:
         for p, g in zip(ps, step_grads, strict=True):
             p.grad = g.clone()
@@ -255,28 +310,43 @@ def _torch_state(name: str, params: list[torch.Tensor], grads: list[list[torch.T
     return [dict(opt.state[p]) for p in ps]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def state_bytes_mismatches(name: str, params: list[torch.Tensor], groups: list[tuple[list[int], dict[str, Any]]],
+                           grads: list[list[torch.Tensor]], got: Any) -> list[str]:
+    """How the state the implementation reported (``scenarios.state_after``)
+    differs from torch.optim's after the same run: bytes of tensors shaped like
+    each param, and their dtype (the param's)."""
+    torch_states = _torch_state(name, params, groups, grads)
+    if not isinstance(got, list) or len(got) != len(params):
+        return [f"{name}: expected the state of {len(params)} params, got {got!r:.200}"]
+    problems = []
+    for p, state, theirs in zip(params, got, torch_states, strict=True):
+        expected = sum(v.numel() * v.element_size() for v in theirs.values()
+                       if isinstance(v, torch.Tensor) and v.shape == p.shape)
+        like_p = {k: v for k, v in state.items() if isinstance(v, dict) and tuple(v["shape"]) == tuple(p.shape)}
+        nbytes = sum(v["bytes"] for v in like_p.values())
+        if nbytes != expected:
+            problems.append(
+                f"{name}: state[p] of a {tuple(p.shape)} {p.dtype} param should hold {expected} bytes of "
+                f"tensors shaped like p (as torch.optim's), got {nbytes}: {state}"
+            )
+        wrong = {k: v["dtype"] for k, v in like_p.items() if v["dtype"] != p.dtype}
+        if wrong:
+            problems.append(f"{name}: state should be kept in the param's dtype {p.dtype}, got {wrong}")
+    return problems
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("name", NAMES)
 def test_state_bytes_match_torch(impl, name, dtype):
     """The per-parameter state in ``optimizer.state[p]`` holds the bytes
-    torch.optim's does (handout §1.3: 0, 1 or 2 tensors like ``p``, in its dtype)."""
+    torch.optim's does (handout §1.3: 0, 1 or 2 tensors like ``p``, in its
+    dtype), for every float dtype a param may have."""
     params = [make_tensor(s, dtype, 30 + i) for i, s in enumerate([(3, 4), (5,), (2, 3, 2)])]
     grads = [[make_tensor(p.shape, dtype, 40 + 10 * k + i) for i, p in enumerate(params)] for k in range(2)]
-    expected = [
-        sum(v.numel() * v.element_size() for v in s.values() if isinstance(v, torch.Tensor) and v.shape == p.shape)
-        for p, s in zip(params, _torch_state(name, params, grads), strict=True)
-    ]
-    got = impl.scenario(scenarios.state_after, name, params, [([0, 1, 2], {})], {}, grads)
-    assert isinstance(got, list) and len(got) == len(params), f"{name}: expected the state of 3 params, got {got!r}"
-    for i, (p, state) in enumerate(zip(params, got, strict=True)):
-        like_p = {k: v for k, v in state.items() if isinstance(v, dict) and tuple(v["shape"]) == tuple(p.shape)}
-        nbytes = sum(v["bytes"] for v in like_p.values())
-        assert nbytes == expected[i], (
-            f"{name}: state[p] of a {tuple(p.shape)} {dtype} param should hold {expected[i]} bytes of "
-            f"tensors shaped like p (as torch.optim's), got {nbytes}: {state}"
-        )
-        wrong = {k: v["dtype"] for k, v in like_p.items() if v["dtype"] != dtype}
-        assert not wrong, f"{name}: state should be kept in the param's dtype {dtype}, got {wrong}"
+    groups = [([0, 1, 2], {})]
+    got = impl.scenario(scenarios.state_after, name, params, groups, {}, grads)
+    problems = state_bytes_mismatches(name, params, groups, grads, got)
+    assert not problems, "\n".join(problems)
 
 
 # --------------------------------------------------------------------------- no delegation

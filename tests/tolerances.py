@@ -75,3 +75,90 @@ def assert_close(
             f"{what} differs from the expected value ({expected.dtype}, rtol={rtol:g}, atol={atol:g}):"
             f" at index {idx} expected {e[idx].item()!r}, got {a[idx].item()!r}\n{err}"
         ) from None
+
+
+# --------------------------------------------------------------------------- against an exact run
+#
+# A fixed rtol cannot tell a reformulation from a bug when the computation is
+# ill-conditioned. Adam with betas=(0.9, 0.0) divides by sqrt(v) = |g|: where a
+# gradient is tiny the step is large and inherits the relative rounding error
+# of g, so two correct fp32 codes (torch.optim's `m / c1 / (sqrt(v / c2) + eps)`
+# and a textbook `m_hat / (sqrt(v_hat) + eps)`) end a long run several fixed
+# tolerances apart. The rule below measures how far rounding alone moves *this*
+# computation on *these* inputs, and accepts what stays within a small multiple
+# of it:
+#
+# * ``exact``: the oracle run in float64 on the same inputs (cast up exactly).
+#   For float32 it is the truth up to float64's rounding, ~2^29 times finer.
+# * ``oracle_error``: how far the oracle's own runs in the tested precision
+#   (several formulations of it where it has them, e.g. torch.optim's
+#   ``foreach=False`` and ``foreach=True`` code paths) land from ``exact``,
+#   elementwise, the largest over those runs. Ill-conditioned inputs make this
+#   large by themselves, on exactly the elements they affect. For a float64
+#   test there is no finer run: the oracle's float32 error is scaled by
+#   eps(float64) / eps(float32), the same conditioning at float64's roundoff.
+# * ``magnitude``: the sizes of the values the computation went through
+#   (for an optimizer, |param| and |update| at every step so far, summed):
+#   ``ulps`` roundings of each cover a well-conditioned computation whose
+#   oracle happens to round luckily on some element.
+#
+# An element passes when |actual - exact| <= factor * oracle_error
+# + ulps * eps(dtype) * magnitude (+ the dtype's smallest normal, for zeros).
+# A wrong update (a missing bias correction, eps inside the root, a decay of the
+# wrong sign) moves a parameter by a fraction of lr, orders of magnitude beyond
+# this bound; a correct one differs from the oracle by roundings, which the
+# bound counts.
+
+#: multiple of the oracle's own error a correct implementation may reach
+ORACLE_FACTOR = 4.0
+#: roundings of each value involved that a correct implementation may add
+ULPS = 16.0
+
+
+def eps(dtype: torch.dtype) -> float:
+    """Unit roundoff scale of a float dtype: its machine epsilon."""
+    return torch.finfo(dtype).eps
+
+
+def oracle_error(exact: torch.Tensor, runs: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """Elementwise, the largest distance from ``exact`` of the oracle's ``runs``
+    (each in ``dtype``, or in a coarser dtype whose error is then scaled down by
+    the ratio of the epsilons), in float64."""
+    err = torch.zeros_like(exact, dtype=torch.float64)
+    for run in runs:
+        scale = eps(dtype) / eps(run.dtype) if run.dtype != dtype else 1.0
+        err = torch.maximum(err, (run.double() - exact.double()).abs().nan_to_num(0.0) * scale)
+    return err
+
+
+def assert_close_to_exact(
+    actual: Any,
+    exact: torch.Tensor,
+    *,
+    dtype: torch.dtype,
+    error: torch.Tensor,
+    magnitude: torch.Tensor,
+    what: str = "result",
+    factor: float = ORACLE_FACTOR,
+    ulps: float = ULPS,
+) -> None:
+    """Assert ``actual`` (a ``dtype`` tensor shaped like ``exact``) is within
+    ``factor * error + ulps * eps(dtype) * magnitude`` of the float64 ``exact``
+    value, elementwise (see the comment above for why)."""
+    check_tensor(actual, dtype=dtype, shape=tuple(exact.shape), device=exact.device, what=what)
+    a, e = actual.detach().double(), exact.detach().double()
+    bound = factor * error.double() + ulps * eps(dtype) * magnitude.double() + torch.finfo(dtype).smallest_normal
+    diff = (a - e).abs()
+    both_nan = a.isnan() & e.isnan()
+    bad = ~((diff <= bound) | both_nan)
+    if not bool(bad.any()):
+        return
+    excess = torch.where(bad, (diff / bound).nan_to_num(float("inf")), torch.zeros_like(diff))
+    idx = tuple(int(i) for i in torch.unravel_index(excess.argmax(), excess.shape)) if excess.dim() else ()
+    raise AssertionError(
+        f"{what} differs from the exact (float64) value by more than rounding explains: "
+        f"at index {idx} expected {e[idx].item()!r}, got {a[idx].item()!r} "
+        f"(difference {diff[idx].item():.3g}, allowed {bound[idx].item():.3g} = {factor:g} x the oracle's own "
+        f"{dtype} error {error[idx].item():.3g} + {ulps:g} ulps of the values involved); "
+        f"{int(bad.sum())} of {bad.numel()} elements differ"
+    )

@@ -8,6 +8,12 @@ in ``problem`` only: exactly the points of the rubric items listed in ``breaks``
 the other items' points. Keeping patches (not copies) shows the bug at a glance
 and fails loudly when the reference changes under it.
 
+``correct/<problem>-<style>`` is the opposite: a correct solution written in
+another style than the reference (per-parameter loops, textbook formulas, other
+segmentations), which must get full marks. It is either a ``.toml`` patch like
+the wrong ones, or a folder of whole modules that replace the reference's.
+
+
 ``cheat/<name>/`` holds whole hostile submissions (see its README). A cheat
 that needs an otherwise correct module (to show that its attack, not a missing
 function, is what loses the points) has a ``from_reference.toml``: its
@@ -77,3 +83,40 @@ def build_cheat(name: str, dest: Path) -> Path:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, target)
     return built
+
+
+@dataclass(frozen=True)
+class CorrectSubmission:
+    name: str
+    problem: str
+    description: str
+    patches: tuple[tuple[str, str, str], ...]  # (file, find, replace), for a .toml entry
+    modules: tuple[Path, ...]  # whole modules replacing the reference's, for a folder entry
+    #: a pytest -k expression: the tests that reach the patched function (a patch
+    #: to one function need not rerun the whole problem); "" runs them all
+    only: str = ""
+
+
+def correct_submissions() -> list[CorrectSubmission]:
+    out = []
+    for path in sorted((CORPUS / "correct").iterdir()):
+        problem = path.name.partition("-")[0]
+        if path.suffix == ".toml":
+            spec = tomllib.loads(path.read_text())
+            patches = tuple((p["file"], p["find"], p["replace"]) for p in spec["patch"])
+            out.append(CorrectSubmission(path.stem, spec["problem"], spec["description"], patches, (),
+                                         spec.get("only", "")))
+        elif path.is_dir():
+            modules = tuple(sorted(path.glob("*.py")))
+            # The description is the first line of the first module's docstring.
+            doc = modules[0].read_text().partition('"""')[2].partition("\n")[0] if modules else ""
+            out.append(CorrectSubmission(path.name, problem, doc, (), modules))
+    return out
+
+
+def build_correct(sub: CorrectSubmission, dest: Path) -> Path:
+    """Write the submission folder (holding ``student/``) under ``dest``; return it."""
+    folder = build_wrong(WrongSubmission(sub.name, sub.problem, sub.description, sub.patches), dest)
+    for module in sub.modules:
+        shutil.copyfile(module, folder / "student" / module.name)
+    return folder

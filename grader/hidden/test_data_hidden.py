@@ -1,7 +1,9 @@
 """Hidden differential checks for handout §5: the submission against the
 reference on inputs the public tests do not use (long data, large batches and
 contexts, every integer token dtype, other seeds, bigger memmaps, and the
-error class of many bad calls)."""
+error class of many bad calls). Each names the public test whose property it
+extends; the same-seed batches use the public test's oracle (the stated
+torch.randint draw), not the reference."""
 
 from __future__ import annotations
 
@@ -14,9 +16,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from grader.hidden.conftest import input_kind
 from tests.scenarios import data as scenarios
 from tests.strategies import seeds
-from tests.test_data import assert_rows_are_windows_of, write_random_tokens
+from tests.test_data import assert_rows_are_windows_of, expected_batch, write_random_tokens
 from tests.tolerances import check_tensor
 
 TOKEN_DTYPES = ("uint8", "uint16", "int16", "int32", "uint32", "int64")
@@ -39,6 +42,7 @@ def _outcome(call):
         return "raises", type(e).__name__
 
 
+@pytest.mark.extends("tests/test_data.py::test_a_seed_gives_the_batch_of_the_stated_draw")
 @given(
     n_extra=st.integers(0, 4000),
     context_length=st.integers(1, 300),
@@ -46,28 +50,35 @@ def _outcome(call):
     dtype=st.sampled_from(TOKEN_DTYPES),
     seed=seeds,
 )
-def test_batches_equal_the_reference_for_the_same_seed(impl, ref, n_extra, context_length, batch_size, dtype, seed):
+def test_batches_equal_the_stated_draw_for_the_same_seed(impl, n_extra, context_length, batch_size, dtype, seed):
     """The contract fixes how starts are drawn (torch.randint over the valid
-    starts with the given generator), so a seed gives the reference's batch.
-    ``n_extra=0`` leaves one token too few (an error)."""
+    starts with the given generator), so a seed gives one batch. ``n_extra=0``
+    leaves one token too few: a ValueError, as the docstring says."""
     n = context_length + n_extra
+    input_kind(token_dtype=dtype, tokens="up to 4300", context_length="up to 300", batch_size="up to 64",
+               too_short="yes" if n_extra == 0 else "no")
     tokens = _tokens(n, dtype, seed)
-    got = _outcome(lambda: impl.scenario(scenarios.batch_with_seed, tokens, batch_size, context_length, seed))
-    expected = _outcome(lambda: ref.scenario(scenarios.batch_with_seed, tokens, batch_size, context_length, seed))
     call = f"get_batch({n} {dtype} tokens, {batch_size}, {context_length}, generator seed {seed})"
-    if expected[0] == "raises":
-        assert got == expected, f"{call}: the reference raises {expected[1]}, got {got[0]} {got[1]!r:.200}"
+    got = _outcome(lambda: impl.scenario(scenarios.batch_with_seed, tokens, batch_size, context_length, seed))
+    if n_extra == 0:
+        assert got == ("raises", "ValueError"), (
+            f"{call}: too few tokens must raise ValueError, got {got[0]} {got[1]!r:.200}"
+        )
         return
     assert got[0] == "ok", f"{call}: raised {got[1]}"
-    for name, g, e in zip("xy", got[1], expected[1], strict=True):
+    expected = expected_batch(tokens, batch_size, context_length, seed)
+    for name, g, e in zip("xy", got[1], expected, strict=True):
         check_tensor(g, dtype=torch.int64, shape=tuple(e.shape), device="cpu", what=f"{call}: {name}")
         assert torch.equal(g, e), (
-            f"{call}: {name} differs from the reference's batch (first rows {g[:2, :6]} vs {e[:2, :6]})"
+            f"{call}: {name} differs from the windows at the stated draw's starts "
+            f"(first rows {g[:2, :6]} vs {e[:2, :6]})"
         )
 
 
+@pytest.mark.extends("tests/test_data.py::test_save_tokens_honours_the_dtype")
 @given(tokens=st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=300), dtype=st.sampled_from(TOKEN_DTYPES))
 def test_save_tokens_bytes_and_errors_equal_the_reference(impl, ref, tokens, dtype):
+    input_kind(dtype=dtype, tokens="up to 300, values up to 2**31")
     arr = np.array(tokens, dtype=np.int64)
     got = _outcome(lambda: impl.scenario(scenarios.save_and_read_back, arr, dtype))
     expected = _outcome(lambda: ref.scenario(scenarios.save_and_read_back, arr, dtype))
@@ -77,8 +88,10 @@ def test_save_tokens_bytes_and_errors_equal_the_reference(impl, ref, tokens, dty
         assert got == expected, f"save_tokens(..., {dtype}) wrote other bytes than the reference"
 
 
+@pytest.mark.extends("tests/test_data.py::test_load_tokens_is_a_read_only_memmap")
 @given(raw=st.binary(min_size=0, max_size=64), dtype=st.sampled_from(TOKEN_DTYPES))
 def test_load_tokens_equals_the_reference(impl, ref, raw, dtype):
+    input_kind(dtype=dtype, file="0 to 64 bytes, not always a whole number of tokens")
     got = _outcome(lambda: impl.scenario(scenarios.load_written, raw, dtype))
     expected = _outcome(lambda: ref.scenario(scenarios.load_written, raw, dtype))
     if expected[0] == "raises":
@@ -106,7 +119,9 @@ BAD_ARGUMENTS = [
 
 
 @pytest.mark.parametrize(("argument", "value"), BAD_ARGUMENTS, ids=[f"{a}={v!r:.20}" for a, v in BAD_ARGUMENTS])
+@pytest.mark.extends("tests/test_data.py::test_get_batch_rejects_bad_input")
 def test_get_batch_bad_input_raises_like_the_reference(impl, ref, argument, value):
+    input_kind(argument=argument, value_type=type(value).__name__)
     args = {"tokens": np.arange(40, dtype=np.uint16), "batch_size": 2, "context_length": 8, "device": "cpu"}
     args[argument] = value
     got = _outcome(lambda: impl.data.get_batch(*args.values()))
@@ -124,7 +139,9 @@ def token_file(tmp_path_factory):
 
 
 @pytest.mark.parametrize(("batch_size", "context_length"), [(16, 256), (64, 1024)])
+@pytest.mark.extends("tests/test_data.py::test_only_the_sampled_windows_are_read")
 def test_larger_batches_read_only_their_windows(impl, token_file, batch_size, context_length):
+    input_kind(file="256 MiB memmap", batch_size=str(batch_size), context_length=str(context_length))
     (x, y), peak = impl.measured_scenario(scenarios.sample_file, str(token_file), batch_size, context_length, 11)
     check_tensor(x, dtype=torch.int64, shape=(batch_size, context_length), what="x")
     assert_rows_are_windows_of(token_file, x, y, f"a {batch_size}x{context_length} batch")

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from grader import mfu
+from grader.hidden.conftest import input_kind
 
 pytestmark = [
     pytest.mark.gpu,
@@ -42,14 +43,18 @@ def report(impl, ref) -> mfu.MfuReport:
     return result
 
 
+@pytest.mark.extends("tests/test_training.py::test_train_matches_a_torch_loop_and_draws_one_batch_per_step")
 def test_train_does_the_reference_work(report):
     """Every timed run ends with the parameters where the reference's are."""
+    input_kind(device="CUDA", workload="the rubric's MFU workload")
     bad = [v.message for v in report.verifications if not v.ok] + report.isolation_violations
     assert not bad, "train did not do the reference's work:\n" + "\n".join(bad) + "\n\n" + mfu.format_report(report)
 
 
+@pytest.mark.extends("tests/test_training.py::test_train_on_cuda_does_not_sync_every_step")
 def test_mfu_is_a_fraction_of_the_reference(report, record_property):
     """The submission's MFU is at least ``fraction`` of the reference loop's, same device, same run."""
+    input_kind(device="CUDA", workload="the rubric's MFU workload")
     record_property("mfu_ratio", round(report.ratio, 4))
     vs_peak = report.mfu_vs_peak("submission")
     if vs_peak is not None:

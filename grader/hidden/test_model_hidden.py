@@ -14,19 +14,23 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from grader.hidden.conftest import input_kind
 from tests.scenarios import model as scenarios
 from tests.strategies import dims, make_tensor, seeds, shapes
 from tests.test_model import M2, M4, bernstein_halfwidth
 from tests.tolerances import assert_close, check_tensor
 
 
+@pytest.mark.extends("tests/test_model.py::test_xavier_init_std")
 @settings(max_examples=12)
 @given(d_in=st.sampled_from([3, 10, 100, 300, 1000, 3000]), seed=seeds, data=st.data())
 def test_xavier_init_statistics(impl, ref, d_in, seed, data):
+    input_kind(d_in=str(d_in), elements="about 2**17 to 2**18")
     d_out = data.draw(st.integers(max(1, 2**17 // d_in), 2**18 // d_in), label="d_out")
     bound = bernstein_halfwidth(d_in * d_out, M4 - M2**2, 9.0 - M2, delta=5e-9)
     mean_squares = {}
@@ -43,15 +47,19 @@ def test_xavier_init_statistics(impl, ref, d_in, seed, data):
     )
 
 
+@pytest.mark.extends("tests/test_model.py::test_cruncher_parameters")
 @given(dim=dims(64), num_layers=st.integers(0, 12))
 def test_cruncher_parameters(impl, ref, dim, num_layers):
+    input_kind(dim="up to 64", num_layers=str(num_layers))
     got = impl.scenario(scenarios.cruncher_parameters, dim, num_layers)
     expected = ref.scenario(scenarios.cruncher_parameters, dim, num_layers)
     assert got == expected, f"Cruncher({dim}, {num_layers}) parameters: expected {expected}, got {got}"
 
 
+@pytest.mark.extends("tests/test_model.py::test_cruncher_forward")
 @given(batch=shapes(0, 4, max_side=5), dim=dims(48), num_layers=st.integers(0, 8), seed=seeds)
 def test_cruncher_forward(impl, ref, batch, dim, num_layers, seed):
+    input_kind(leading_dims=str(len(batch)), dim="up to 48", num_layers=str(num_layers))
     state = {f"layers.{i}.weight": make_tensor((dim, dim), seed=seed + i) / math.sqrt(dim) for i in range(num_layers)}
     state["final.weight"] = make_tensor((dim, 1), seed=seed + num_layers) / math.sqrt(dim)
     x = make_tensor((*batch, dim), seed=seed)
@@ -60,8 +68,10 @@ def test_cruncher_forward(impl, ref, batch, dim, num_layers, seed):
     assert_close(got, expected, scale=4 * dim * (num_layers + 1), what=f"Cruncher({dim}, {num_layers})")
 
 
+@pytest.mark.extends("tests/test_model.py::test_linear_forward_and_gradient")
 @given(batch=shapes(0, 4, max_side=5), d_in=dims(96), d_out=dims(96), seed=seeds)
 def test_linear_forward(impl, ref, batch, d_in, d_out, seed):
+    input_kind(leading_dims=str(len(batch)), sizes="up to 96")
     state = {"weight": make_tensor((d_in, d_out), seed=seed)}
     x = make_tensor((*batch, d_in), seed=seed ^ 1)
     expected = ref.scenario(scenarios.linear_run, d_in, d_out, state, x)
@@ -69,8 +79,10 @@ def test_linear_forward(impl, ref, batch, d_in, d_out, seed):
     assert_close(got, expected, scale=4 * d_in, what=f"Linear({d_in}, {d_out})")
 
 
+@pytest.mark.extends("tests/test_model.py::test_seed_everything_seeds_torch_numpy_and_random")
 @given(seed=st.integers(0, 2**32 - 1), dim=dims(16), num_layers=st.integers(0, 4))
 def test_seed_everything(impl, ref, seed, dim, num_layers):
+    input_kind(seed="up to 2**32 - 1", num_layers=str(num_layers))
     got, expected = impl.scenario(scenarios.seeded_draws, seed), ref.scenario(scenarios.seeded_draws, seed)
     assert torch.equal(got["torch"], expected["torch"]), f"seed_everything({seed}): torch draws differ"
     assert (got["numpy"] == expected["numpy"]).all(), f"seed_everything({seed}): NumPy draws differ"
