@@ -1,7 +1,7 @@
 """``python -m grader``: grade a submission, or run an instructor workflow.
 
-``python -m grader batch|release|gradescope ...`` dispatch to
-``grader.batch``, ``grader.release`` and ``grader.bundle`` (``main(argv)``);
+``python -m grader batch|release|gradescope|mutants ...`` dispatch to
+``grader.batch``, ``grader.release``, ``grader.bundle`` and ``grader.mutants`` (``main(argv)``);
 anything else grades one submission (see grader/cli.py).
 """
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-_WORKFLOWS = {"batch": "grader.batch", "release": "grader.release", "gradescope": "grader.bundle"}
+_WORKFLOWS = {"batch": "grader.batch", "release": "grader.release", "gradescope": "grader.bundle",
+              "mutants": "grader.mutants"}
 
 
 def main(argv: list[str] | None = None) -> int:
