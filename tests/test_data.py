@@ -264,3 +264,27 @@ def test_cuda_batch_equals_the_cpu_batch(impl):
     assert torch.equal(x.cpu(), cx) and torch.equal(y.cpu(), cy), (
         "the same generator seed must give the same batch on CUDA as on the CPU (sample on the host, then copy)"
     )
+
+
+# --------------------------------------------------------------------------- more inputs (issue 16)
+
+
+@given(
+    first=st.lists(st.integers(0, 65535), min_size=1, max_size=300),
+    second=st.lists(st.integers(0, 65535), min_size=1, max_size=300),
+    dtype=st.sampled_from([None, "uint16", "int32"]),
+)
+def test_saving_twice_to_one_path_replaces_the_file(impl, first, second, dtype):
+    """A second ``save_tokens`` to the same path replaces the file: it holds
+    exactly the second tokens, whether they are fewer or more than the first
+    (no stale tail of the first, nothing appended)."""
+    got = impl.scenario(scenarios.save_twice, np.array(first, dtype=np.int64), np.array(second, dtype=np.int64),
+                        dtype)
+    np_dtype = np.uint16 if dtype is None else np.dtype(dtype)
+    expected = np.array(second, dtype=np_dtype).tobytes()
+    assert got["bytes"] == expected, (
+        f"after saving {len(first)} then {len(second)} tokens to one path, the file holds {len(got['bytes'])} "
+        f"bytes, expected exactly the second save's {len(expected)}"
+    )
+    assert np.array_equal(got["values"], np.array(second)), "load_tokens after the second save reads other tokens"
+    assert got["files"] == ["tokens.bin"], f"save_tokens left other files behind: {got['files']}"
