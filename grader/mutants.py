@@ -175,13 +175,14 @@ def equivalence(m: Mutant, listed: dict[str, str], original: str) -> str | None:
 
 
 def run_mutant(m: Mutant, *, profile: str = "detect", timeout: float = 600.0,
-               python: str = sys.executable) -> tuple[str, float]:
-    """Run the problem's public tests on ``m``: ``("killed"|"survived"|"timeout", seconds)``."""
+               python: str = sys.executable, tests: list[str] | None = None) -> tuple[str, float]:
+    """Run the problem's public tests (or the pytest node ids ``tests``) on
+    ``m``: ``("killed"|"survived"|"timeout", seconds)``."""
     with tempfile.TemporaryDirectory(prefix=f"mutant-{m.problem}-") as tmp:
         pkg = Path(tmp) / "student"
         shutil.copytree(REPO / "reference", pkg, ignore=shutil.ignore_patterns("__pycache__"))
         (pkg / f"{m.problem}.py").write_text(m.source)
-        cmd = [python, "-m", "pytest", f"tests/test_{m.problem}.py", f"--impl={tmp}", "-x", "-q",
+        cmd = [python, "-m", "pytest", *(tests or [f"tests/test_{m.problem}.py"]), f"--impl={tmp}", "-x", "-q",
                "-p", "no:cacheprovider", "-p", "no:xdist", "--hypothesis-profile", profile]
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
         start = time.monotonic()
