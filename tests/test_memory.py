@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.scenarios import memory as scenarios
@@ -145,6 +145,7 @@ def test_count_parameters_rejects_non_modules(impl):
 # --------------------------------------------------------------------------- more inputs (issue 16)
 
 
+@settings(max_examples=40)  # two real steps per example
 @given(
     name=st.sampled_from(sorted(OPTIMIZERS)),
     dims=st.lists(st.integers(1, 16), min_size=2, max_size=4),

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
@@ -343,6 +343,7 @@ def test_bad_group_hyperparameters_are_rejected(impl, name, hp, error, argument)
 
 
 @pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=25)  # x 6 optimizers: keeps the grade run within the problem's time limit
 @given(data=st.data())
 def test_step_leaves_the_gradients_unchanged(impl, name, data):
     """``step()`` reads ``p.grad`` and never writes it: weight decay and the
@@ -366,6 +367,7 @@ def test_step_leaves_the_gradients_unchanged(impl, name, data):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=20)
 @given(data=st.data())
 def test_step_with_a_closure_returns_its_loss(impl, name, data):
     """``step(closure)`` calls the closure (with gradients enabled), steps with
@@ -394,6 +396,7 @@ def test_step_with_a_closure_returns_its_loss(impl, name, data):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=15)
 @given(data=st.data())
 def test_large_parameters_match_torch(impl, name, data):
     """Parameters of hundreds to thousands of elements (as real layers have):
