@@ -396,13 +396,15 @@ def test_step_with_a_closure_returns_its_loss(impl, name, data):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=15)
+@settings(max_examples=10)
 @given(data=st.data())
 def test_large_parameters_match_torch(impl, name, data):
-    """Parameters of hundreds to thousands of elements (as real layers have):
-    the trajectory still equals torch.optim's."""
+    """Parameters of hundreds to a hundred thousand elements (as real layers
+    have; a group of several such is larger than any cache-sized chunk an
+    implementation may process at a time): the trajectory still equals torch.optim's."""
     seed = data.draw(seeds, label="seed")
-    sizes = data.draw(st.lists(st.integers(300, 4096), min_size=1, max_size=2), label="sizes")
+    size = st.one_of(st.integers(300, 4096), st.integers(40_000, 150_000))
+    sizes = data.draw(st.lists(size, min_size=1, max_size=3), label="sizes")
     dtype = data.draw(compute_dtypes, label="dtype")
     params = [make_tensor((n,), dtype, seed + i).reshape(-1, 4) if n % 4 == 0 else make_tensor((n,), dtype, seed + i)
               for i, n in enumerate(sizes)]
