@@ -478,3 +478,16 @@ def test_autocast_runs_on_the_batch_device(impl, precision):
     want = {"bf16": "bfloat16", "fp16": "float16"}[precision]
     assert got["forward_dtypes"] == [want], f"{precision} on CUDA: the Linear layers produced {got['forward_dtypes']}"
     assert got["param_dtypes"] == ["float32"], f"master weights: {got['param_dtypes']}"
+
+
+@settings(max_examples=4)
+@given(seed=st.integers(0, 1000), steps=st.integers(1, 5))
+def test_precision_defaults_to_fp32(impl, seed, steps):
+    """Without ``precision``, ``train_step`` and ``train`` run in fp32: the
+    losses of a plain fp32 torch loop."""
+    batches = make_batches(steps, 8, 6, seed=seed)
+    got = impl.scenario(scenarios.default_precision_run, batches)
+    losses, _ = torch_loop("mlp", 6, 2, 0, "sgd", 0.1, batches)
+    assert got["forward_dtypes"] == ["float32"], f"without precision the layers ran in {got['forward_dtypes']}"
+    assert_losses_close(got["step"], losses, 1e-5, 1e-7, "train_step(...) without precision")
+    assert_losses_close(got["train"], losses, 1e-5, 1e-7, "train(...) without precision")

@@ -634,3 +634,18 @@ def resume_cuda_draws(lab: Any, seed: int) -> Any:
         lab.training.load_checkpoint(path, model, opt)
         after_load = torch.rand(8, device="cuda").cpu()
     return {"after_save": after_save, "after_load": after_load}
+
+
+def default_precision_run(lab: Any, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    """``train_step`` and ``train`` called without ``precision`` (nor scaler):
+    the losses of each, and the dtypes the Linear layers produced."""
+    model = build_model("mlp", batches[0][0].shape[1], 2, 0)
+    opt = build_optimizer("sgd", model.parameters(), 0.1)
+    seen, handles = _linear_output_dtypes(model)
+    step_losses = [lab.training.train_step(model, opt, x, y) for x, y in batches]
+    model2 = build_model("mlp", batches[0][0].shape[1], 2, 0)
+    opt2 = build_optimizer("sgd", model2.parameters(), 0.1)
+    train_losses = lab.training.train(model2, opt2, iter(batches), steps=len(batches))
+    for h in handles:
+        h.remove()
+    return {"step": step_losses, "train": train_losses, "forward_dtypes": sorted(set(seen))}
