@@ -196,3 +196,13 @@ def test_counts_are_python_ints(impl, dims, bias, tie):
     for name in sorted(OPTIMIZERS):
         v = impl.memory.optimizer_state_floats(name, got)
         assert type(v) is int, f"optimizer_state_floats({name!r}, {got}) should be an int, got {type(v).__name__}"
+
+
+@given(memory=st.integers(2**53, 10**24), per=st.integers(1, 64))
+def test_max_trainable_parameters_is_exact_for_large_memories(impl, memory, per):
+    """The most parameters that fit, exactly, for any int memory: n with
+    n * per <= memory < (n + 1) * per (float division rounds beyond 2^53)."""
+    got = impl.memory.max_trainable_parameters(memory, per)
+    assert type(got) is int and got * per <= memory < (got + 1) * per, (
+        f"max_trainable_parameters({memory}, {per}) = {got!r}: the most that fit is {memory // per}"
+    )
