@@ -185,3 +185,30 @@ def test_results_have_the_promised_python_types(impl, shape, dtype):
         for fn in ("underflows", "overflows"):
             v = getattr(impl.precision, fn)(1.0, dtype)
             assert type(v) is bool, f"{fn}(1.0, {dtype}) should be a bool, got {type(v).__name__} {v!r}"
+
+
+@st.composite
+def _near_the_largest_value(draw: st.DrawFn) -> tuple[float, torch.dtype]:
+    """A float32-exact value within two ulps of a 16-bit or fp8 format's max."""
+    dtype = draw(st.sampled_from((torch.float16, torch.bfloat16, *FP8_DTYPES)))
+    top, ulp = torch.finfo(dtype).max, _ulp_at_max(dtype)
+    value = draw(st.one_of(
+        # bfloat16's max is within two of its ulps of float32's: stay finite in float32
+        st.floats(top - 2 * ulp, min(top + 2 * ulp, torch.finfo(torch.float32).max), width=32),
+        st.sampled_from([top + k * ulp for k in (-1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 0.75)]),
+    ))
+    return (-value if draw(st.booleans()) else value), dtype
+
+
+@given(_near_the_largest_value())
+def test_overflows_near_the_largest_value(impl, case):
+    """Around max, only what rounds beyond it overflows: a value up to half an
+    ulp above max (exclusive for IEEE formats, whose tie rounds to inf) still
+    rounds to max."""
+    value, dtype = case
+    expected = _oracle_overflows(value, dtype)
+    got = impl.precision.overflows(value, dtype)
+    assert got is expected, (
+        f"overflows({value!r}, {dtype}): a real cast gives {_cast(value, dtype)!r} (max {torch.finfo(dtype).max!r}), "
+        f"so expected {expected}, got {got!r}"
+    )
