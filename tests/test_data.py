@@ -288,3 +288,20 @@ def test_saving_twice_to_one_path_replaces_the_file(impl, first, second, dtype):
     )
     assert np.array_equal(got["values"], np.array(second)), "load_tokens after the second save reads other tokens"
     assert got["files"] == ["tokens.bin"], f"save_tokens left other files behind: {got['files']}"
+
+
+@given(
+    tokens=st.lists(st.integers(0, 65535), min_size=2, max_size=200),
+    batch_size=st.integers(1, 4),
+    seed=st.integers(0, 2**31 - 1),
+    data=st.data(),
+)
+def test_a_cpu_tensor_of_tokens_gives_the_batch_of_the_array(impl, tokens, batch_size, seed, data):
+    """``tokens`` may be a 1-D CPU tensor as well as a NumPy array: with the
+    same seeded generator, both give the same batch."""
+    context_length = data.draw(st.integers(1, len(tokens) - 1), label="context_length")
+    array = np.array(tokens, dtype=np.int64)
+    from_array = impl.scenario(scenarios.batch_with_seed, array, batch_size, context_length, seed)
+    from_tensor = impl.scenario(scenarios.batch_with_seed, torch.from_numpy(array), batch_size, context_length, seed)
+    for name, a, t in zip("xy", from_array, from_tensor, strict=True):
+        assert torch.equal(a, t), f"get_batch on a CPU tensor of tokens: {name} differs from the NumPy array's {name}"
