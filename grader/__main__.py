@@ -1,8 +1,8 @@
 """``python -m grader``: grade a submission, or run an instructor workflow.
 
-``python -m grader batch|release|gradescope|similarity ...`` dispatch to
-``grader.batch``, ``grader.release``, ``grader.bundle`` and
-``grader.similarity`` (``main(argv)``);
+``python -m grader batch|release|gradescope|similarity|mutants ...`` dispatch to
+``grader.batch``, ``grader.release``, ``grader.bundle``, ``grader.similarity``
+and ``grader.mutants`` (``main(argv)``);
 anything else grades one submission (see grader/cli.py).
 """
 
@@ -12,7 +12,7 @@ import importlib
 import sys
 
 _WORKFLOWS = {"batch": "grader.batch", "release": "grader.release", "gradescope": "grader.bundle",
-              "similarity": "grader.similarity"}
+              "similarity": "grader.similarity", "mutants": "grader.mutants"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,8 @@ from grader.sandbox import printable
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m grader", description=__doc__.split("\n\n")[0],
-                                 epilog="Also: python -m grader batch|release|gradescope|similarity ... (instructors).")
+                                 epilog="Also: python -m grader batch|release|gradescope|similarity|mutants ... "
+                                        "(instructors).")
     ap.add_argument("submission", nargs="?", default=None,
                     help="a folder or zip holding student/ (default: this repository's student/)")
     ap.add_argument("--json", metavar="FILE", help="write the full results as JSON (see grader/report.py)")

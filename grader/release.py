@@ -8,7 +8,7 @@ leak by accident:
   ``grader/corpus/`` (known-wrong and cheating submissions built from the
   reference), ``selftest/`` (the project's own checks, which need the reference);
 * instructor tooling and docs: ``docs/``, ``.ci/`` and ``.github/`` of this repo,
-  the grader's batch/release/bundle commands and their templates, ``README.md``
+  the grader's batch/release/bundle/mutants commands and their templates, ``README.md``
   and ``grader/README.md``;
 * benchmarks that need the reference or instructor tooling (any whose source
   mentions ``reference`` or the batch grader).
@@ -41,7 +41,7 @@ EXCLUDED_DIRS = (
 #: Files never shipped (replaced, for README.md).
 EXCLUDED_FILES = (
     "README.md", "grader/README.md", "grader/batch.py", "grader/release.py", "grader/bundle.py",
-    "grader/similarity.py",
+    "grader/similarity.py", "grader/mutants.py",
 )
 #: Never copied whatever git says (local state).
 _LOCAL = (".venv", ".git", "__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", "grade-out", "build",

@@ -18,7 +18,8 @@ from torch import Tensor
 
 def save_tokens(path: str | os.PathLike[str], tokens: Any, dtype: Any = np.uint16) -> None:
     """Write ``tokens`` to ``path`` as raw binary ``dtype`` values (no header),
-    so that ``np.fromfile(path, dtype)`` gives them back.
+    so that ``np.fromfile(path, dtype)`` gives them back. An existing file at
+    ``path`` is replaced: afterwards it holds exactly these tokens.
 
     ``tokens`` is a 1-D sequence of integers: a list, a NumPy array or a tensor.
 

@@ -18,6 +18,8 @@ Rules shared by all six (see the handout for the update rules):
   step count do not change.
 * ``step(closure=None)`` updates in place under ``torch.no_grad()`` and returns
   ``closure()``'s value (evaluated with grad enabled) or None.
+* ``step`` reads ``p.grad`` and never modifies it (weight decay and the other
+  terms go into new tensors): ``p.grad`` after a step is the gradient before it.
 * Bad hyperparameters, given to the constructor or in a param group, raise a
   ValueError (a TypeError for a non-number) that names the hyperparameter:
   ``lr < 0``, ``weight_decay < 0``, ``eps <= 0``, betas / alpha outside

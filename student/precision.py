@@ -68,6 +68,8 @@ def float_format(dtype: torch.dtype) -> FloatFormat:
 def underflows(value: float, dtype: torch.dtype) -> bool:
     """Whether the finite, non-zero ``value`` becomes 0 when cast to ``dtype``
     (round to nearest, ties to even). 1e-8 underflows in float16, not in bfloat16.
+    Values below the smallest normal become subnormals first: only those that
+    round below the smallest subnormal become 0.
 
     Raises:
         TypeError: ``value`` is not a real number, or ``dtype`` not a dtype.

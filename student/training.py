@@ -36,7 +36,8 @@ def train_step(
 ) -> float:
     """One optimizer step on ``mse_loss(model(x), y)``: zero the gradients
     (``set_to_none=True``), forward in ``precision``, backward, step. Returns
-    the loss (before the step) as a Python float.
+    the loss (before the step) as a Python float; with ``"fp16"`` that is the
+    loss itself, not the scaled loss the scaler backpropagates.
 
     With ``"bf16"``/``"fp16"`` the parameters and the optimizer state remain
     float32. With ``"fp16"`` the step goes through ``scaler`` (``scale``,
@@ -59,6 +60,10 @@ def checkpointed_forward(model: nn.Module, x: Tensor) -> Tensor:
     ``model(x)``, with activation checkpointing
     (``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``): fewer
     tensors are saved for backward, and backward recomputes them.
+
+    ``x`` may or may not require grad (the parameters get their gradients
+    either way). Dropout layers draw their masks once: with torch's RNG seeded
+    alike before the call, output and gradients equal ``model(x)``'s.
 
     Supported models: an ``nn.Sequential`` (its children in order), or a
     Cruncher-like module with a ``layers`` ``nn.ModuleList`` and a ``final``

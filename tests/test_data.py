@@ -335,3 +335,44 @@ def test_cuda_batch_equals_the_cpu_batch(impl):
     assert torch.equal(x.cpu(), cx) and torch.equal(y.cpu(), cy), (
         "the same generator seed must give the same batch on CUDA as on the CPU (sample on the host, then copy)"
     )
+
+
+# --------------------------------------------------------------------------- more inputs (issue 16)
+
+
+@given(
+    first=st.lists(st.integers(0, 65535), min_size=1, max_size=300),
+    second=st.lists(st.integers(0, 65535), min_size=1, max_size=300),
+    dtype=st.sampled_from([None, "uint16", "int32"]),
+)
+def test_saving_twice_to_one_path_replaces_the_file(impl, first, second, dtype):
+    """A second ``save_tokens`` to the same path replaces the file: it holds
+    exactly the second tokens, whether they are fewer or more than the first
+    (no stale tail of the first, nothing appended)."""
+    got = impl.scenario(scenarios.save_twice, np.array(first, dtype=np.int64), np.array(second, dtype=np.int64),
+                        dtype)
+    np_dtype = np.uint16 if dtype is None else np.dtype(dtype)
+    expected = np.array(second, dtype=np_dtype).tobytes()
+    assert got["bytes"] == expected, (
+        f"after saving {len(first)} then {len(second)} tokens to one path, the file holds {len(got['bytes'])} "
+        f"bytes, expected exactly the second save's {len(expected)}"
+    )
+    assert np.array_equal(got["values"], np.array(second)), "load_tokens after the second save reads other tokens"
+    assert got["files"] == ["tokens.bin"], f"save_tokens left other files behind: {got['files']}"
+
+
+@given(
+    tokens=st.lists(st.integers(0, 65535), min_size=2, max_size=200),
+    batch_size=st.integers(1, 4),
+    seed=st.integers(0, 2**31 - 1),
+    data=st.data(),
+)
+def test_a_cpu_tensor_of_tokens_gives_the_batch_of_the_array(impl, tokens, batch_size, seed, data):
+    """``tokens`` may be a 1-D CPU tensor as well as a NumPy array: with the
+    same seeded generator, both give the same batch."""
+    context_length = data.draw(st.integers(1, len(tokens) - 1), label="context_length")
+    array = np.array(tokens, dtype=np.int64)
+    from_array = impl.scenario(scenarios.batch_with_seed, array, batch_size, context_length, seed)
+    from_tensor = impl.scenario(scenarios.batch_with_seed, torch.from_numpy(array), batch_size, context_length, seed)
+    for name, a, t in zip("xy", from_array, from_tensor, strict=True):
+        assert torch.equal(a, t), f"get_batch on a CPU tensor of tokens: {name} differs from the NumPy array's {name}"

@@ -22,7 +22,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
@@ -299,3 +299,29 @@ def test_modules_reject_bad_input(impl, name, args, error):
 def test_seed_everything_rejects_bad_input(impl, seed, error):
     with pytest.raises(error):
         impl.model.seed_everything(seed)
+
+
+# -------------------------------------------------------------------- more inputs (issue 16)
+
+
+@given(seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=10)
+def test_seed_everything_seeds_cuda_too(impl, seed):
+    """CPU stand-in for the GPU check below: ``seed_everything`` seeds torch on
+    every device, CUDA included (``torch.manual_seed`` does, through
+    ``torch.cuda.manual_seed_all``; here torch.cuda's seeding functions are
+    recorders, inside the scenario only)."""
+    got = impl.scenario(scenarios.cuda_seeds_after_seed_everything, seed)
+    assert seed in got, (
+        f"seed_everything({seed}) never seeded CUDA's generators (torch.cuda received {got}): "
+        "use torch.manual_seed, which seeds every device"
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="not run on a GPU: needs CUDA")
+def test_seed_everything_seeds_the_cuda_generator(impl):
+    got = impl.scenario(scenarios.seeded_cuda_draws, 1234)
+    torch.manual_seed(1234)
+    expected = torch.rand(8, device="cuda").cpu()
+    assert torch.equal(got, expected), "seed_everything(1234) did not seed the CUDA generator as torch.manual_seed does"

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
 from tests import static
 from tests.scenarios import optimizers as scenarios
 from tests.strategies import compute_dtypes, hyperparameters, make_tensor, seeds, shapes
-from tests.tolerances import assert_close_to_exact, check_tensor, oracle_error
+from tests.tolerances import assert_close, assert_close_to_exact, check_tensor, oracle_error
 
 NAMES = ("SGD", "SGDMomentum", "AdaGrad", "RMSProp", "Adam", "AdamW")
 
@@ -413,3 +413,82 @@ def test_bad_group_hyperparameters_are_rejected(impl, name, hp, error, argument)
     """A param group's own hyperparameters are checked like the constructor's."""
     with pytest.raises(error, match=argument):
         impl.scenario(scenarios.construct, name, {}, hp)
+
+
+# --------------------------------------------------------------------------- more inputs (issue 16)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=25)  # x 6 optimizers: keeps the grade run within the problem's time limit
+@given(data=st.data())
+def test_step_leaves_the_gradients_unchanged(impl, name, data):
+    """``step()`` reads ``p.grad`` and never writes it: weight decay and the
+    other terms go into a new tensor, so ``p.grad`` read back after the step is
+    the gradient that was set (as with torch.optim)."""
+    run = data.draw(runs(name))
+    # weight decay is where gradients get edited in place (grad.add_(p, alpha=wd))
+    run["defaults"] = {**run["defaults"], "weight_decay": data.draw(st.sampled_from([0.01, 0.1]), label="wd")}
+    got = impl.scenario(scenarios.grads_after_steps, name, *_run_args(run))
+    assert isinstance(got, list) and len(got) == len(run["grads"]), f"{name}: expected one entry per step"
+    for k, (got_step, given_step) in enumerate(zip(got, run["grads"], strict=True)):
+        for i, (g, e) in enumerate(zip(got_step, given_step, strict=True)):
+            if e is None:
+                assert g is None, f"{name}: param {i} had no gradient at step {k + 1}, it has one after the step"
+                continue
+            check_tensor(g, dtype=e.dtype, shape=tuple(e.shape), what=f"{name}: p.grad of param {i}")
+            assert torch.equal(g, e), (
+                f"{name}: p.grad of param {i} changed during step {k + 1} (max change {(g - e).abs().max():.3g}): "
+                "step() must not modify the gradients in place"
+            )
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=20)
+@given(data=st.data())
+def test_step_with_a_closure_returns_its_loss(impl, name, data):
+    """``step(closure)`` calls the closure (with gradients enabled), steps with
+    the gradients it computed and returns the closure's loss, as torch.optim does."""
+    seed, steps = data.draw(seeds, label="seed"), data.draw(st.integers(1, 3), label="steps")
+    param_shapes = data.draw(st.lists(shapes(min_dims=1, max_dims=2, max_side=4), min_size=1, max_size=2))
+    params = [make_tensor(s, torch.float64, seed + i) for i, s in enumerate(param_shapes)]
+    targets = [make_tensor(s, torch.float64, seed + 100 + i) for i, s in enumerate(param_shapes)]
+    hp = data.draw(hyperparameters(**_EXTRA_HYPERPARAMETERS).map(
+        lambda d: {k: d[k] for k in HYPERPARAMETERS[name] if k in ("lr", "weight_decay")}))
+    got = impl.scenario(scenarios.steps_with_closure, name, params, targets, hp, steps)
+
+    ps = [nn.Parameter(p.clone()) for p in params]
+    opt = TORCH[name](ps, **{**TORCH_DEFAULTS.get(name, {}), **hp})
+    closure = scenarios.quadratic_closure(opt, ps, targets)
+    for k in range(steps):
+        expected = opt.step(closure)
+        value = got["returned"][k]
+        assert isinstance(value, torch.Tensor), (
+            f"{name}.step(closure) should return the closure's loss, got {type(value).__name__} {value!r:.80}"
+        )
+        assert_close(value, expected.detach(), what=f"{name}.step(closure) return value at step {k + 1}")
+        for i, p in enumerate(ps):
+            assert_close(got["params"][k][i], p.detach(), scale=k + 1,
+                         what=f"{name}: param {i} after step(closure) {k + 1}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=10)
+@given(data=st.data())
+def test_large_parameters_match_torch(impl, name, data):
+    """Parameters of hundreds to a hundred thousand elements (as real layers
+    have; a group of several such is larger than any cache-sized chunk an
+    implementation may process at a time): the trajectory still equals torch.optim's."""
+    seed = data.draw(seeds, label="seed")
+    size = st.one_of(st.integers(300, 4096), st.integers(40_000, 150_000))
+    sizes = data.draw(st.lists(size, min_size=1, max_size=3), label="sizes")
+    dtype = data.draw(compute_dtypes, label="dtype")
+    params = [make_tensor((n,), dtype, seed + i).reshape(-1, 4) if n % 4 == 0 else make_tensor((n,), dtype, seed + i)
+              for i, n in enumerate(sizes)]
+    grads = [[make_tensor(tuple(p.shape), dtype, seed + 10 * (k + 1) + i) for i, p in enumerate(params)]
+             for k in range(data.draw(st.integers(1, 3), label="steps"))]
+    hp = data.draw(hyperparameters(**_EXTRA_HYPERPARAMETERS).map(
+        lambda d: {k: d[k] for k in HYPERPARAMETERS[name]}))
+    groups = [(list(range(len(params))), {})]
+    expected = torch_trajectory(name, params, groups, hp, grads)
+    got = impl.scenario(scenarios.trajectory, name, params, groups, hp, grads)
+    assert_same_trajectory(got, expected, f"{name} with parameters of {sizes} elements")

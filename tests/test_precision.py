@@ -128,3 +128,87 @@ def test_worked_examples(impl):
 def test_bad_input_is_rejected(impl, function, args, error):
     with pytest.raises(error):
         getattr(impl.precision, function)(*args)
+
+
+# --------------------------------------------------------------------------- more inputs (issue 16)
+
+
+def _smallest_subnormal(dtype: torch.dtype) -> float:
+    info = torch.finfo(dtype)
+    return info.smallest_normal * info.eps  # 2^(emin - mantissa_bits)
+
+
+@st.composite
+def _near_the_subnormals(draw: st.DrawFn) -> tuple[float, torch.dtype]:
+    """A float32-exact value between a quarter of the smallest subnormal and the
+    smallest normal of a 16-bit or fp8 format (where gradual underflow lives)."""
+    dtype = draw(st.sampled_from((torch.float16, torch.bfloat16, *FP8_DTYPES)))
+    lo, hi = _smallest_subnormal(dtype) / 4, torch.finfo(dtype).smallest_normal
+    value = draw(st.one_of(
+        st.floats(lo, hi, width=32),
+        st.sampled_from([_smallest_subnormal(dtype) * k for k in (0.5, 0.75, 1.0, 1.5)]),
+    ))
+    return (-value if draw(st.booleans()) else value), dtype
+
+
+@given(_near_the_subnormals())
+def test_underflows_between_the_subnormals_and_the_smallest_normal(impl, case):
+    """Below the smallest normal a value is not lost yet: it becomes a subnormal,
+    and only what rounds below half the smallest subnormal becomes zero."""
+    value, dtype = case
+    expected = _cast(value, dtype) == 0.0
+    got = impl.precision.underflows(value, dtype)
+    assert got is expected, (
+        f"underflows({value!r}, {dtype}): a real cast gives {_cast(value, dtype)!r}, so expected {expected}, "
+        f"got {got!r} (subnormals: smallest {_smallest_subnormal(dtype)!r}, smallest normal "
+        f"{torch.finfo(dtype).smallest_normal!r})"
+    )
+
+
+@given(shape=shapes(max_dims=4, min_side=0, max_side=9), dtype=dtypes)
+def test_results_have_the_promised_python_types(impl, shape, dtype):
+    """``int`` where an int is promised (not np.int64, a float or a 0-d
+    tensor), ``float`` for the formats' real-valued fields, ``bool`` for the
+    predicates: results are exactly of these types."""
+    got = impl.precision.tensor_bytes(shape, dtype)
+    assert type(got) is int, f"tensor_bytes({shape}, {dtype}) should be an int, got {type(got).__name__} {got!r}"
+    got = impl.precision.bytes_per_element(dtype)
+    assert type(got) is int, f"bytes_per_element({dtype}) should be an int, got {type(got).__name__}"
+    if dtype in FORMATS:
+        fmt = impl.precision.float_format(dtype)
+        for field in ("bits", "exponent_bits", "mantissa_bits"):
+            v = getattr(fmt, field)
+            assert type(v) is int, f"float_format({dtype}).{field} should be an int, got {type(v).__name__} {v!r}"
+        for field in ("max", "smallest_normal", "eps"):
+            v = getattr(fmt, field)
+            assert type(v) is float, f"float_format({dtype}).{field} should be a float, got {type(v).__name__} {v!r}"
+        for fn in ("underflows", "overflows"):
+            v = getattr(impl.precision, fn)(1.0, dtype)
+            assert type(v) is bool, f"{fn}(1.0, {dtype}) should be a bool, got {type(v).__name__} {v!r}"
+
+
+@st.composite
+def _near_the_largest_value(draw: st.DrawFn) -> tuple[float, torch.dtype]:
+    """A float32-exact value within two ulps of a 16-bit or fp8 format's max."""
+    dtype = draw(st.sampled_from((torch.float16, torch.bfloat16, *FP8_DTYPES)))
+    top, ulp = torch.finfo(dtype).max, _ulp_at_max(dtype)
+    value = draw(st.one_of(
+        # bfloat16's max is within two of its ulps of float32's: stay finite in float32
+        st.floats(top - 2 * ulp, min(top + 2 * ulp, torch.finfo(torch.float32).max), width=32),
+        st.sampled_from([top + k * ulp for k in (-1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 0.75)]),
+    ))
+    return (-value if draw(st.booleans()) else value), dtype
+
+
+@given(_near_the_largest_value())
+def test_overflows_near_the_largest_value(impl, case):
+    """Around max, only what rounds beyond it overflows: a value up to half an
+    ulp above max (exclusive for IEEE formats, whose tie rounds to inf) still
+    rounds to max."""
+    value, dtype = case
+    expected = _oracle_overflows(value, dtype)
+    got = impl.precision.overflows(value, dtype)
+    assert got is expected, (
+        f"overflows({value!r}, {dtype}): a real cast gives {_cast(value, dtype)!r} (max {torch.finfo(dtype).max!r}), "
+        f"so expected {expected}, got {got!r}"
+    )

@@ -490,3 +490,160 @@ def test_train_on_cuda_does_not_sync_every_step(impl):
         f"train synchronised with the GPU {len(got['syncs'])} times in {steps} steps: keep the losses on the "
         f"device and convert them once at the end ({got['syncs'][:3]})"
     )
+
+
+# --------------------------------------------------------------------------- more inputs (issue 16)
+
+
+@settings(max_examples=6)
+@given(kind=st.sampled_from(KINDS), seed=seeds, num_layers=st.integers(1, 7), batch=st.integers(1, 4))
+def test_checkpointed_forward_input_without_grad(impl, kind, seed, num_layers, batch):
+    """An input that needs no gradient (token embeddings, a data batch): the
+    output and the parameters' gradients are still those of ``model(x)``."""
+    dim = 6
+    x = make_tensor((batch, dim), torch.float32, seed)
+    got = impl.scenario(scenarios.checkpointed_variant, kind, dim, num_layers, seed, x, False, 0.0, seed)
+    model = scenarios.build_model(kind, dim, num_layers, seed)
+    out = model(x)
+    (out * torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)).sum().backward()
+    assert_close(got["out"], out.detach(), what=f"checkpointed_forward output, x without grad ({kind})")
+    assert got["x_grad"] is None, "x does not require grad: it must not get a .grad"
+    for i, p in enumerate(model.parameters()):
+        assert got["grads"][i] is not None, (
+            f"parameter {i} got no gradient when x does not require grad (torch.utils.checkpoint with "
+            "use_reentrant=True drops them: use use_reentrant=False)"
+        )
+        assert_close(got["grads"][i], p.grad, what=f"gradient of parameter {i} (x without grad)")
+
+
+@settings(max_examples=6)
+@given(seed=seeds, rng_seed=seeds, num_layers=st.integers(2, 7), batch=st.integers(1, 4),
+       p=st.sampled_from([0.1, 0.5]), x_requires_grad=st.booleans())
+def test_checkpointed_forward_with_dropout_matches_the_same_seeded_model(
+    impl, seed, rng_seed, num_layers, batch, p, x_requires_grad
+):
+    """Dropout in training mode: with torch's RNG seeded the same way just
+    before the call, ``checkpointed_forward`` gives ``model(x)``'s output and
+    gradients. The recomputation in backward must draw the same dropout masks
+    (``torch.utils.checkpoint`` restores the RNG state by default,
+    ``preserve_rng_state=True``), and the forward draws them in model order."""
+    dim = 6
+    x = make_tensor((batch, dim), torch.float32, seed)
+    got = impl.scenario(scenarios.checkpointed_variant, "dropout", dim, num_layers, seed, x,
+                        x_requires_grad, p, rng_seed)
+    model = scenarios.build_dropout_model(dim, num_layers, p, seed)
+    xr = x.clone().requires_grad_(x_requires_grad)
+    torch.manual_seed(rng_seed)
+    out = model(xr)
+    (out * torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)).sum().backward()
+    assert_close(got["out"], out.detach(), what=f"checkpointed_forward output with dropout p={p}")
+    for i, prm in enumerate(model.parameters()):
+        assert got["grads"][i] is not None, f"parameter {i} got no gradient"
+        assert_close(got["grads"][i], prm.grad, what=f"gradient of parameter {i} with dropout p={p} "
+                     "(the recomputed forward must reuse the forward's dropout masks)")
+    if x_requires_grad:
+        assert_close(got["x_grad"], xr.grad, what="gradient of the input with dropout")
+
+
+FP16_TOLERANCE = 0.01
+
+
+@settings(max_examples=3)
+@given(seed=st.integers(0, 50), kind=st.sampled_from(["mlp", "stack"]))
+def test_fp16_train_step_loss_tracks_the_fp32_loss(impl, seed, kind):
+    """The loss ``train_step`` returns with ``precision="fp16"`` is the loss
+    itself (not the scaled loss the scaler backpropagates), within fp16's
+    rounding of the fp32 run's; parameters and state stay fp32."""
+    batches = make_batches(8, 16, 8, seed=seed)
+    got = impl.scenario(scenarios.run_steps, kind, 8, 2, seed, "adamw", 1e-2, batches, "fp16")
+    losses, _ = torch_loop(kind, 8, 2, seed, "adamw", 1e-2, batches)
+    assert got["param_dtypes"] == ["float32"] and got["state_dtypes"] == ["float32"], (
+        f"fp16 keeps fp32 master weights and state: got {got['param_dtypes']}, {got['state_dtypes']}"
+    )
+    assert_losses_close(got["losses"], losses, FP16_TOLERANCE, FP16_TOLERANCE * losses[0],
+                        "train_step(precision='fp16') losses vs the fp32 run")
+
+
+@settings(max_examples=3)
+@given(seed=st.integers(0, 50), steps=st.integers(1, 8))
+def test_train_fp16_tracks_fp32(impl, seed, steps):
+    """``train(precision="fp16", scaler=GradScaler("cpu"))``: one loss per step,
+    within fp16's rounding of the fp32 run; fp32 parameters and state."""
+    batches = make_batches(steps, 16, 8, seed=seed)
+    got = impl.scenario(scenarios.train_fp16_losses, "mlp", 8, 2, seed, 1e-2, batches, steps)
+    losses, _ = torch_loop("mlp", 8, 2, seed, "adamw", 1e-2, batches)
+    assert got["param_dtypes"] == ["float32"] and got["state_dtypes"] == ["float32"], (
+        f"fp16 keeps fp32 master weights and state: got {got['param_dtypes']}, {got['state_dtypes']}"
+    )
+    assert_losses_close(got["losses"], losses, FP16_TOLERANCE, FP16_TOLERANCE * losses[0],
+                        "train(precision='fp16') losses vs the fp32 run")
+
+
+@pytest.mark.parametrize("change", ["extra_layer", "missing_layer", "renamed"])
+def test_load_into_a_model_with_other_keys_is_a_value_error(impl, change):
+    """A checkpoint whose model keys differ from the model's (a layer more, a
+    layer fewer, other names) does not fit it: ValueError, never a partial load."""
+    with pytest.raises(ValueError):
+        impl.scenario(scenarios.load_into_other_model, change)
+
+
+@given(seed=seeds)
+@settings(max_examples=3)
+def test_load_checkpoint_returns_an_int(impl, seed):
+    got = impl.scenario(scenarios.checkpoint_round_trip, seed % 1000)
+    assert type(got["iteration"]) is int, (
+        f"load_checkpoint promises an int, got {type(got['iteration']).__name__} {got['iteration']!r}"
+    )
+
+
+@given(seed=st.integers(0, 255))
+@settings(max_examples=3)
+def test_checkpoint_restores_the_cuda_rng_when_cuda_is_available(impl, seed):
+    """CPU stand-in for the GPU check below: with ``torch.cuda`` faking one
+    device (inside the scenario), ``save_checkpoint`` saves the CUDA generator
+    state and ``load_checkpoint`` sets it back (``torch.cuda.get_rng_state[_all]``
+    / ``set_rng_state[_all]``)."""
+    got = impl.scenario(scenarios.checkpoint_with_fake_cuda, seed)
+    expected = torch.tensor([seed, 7, 7, 7], dtype=torch.uint8)
+    assert got["restored"] is not None, (
+        "with CUDA available, load_checkpoint never set the CUDA RNG state (torch.cuda.set_rng_state_all)"
+    )
+    assert torch.equal(got["restored"].to(torch.uint8).flatten(), expected), (
+        f"load_checkpoint set the CUDA RNG state to {got['restored']}, not the saved {expected}"
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="not run on a GPU: needs CUDA")
+def test_checkpoint_restores_the_cuda_rng(impl):
+    got = impl.scenario(scenarios.resume_cuda_draws, 11)
+    assert torch.equal(got["after_save"], got["after_load"]), (
+        "draws from the CUDA generator after load_checkpoint differ from those after save_checkpoint: "
+        "save and restore torch.cuda's RNG state too"
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="not run on a GPU: needs CUDA")
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_autocast_runs_on_the_batch_device(impl, precision):
+    """On CUDA, autocast must use ``device_type="cuda"`` (the batch's device):
+    the Linear layers run in the low-precision dtype."""
+    batches = make_batches(3, 8, 6, seed=1)
+    got = impl.scenario(scenarios.run_steps_on, "cuda", precision, 0, batches)
+    want = {"bf16": "bfloat16", "fp16": "float16"}[precision]
+    assert got["forward_dtypes"] == [want], f"{precision} on CUDA: the Linear layers produced {got['forward_dtypes']}"
+    assert got["param_dtypes"] == ["float32"], f"master weights: {got['param_dtypes']}"
+
+
+@settings(max_examples=4)
+@given(seed=st.integers(0, 1000), steps=st.integers(1, 5))
+def test_precision_defaults_to_fp32(impl, seed, steps):
+    """Without ``precision``, ``train_step`` and ``train`` run in fp32: the
+    losses of a plain fp32 torch loop."""
+    batches = make_batches(steps, 8, 6, seed=seed)
+    got = impl.scenario(scenarios.default_precision_run, batches)
+    losses, _ = torch_loop("mlp", 6, 2, 0, "sgd", 0.1, batches)
+    assert got["forward_dtypes"] == ["float32"], f"without precision the layers ran in {got['forward_dtypes']}"
+    assert_losses_close(got["step"], losses, 1e-5, 1e-7, "train_step(...) without precision")
+    assert_losses_close(got["train"], losses, 1e-5, 1e-7, "train(...) without precision")

@@ -127,3 +127,36 @@ def test_same_storage_is_not_data_ptr(impl):
 def test_bad_input_is_rejected(impl, function, args, error):
     with pytest.raises(error):
         getattr(impl.views, function)(*args)
+
+
+# --------------------------------------------------------------------------- more inputs (issue 16)
+
+
+@given(shape=shapes(max_dims=5, min_side=0), data=st.data())
+def test_results_have_the_promised_python_types(impl, shape, data):
+    """``contiguous_strides`` is a tuple of ints, ``storage_index`` an int and
+    ``is_contiguous`` / ``same_storage`` bools: exactly these types (not
+    lists, np.int64, 0-d tensors or numpy bools)."""
+    strides = impl.views.contiguous_strides(shape)
+    assert type(strides) is tuple and all(type(s) is int for s in strides), (
+        f"contiguous_strides({shape}) should be a tuple of ints, got {strides!r}"
+    )
+    expected = torch.empty(shape).stride()
+    got = impl.views.is_contiguous(shape, expected)
+    assert type(got) is bool, f"is_contiguous should be a bool, got {type(got).__name__} {got!r}"
+    index = tuple(data.draw(st.integers(0, max(s - 1, 0)), label="index") for s in shape)
+    got = impl.views.storage_index(index, expected)
+    assert type(got) is int, f"storage_index({index}, {expected}) should be an int, got {type(got).__name__} {got!r}"
+    x = torch.arange(12.0).reshape(3, 4)
+    got = impl.views.same_storage(x, x[1:])
+    assert type(got) is bool, f"same_storage should be a bool, got {type(got).__name__} {got!r}"
+
+
+@given(views())
+def test_storage_index_without_offset_starts_at_zero(impl, case):
+    """``storage_offset`` defaults to 0: the index of an element relative to
+    the start of the view's own storage offset."""
+    t, index = case
+    expected = sum(i * s for i, s in zip(index, t.stride(), strict=True))
+    got = impl.views.storage_index(index, t.stride())
+    assert got == expected, f"storage_index({index}, {t.stride()}) without an offset: expected {expected}, got {got!r}"

@@ -109,3 +109,19 @@ def batch_on_device(lab: Any, tokens: Any, batch_size: int, context_length: int,
     """``get_batch`` on ``device`` with a generator seeded with ``seed``."""
     g = torch.Generator().manual_seed(seed)
     return lab.data.get_batch(tokens, batch_size, context_length, device, generator=g)
+
+
+def save_twice(lab: Any, first: Any, second: Any, dtype_name: str | None) -> Any:
+    """``save_tokens`` of ``first`` then of ``second`` to the same path; the raw
+    bytes at the path afterwards and what ``load_tokens`` reads there."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "tokens.bin")
+        args = () if dtype_name is None else (_np_type(dtype_name),)
+        lab.data.save_tokens(path, first, *args)
+        lab.data.save_tokens(path, second, *args)
+        with open(path, "rb") as f:
+            raw = f.read()
+        mm = lab.data.load_tokens(path, *args)
+        values = np.array(mm)
+        del mm
+        return {"bytes": raw, "values": values, "files": sorted(os.listdir(d))}

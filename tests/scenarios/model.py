@@ -108,3 +108,25 @@ def linear_run(lab: Any, d_in: int, d_out: int, state: dict[str, torch.Tensor], 
     layer.load_state_dict(state)
     with torch.no_grad():
         return layer(x)
+
+
+def cuda_seeds_after_seed_everything(lab: Any, seed: int) -> Any:
+    """The seeds ``torch.cuda`` received (``manual_seed`` / ``manual_seed_all``,
+    replaced by recorders inside this scenario only) during ``seed_everything(seed)``."""
+    seen: list[int] = []
+    names = ("manual_seed", "manual_seed_all")
+    saved = {name: getattr(torch.cuda, name) for name in names}
+    try:
+        for name in names:
+            setattr(torch.cuda, name, lambda s: seen.append(int(s)))
+        lab.model.seed_everything(seed)
+    finally:
+        for name, fn in saved.items():
+            setattr(torch.cuda, name, fn)
+    return seen
+
+
+def seeded_cuda_draws(lab: Any, seed: int) -> Any:
+    """Draws from the CUDA generator right after ``seed_everything(seed)``."""
+    lab.model.seed_everything(seed)
+    return torch.rand(8, device="cuda").cpu()

@@ -485,3 +485,160 @@ def train_cuda_syncs(lab: Any, steps: int, precision: str) -> Any:
             torch.cuda.set_sync_debug_mode("default")
     syncs = [str(w.message)[:200] for w in caught if "synchroniz" in str(w.message).lower()]
     return {"losses": losses, "syncs": syncs, "param_dtypes": sorted({str(p.dtype) for p in model.parameters()})}
+
+
+# --------------------------------------------------------------------------- issue 16: more inputs
+
+
+def build_dropout_model(dim: int, num_layers: int, p: float, seed: int) -> nn.Module:
+    """An ``nn.Sequential`` of Linear, tanh and Dropout(p) blocks ending in a
+    scalar per example (in training mode: dropout draws from torch's RNG)."""
+    torch.manual_seed(seed)
+    mods: list[nn.Module] = []
+    for _ in range(num_layers):
+        mods += [nn.Linear(dim, dim, bias=False), nn.Tanh(), nn.Dropout(p)]
+    return nn.Sequential(*mods, nn.Linear(dim, 1, bias=False), nn.Flatten(0))
+
+
+def checkpointed_variant(lab: Any, kind: str, dim: int, num_layers: int, seed: int, x: torch.Tensor,
+                         x_requires_grad: bool, dropout: float, rng_seed: int) -> Any:
+    """``checkpointed_forward`` of model ``kind`` (``"dropout"``: see
+    :func:`build_dropout_model`) on ``x``, which requires grad only when
+    ``x_requires_grad``; torch's RNG is seeded with ``rng_seed`` just before
+    the call. Report the output and the gradients after a backward of a
+    weighted sum of it."""
+    model = (build_dropout_model(dim, num_layers, dropout, seed) if kind == "dropout"
+             else build_model(kind, dim, num_layers, seed))
+    x = x.clone().requires_grad_(x_requires_grad)
+    torch.manual_seed(rng_seed)
+    out = lab.training.checkpointed_forward(model, x)
+    weights = torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)
+    (out * weights).sum().backward()
+    return {
+        "out": out.detach().clone(),
+        "grads": [p.grad.clone() if p.grad is not None else None for p in model.parameters()],
+        "x_grad": x.grad.clone() if x.grad is not None else None,
+    }
+
+
+def train_fp16_losses(lab: Any, kind: str, dim: int, num_layers: int, seed: int, lr: float,
+                      batches: list[tuple[torch.Tensor, torch.Tensor]], steps: int) -> Any:
+    """``train(precision="fp16")`` with a fresh ``GradScaler("cpu")``; report
+    the losses, the parameters' and the optimizer state's dtypes."""
+    model = build_model(kind, dim, num_layers, seed)
+    opt = build_optimizer("adamw", model.parameters(), lr)
+    scaler = torch.amp.GradScaler("cpu")
+    losses = lab.training.train(model, opt, iter(batches), steps=steps, precision="fp16", scaler=scaler)
+    return {
+        "losses": losses,
+        "param_dtypes": sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()}),
+        "state_dtypes": _state_dtypes(opt),
+    }
+
+
+def load_into_other_model(lab: Any, change: str) -> Any:
+    """Save a checkpoint of a 2-layer MLP, then load it into a model whose
+    state-dict keys differ (``"extra_layer"``: one layer more; ``"renamed"``: the
+    same weights under other names; ``"missing_layer"``: one layer fewer). Let
+    the loader's error propagate; report the fresh model's weights otherwise."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "ckpt.pt")
+        model = build_model("mlp", 4, 2, 0)
+        opt = build_optimizer("sgd", model.parameters(), 0.1)
+        lab.training.save_checkpoint(path, model, opt, 3)
+        if change == "extra_layer":
+            other = build_model("mlp", 4, 3, 1)
+        elif change == "missing_layer":
+            other = build_model("mlp", 4, 1, 1)
+        elif change == "renamed":
+            other = Stack(4, 2, block=False)
+        else:
+            raise ValueError(change)
+        other_opt = build_optimizer("sgd", other.parameters(), 0.1)
+        lab.training.load_checkpoint(path, other, other_opt)
+        return [p.detach().clone() for p in other.parameters()]
+
+
+def checkpoint_with_fake_cuda(lab: Any, seed: int) -> Any:
+    """Save and load a checkpoint while ``torch.cuda`` pretends one device is
+    there (``is_available``, ``device_count``, ``get_rng_state[_all]``,
+    ``set_rng_state[_all]`` replaced inside this scenario only). Report whether
+    the CUDA generator state the fake hands out was restored by the load: the
+    last state set on the fake device, as a tensor (None if none was set)."""
+    fake = {"state": torch.tensor([seed % 256, 7, 7, 7], dtype=torch.uint8)}
+    set_calls: list[torch.Tensor] = []
+
+    def get_state(device: Any = "cuda") -> torch.Tensor:
+        return fake["state"].clone()
+
+    def set_state(state: torch.Tensor, device: Any = "cuda") -> None:
+        set_calls.append(torch.as_tensor(state).clone())
+
+    patches = {
+        "is_available": lambda: True,
+        "device_count": lambda: 1,
+        "get_rng_state": get_state,
+        "get_rng_state_all": lambda: [get_state()],
+        "set_rng_state": set_state,
+        "set_rng_state_all": lambda states: [set_state(s) for s in states],
+    }
+    saved = {name: getattr(torch.cuda, name) for name in patches}
+    try:
+        model = build_model("mlp", 4, 1, 0)
+        opt = build_optimizer("sgd", model.parameters(), 0.1)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "ckpt.pt")
+            for name, fn in patches.items():
+                setattr(torch.cuda, name, fn)
+            lab.training.save_checkpoint(path, model, opt, 1)
+            fake["state"] = torch.tensor([99, 99, 99, 99], dtype=torch.uint8)  # the generator moved on
+            lab.training.load_checkpoint(path, model, opt)
+    finally:
+        for name, fn in saved.items():
+            setattr(torch.cuda, name, fn)
+    return {"restored": set_calls[-1] if set_calls else None}
+
+
+def run_steps_on(lab: Any, device: str, precision: str, seed: int,
+                 batches: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    """:func:`run_steps` of a 2-layer MLP (AdamW) with model and batches on ``device``."""
+    model = build_model("mlp", batches[0][0].shape[1], 2, seed).to(device)
+    opt = build_optimizer("adamw", model.parameters(), 1e-2)
+    scaler = torch.amp.GradScaler(device) if precision == "fp16" else None
+    seen, handles = _linear_output_dtypes(model)
+    losses = [lab.training.train_step(model, opt, x.to(device), y.to(device), precision=precision, scaler=scaler)
+              for x, y in batches]
+    for h in handles:
+        h.remove()
+    return {"losses": losses, "forward_dtypes": sorted(set(seen)),
+            "param_dtypes": sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()})}
+
+
+def resume_cuda_draws(lab: Any, seed: int) -> Any:
+    """Save a checkpoint, draw from the CUDA generator, load, draw again."""
+    torch.manual_seed(seed)
+    model = build_model("mlp", 4, 1, 0)
+    opt = build_optimizer("sgd", model.parameters(), 0.1)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "ckpt.pt")
+        lab.training.save_checkpoint(path, model, opt, 1)
+        after_save = torch.rand(8, device="cuda").cpu()
+        torch.cuda.manual_seed_all(seed + 1)
+        lab.training.load_checkpoint(path, model, opt)
+        after_load = torch.rand(8, device="cuda").cpu()
+    return {"after_save": after_save, "after_load": after_load}
+
+
+def default_precision_run(lab: Any, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    """``train_step`` and ``train`` called without ``precision`` (nor scaler):
+    the losses of each, and the dtypes the Linear layers produced."""
+    model = build_model("mlp", batches[0][0].shape[1], 2, 0)
+    opt = build_optimizer("sgd", model.parameters(), 0.1)
+    seen, handles = _linear_output_dtypes(model)
+    step_losses = [lab.training.train_step(model, opt, x, y) for x, y in batches]
+    model2 = build_model("mlp", batches[0][0].shape[1], 2, 0)
+    opt2 = build_optimizer("sgd", model2.parameters(), 0.1)
+    train_losses = lab.training.train(model2, opt2, iter(batches), steps=len(batches))
+    for h in handles:
+        h.remove()
+    return {"step": step_losses, "train": train_losses, "forward_dtypes": sorted(set(seen))}

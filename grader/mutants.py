@@ -1,0 +1,299 @@
+"""``python -m grader mutants``: how many small bugs in ``reference/`` the public tests catch.
+
+    python -m grader mutants [--problems a,b] [--max N] [--operators a,b] [--jobs J]
+                             [--profile detect] [--timeout S] [--list] [--json FILE]
+
+For each problem, every mutant of ``reference/<problem>.py`` (one small syntactic
+change, made by cosmic-ray's mutation operators) is written into a temporary
+copy of the reference laid out as a submission (``<tmp>/student/``), and the
+problem's public tests run on it::
+
+    pytest tests/test_<problem>.py --impl=<tmp> -x -q -p no:cacheprovider --hypothesis-profile detect
+
+A failing run kills the mutant; a run that passes lets it survive; a run past the
+timeout counts as killed (an infinite loop is caught by the grader's timeouts).
+``reference/`` itself is never modified.
+
+Mutants that cannot change behaviour are *equivalent* and left out of the rate:
+those that only touch annotations or docstrings (found automatically: with
+``from __future__ import annotations`` an annotation is never evaluated), and the
+ones listed with a reason in ``grader/corpus/equivalent_mutants.toml``.
+
+Why cosmic-ray's operators and not its runner (or mutmut): both runners assume the
+tests import the mutated module from where it lies (cosmic-ray rewrites the file in
+place, mutmut 3 runs pytest inside its own rewritten copy), while the public tests
+reach an implementation only through ``--impl FOLDER``. cosmic-ray's operators are
+a library (``mutate_code`` on a string), so this driver keeps the tool's mutations
+and writes each mutant where ``--impl`` can find it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from grader.compat import tomllib
+
+REPO = Path(__file__).resolve().parent.parent
+EQUIVALENT_FILE = REPO / "grader" / "corpus" / "equivalent_mutants.toml"
+
+#: The handout problems whose reference module is mutated (tests/test_<p>.py kills).
+PROBLEMS = ("precision", "views", "memory", "einops_ops", "flops", "model", "optimizers", "data", "training")
+
+#: cosmic-ray's core operators used by default: one replacement per operator kind
+#: (each binary operator by its usual confusion rather than by all ten others),
+#: which keeps a run in minutes while still covering arithmetic, comparisons,
+#: boundaries, constants, booleans, loops, decorators and exception handling.
+DEFAULT_OPERATORS = (
+    "ReplaceBinaryOperator_Add_Sub", "ReplaceBinaryOperator_Sub_Add", "ReplaceBinaryOperator_Mul_Div",
+    "ReplaceBinaryOperator_Div_Mul", "ReplaceBinaryOperator_FloorDiv_Div", "ReplaceBinaryOperator_Mod_FloorDiv",
+    "ReplaceBinaryOperator_Pow_Mul", "ReplaceBinaryOperator_LShift_RShift", "ReplaceBinaryOperator_BitOr_BitAnd",
+    "ReplaceComparisonOperator_Eq_NotEq", "ReplaceComparisonOperator_NotEq_Eq",
+    "ReplaceComparisonOperator_Lt_LtE", "ReplaceComparisonOperator_LtE_Lt",
+    "ReplaceComparisonOperator_Gt_GtE", "ReplaceComparisonOperator_GtE_Gt",
+    "ReplaceComparisonOperator_Is_IsNot", "ReplaceComparisonOperator_IsNot_Is",
+    "ReplaceUnaryOperator_USub_UAdd", "ReplaceUnaryOperator_Delete_Not",
+    "ReplaceTrueWithFalse", "ReplaceFalseWithTrue", "ReplaceAndWithOr", "ReplaceOrWithAnd",
+    "ReplaceBreakWithContinue", "ExceptionReplacer", "NumberReplacer", "ZeroIterationForLoop", "RemoveDecorator",
+)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One mutation of one reference module."""
+
+    problem: str
+    operator: str
+    occurrence: int  # cosmic-ray's index of this operator's positions in the module
+    line: int
+    before: str  # the source line before and after, stripped (for the listing)
+    after: str
+    source: str  # the whole mutated module
+
+    @property
+    def key(self) -> str:
+        return f"{self.problem}:{self.operator}:{self.occurrence}"
+
+
+@dataclass
+class Outcome:
+    key: str
+    problem: str
+    line: int
+    before: str
+    after: str
+    status: str  # killed | survived | timeout | equivalent
+    seconds: float
+    reason: str = ""
+
+
+def _code_shape(source: str) -> str:
+    """The module's AST without annotations and docstrings: two sources with the
+    same shape behave the same (annotations are never evaluated under
+    ``from __future__ import annotations``)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.returns = None
+            for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs,
+                      node.args.vararg, node.args.kwarg):
+                if a is not None:
+                    a.annotation = None
+        if isinstance(node, ast.AnnAssign):
+            node.annotation = ast.Constant(None)
+        body = getattr(node, "body", None)
+        if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            body[0] = ast.Pass()
+    return ast.dump(tree)
+
+
+def _changed_line(before: str, after: str) -> tuple[int, str, str]:
+    a, b = before.splitlines(), after.splitlines()
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i + 1, x.strip(), y.strip()
+    n = min(len(a), len(b))
+    return n + 1, (a[n].strip() if n < len(a) else ""), (b[n].strip() if n < len(b) else "")
+
+
+def generate(problem: str, operators: tuple[str, ...] = DEFAULT_OPERATORS,
+             reference: Path | None = None) -> Iterator[Mutant]:
+    """Every mutant of ``reference/<problem>.py`` for the given cosmic-ray core operators."""
+    from cosmic_ray.ast import ast_nodes, get_ast
+    from cosmic_ray.mutating import mutate_code
+    from cosmic_ray.plugins import get_operator
+
+    path = (reference or REPO / "reference") / f"{problem}.py"
+    original = path.read_text()
+    for name in operators:
+        op = get_operator(f"core/{name}")()
+        count = sum(len(list(op.mutation_positions(node))) for node in ast_nodes(get_ast(original)))
+        for occurrence in range(count):
+            mutated = mutate_code(original, op, occurrence)
+            if mutated is None or mutated == original:
+                continue
+            line, before, after = _changed_line(original, mutated)
+            yield Mutant(problem, name, occurrence, line, before, after, mutated)
+
+
+def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[str, str]:
+    """``{mutant key: reason}`` from the equivalent-mutants file. An entry also
+    names the source line it was written for; when the reference changed under
+    it (the line differs), the entry no longer applies and the mutant counts."""
+    if not path.is_file():
+        return {}
+    spec = tomllib.loads(path.read_text())
+    return {f"{e['problem']}:{e['operator']}:{e['occurrence']}": f"{e['line']}\x00{e['reason']}"
+            for e in spec.get("mutant", [])}
+
+
+def equivalence(m: Mutant, listed: dict[str, str], original: str) -> str | None:
+    """Why ``m`` is equivalent, or None."""
+    try:
+        if _code_shape(m.source) == _code_shape(original):
+            return "changes only an annotation or a docstring"
+    except SyntaxError:
+        return None
+    entry = listed.get(m.key)
+    if entry is not None:
+        line, reason = entry.split("\x00", 1)
+        if line.strip() == m.before:
+            return reason
+    return None
+
+
+def run_mutant(m: Mutant, *, profile: str = "detect", timeout: float = 600.0,
+               python: str = sys.executable, tests: list[str] | None = None) -> tuple[str, float]:
+    """Run the problem's public tests (or the pytest node ids ``tests``) on
+    ``m``: ``("killed"|"survived"|"timeout", seconds)``."""
+    with tempfile.TemporaryDirectory(prefix=f"mutant-{m.problem}-") as tmp:
+        pkg = Path(tmp) / "student"
+        shutil.copytree(REPO / "reference", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+        (pkg / f"{m.problem}.py").write_text(m.source)
+        cmd = [python, "-m", "pytest", *(tests or [f"tests/test_{m.problem}.py"]), f"--impl={tmp}", "-x", "-q",
+               "-p", "no:cacheprovider", "-p", "no:xdist", "--hypothesis-profile", profile]
+        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            return "timeout", time.monotonic() - start
+        seconds = time.monotonic() - start
+    # pytest: 0 all passed, 1 some failed, 2+ interrupted/usage/collection errors
+    # (a mutant that breaks the import is killed as surely as a failing test).
+    return ("survived" if proc.returncode == 0 else "killed"), seconds
+
+
+def sample(items: list[Mutant], n: int | None) -> list[Mutant]:
+    """At most ``n`` mutants spread evenly over the module (deterministic)."""
+    if n is None or len(items) <= n:
+        return items
+    step = len(items) / n
+    return [items[int(i * step)] for i in range(n)]
+
+
+def mutate_problem(problem: str, *, max_mutants: int | None = None, operators: tuple[str, ...] = DEFAULT_OPERATORS,
+                   profile: str = "detect", timeout: float = 600.0, jobs: int = 1,
+                   equivalent: dict[str, str] | None = None, progress: bool = True) -> list[Outcome]:
+    original = (REPO / "reference" / f"{problem}.py").read_text()
+    listed = load_equivalent() if equivalent is None else equivalent
+    outcomes: list[Outcome] = []
+    to_run: list[Mutant] = []
+    for m in generate(problem, operators):
+        why = equivalence(m, listed, original)
+        if why is not None:
+            outcomes.append(Outcome(m.key, problem, m.line, m.before, m.after, "equivalent", 0.0, why))
+        else:
+            to_run.append(m)
+    chosen = sample(to_run, max_mutants)
+
+    def one(m: Mutant) -> Outcome:
+        status, secs = run_mutant(m, profile=profile, timeout=timeout)
+        if progress:
+            print(f"  {status:9s} {secs:6.1f}s  {m.key}  line {m.line}: {m.after}", file=sys.stderr, flush=True)
+        return Outcome(m.key, problem, m.line, m.before, m.after, status, secs)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        outcomes.extend(pool.map(one, chosen))
+    return outcomes
+
+
+def summary(outcomes: list[Outcome]) -> tuple[int, int, int]:
+    """(killed, non-equivalent run, equivalent); a timeout counts as killed."""
+    killed = sum(o.status in ("killed", "timeout") for o in outcomes)
+    run = sum(o.status != "equivalent" for o in outcomes)
+    return killed, run, sum(o.status == "equivalent" for o in outcomes)
+
+
+def table(results: dict[str, list[Outcome]]) -> str:
+    lines = [f"{'problem':12s} {'killed':>7s} {'run':>5s} {'rate':>7s} {'equiv':>6s}"]
+    for problem, outs in results.items():
+        k, n, e = summary(outs)
+        rate = f"{100 * k / n:6.1f}%" if n else "    n/a"
+        lines.append(f"{problem:12s} {k:7d} {n:5d} {rate} {e:6d}")
+    for outs in results.values():
+        for o in outs:
+            if o.status == "survived":
+                lines.append(f"survived  {o.key}  line {o.line}: {o.before!r} -> {o.after!r}")
+    return "\n".join(lines) + "\n"
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m grader mutants", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--problems", help=f"comma-separated problems (default: all: {','.join(PROBLEMS)})")
+    ap.add_argument("--max", type=int, metavar="N", help="at most N mutants per problem, spread over the module")
+    ap.add_argument("--operators", help="comma-separated cosmic-ray core operator names (default: a curated set)")
+    ap.add_argument("--profile", default="detect", help="hypothesis profile for the public tests (default: detect)")
+    ap.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per mutant (past it: killed)")
+    ap.add_argument("--jobs", type=int, default=1, help="mutants run at once (default: 1)")
+    ap.add_argument("--list", action="store_true", help="list the mutants (and equivalents) without running them")
+    ap.add_argument("--json", metavar="FILE", help="write every outcome as JSON")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    problems = [p for p in args.problems.split(",") if p] if args.problems else list(PROBLEMS)
+    unknown = sorted(set(problems) - set(PROBLEMS))
+    if unknown:
+        print(f"grader mutants: unknown problem(s) {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    operators = tuple(args.operators.split(",")) if args.operators else DEFAULT_OPERATORS
+    try:
+        import cosmic_ray  # noqa: F401
+    except ModuleNotFoundError:
+        print("grader mutants: needs cosmic-ray (pip install -e '.[dev]')", file=sys.stderr)
+        return 1
+    if args.list:
+        listed = load_equivalent()
+        for problem in problems:
+            original = (REPO / "reference" / f"{problem}.py").read_text()
+            for m in generate(problem, operators):
+                why = equivalence(m, listed, original)
+                print(f"{m.key}  line {m.line}: {m.after}" + (f"   [equivalent: {why}]" if why else ""))
+        return 0
+    results: dict[str, list[Outcome]] = {}
+    for problem in problems:
+        print(f"{problem}:", file=sys.stderr, flush=True)
+        results[problem] = mutate_problem(problem, max_mutants=args.max, operators=operators,
+                                          profile=args.profile, timeout=args.timeout, jobs=args.jobs)
+    sys.stdout.write(table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps({p: [asdict(o) for o in outs] for p, outs in results.items()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""``python -m grader mutants`` (grader/mutants.py): a small, fast subset.
+
+The full run (every mutant of every problem) takes hours of CPU; here a handful
+of mutants of views.py show that the driver writes mutants where ``--impl``
+finds them, tells a killed mutant from a surviving one, recognises equivalent
+mutants and never touches reference/.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("cosmic_ray", reason="grader mutants needs cosmic-ray (the dev extra)")
+
+from grader import mutants
+
+REPO = Path(__file__).resolve().parent.parent
+#: one quick public test that checks storage_index's arithmetic
+QUICK = ["tests/test_views.py::test_storage_index_worked_example"]
+
+
+def _digest() -> str:
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sorted((REPO / "reference").glob("*.py")))).hexdigest()
+
+
+def _mutant(key: str) -> mutants.Mutant:
+    problem, operator, _ = key.split(":")
+    found = {m.key: m for m in mutants.generate(problem, (operator,))}
+    assert key in found, f"{key} is not among the mutants of {problem}: {sorted(found)[:10]}"
+    return found[key]
+
+
+def test_generate_makes_distinct_mutants_with_their_line():
+    ms = list(mutants.generate("views", ("ReplaceBinaryOperator_Add_Sub", "NumberReplacer")))
+    assert len(ms) >= 5 and len({m.key for m in ms}) == len(ms)
+    original = (REPO / "reference" / "views.py").read_text()
+    for m in ms:
+        assert m.source != original and m.before in original and m.after in m.source
+
+
+def test_a_killed_and_a_surviving_mutant_are_told_apart():
+    before = _digest()
+    killed = _mutant("views:ReplaceBinaryOperator_Add_Sub:0")  # offset - sum(...)
+    survivor = _mutant("views:ReplaceTrueWithFalse:0")  # strict=False after a length check: equivalent
+    assert mutants.run_mutant(killed, tests=QUICK, timeout=300)[0] == "killed"
+    assert mutants.run_mutant(survivor, tests=QUICK, timeout=300)[0] == "survived"
+    assert _digest() == before, "running mutants changed reference/"
+
+
+def test_equivalent_mutants_are_recognised():
+    original = (REPO / "reference" / "memory.py").read_text()
+    annotation_only = [m for m in mutants.generate("memory", ("ReplaceBinaryOperator_BitOr_BitAnd",))
+                       if "max_trainable_parameters" in m.after]
+    assert annotation_only, "expected mutants of max_trainable_parameters' annotations"
+    for m in annotation_only:
+        assert mutants.equivalence(m, {}, original) == "changes only an annotation or a docstring"
+    listed = mutants.load_equivalent()
+    views = (REPO / "reference" / "views.py").read_text()
+    assert mutants.equivalence(_mutant("views:ReplaceTrueWithFalse:0"), listed, views)
+    assert mutants.equivalence(_mutant("views:ReplaceBinaryOperator_Add_Sub:0"), listed, views) is None
+    # an entry written for another line no longer applies
+    stale = {k: "some other line\x00reason" for k in listed}
+    assert mutants.equivalence(_mutant("views:ReplaceTrueWithFalse:0"), stale, views) is None
+
+
+def test_summary_counts_timeouts_as_killed_and_leaves_out_equivalents():
+    outs = [mutants.Outcome(f"k{i}", "views", 1, "", "", s, 0.0) for i, s in
+            enumerate(["killed", "timeout", "survived", "equivalent"])]
+    assert mutants.summary(outs) == (2, 3, 1)
+    assert "survived  k2" in mutants.table({"views": outs})
