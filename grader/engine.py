@@ -514,7 +514,8 @@ def _score(p: Problem, outcome: dict[str, Any], cuda: bool, public_only: bool, r
             collect_errors.append(f"{t['file']}: {t['message']}")
         elif t["problem"] == p.name:
             c = Check(nodeid, t["outcome"], t["message"], t["example"], is_hidden(t["file"]), t["gpu"],
-                      t["exceptions"], _extends(t.get("extends")), _input_kind(t.get("input_kind")))
+                      t["exceptions"], extends=_extends(t.get("extends")),
+                      input_kind=_input_kind(t.get("input_kind")))
             found = p.items_of(c.test, c.extends)
             c.item = found[0].name if len(found) == 1 else ""
             checks.append(c)
