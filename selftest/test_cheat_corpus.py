@@ -96,7 +96,8 @@ def test_bad_archive_is_an_error_result(archive, tmp_path):
     assert not list((tmp_path / "tmp").iterdir()), "a temporary folder was left behind"
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.full) if n.startswith("forge_") else n
+                                  for n in sorted(CASES)])
 def test_cheat_gains_nothing(name, tmp_path):
     problems, needs, status = CASES[name]
     if needs == "bwrap" and not BWRAP:

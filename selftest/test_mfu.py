@@ -495,6 +495,7 @@ def noise_figures():
 
 
 @pytest.mark.slow
+@pytest.mark.full
 @pytest.mark.parametrize("train", PARTIAL + HONEST, ids=lambda f: f.__name__)
 @pytest.mark.parametrize(("dim", "batch"), WIDTHS if FULL else [WIDTHS[0], WIDTHS[-1]], ids=lambda v: str(v))
 def test_partial_work_fails_and_correct_styles_pass_at_every_width(dim, batch, train, noise_figures):
