@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import rubric as rubric_mod
+from grader.remote import LOG_CAP
 from grader.rubric import Item, Problem, Rubric, function_name, is_hidden
 from grader.sandbox import (
     Limits,
@@ -355,13 +356,15 @@ def _merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
     if len(states) == 1:
         return states[0]
     seccomp = [st["seccomp"] for st in states if st.get("seccomp")]
+    log = "".join(st.get("log", "") for st in states)
     return {
         "calls": sum(int(st.get("calls", 0)) for st in states),
         "crashes": [c for st in states for c in st.get("crashes", [])],
         "timeout": "; ".join(st["timeout"] for st in states if st.get("timeout")),
         "seccomp": next((v for v in seccomp if v != "on"), seccomp[0] if seccomp else ""),
-        "log": "".join(st.get("log", "") for st in states),
-        "log_dropped": sum(int(st.get("log_dropped", 0)) for st in states),
+        # One problem's log stays within one worker's cap, however many groups ran it.
+        "log": log[:LOG_CAP],
+        "log_dropped": sum(int(st.get("log_dropped", 0)) for st in states) + max(0, len(log) - LOG_CAP),
         "started": any(st.get("started") for st in states),
     }
 
