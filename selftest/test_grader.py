@@ -60,6 +60,7 @@ def _dependents(module: str) -> set[str]:
 
 
 @pytest.mark.skipif(not hidden_available(), reason="needs reference/ and the hidden checks")
+@pytest.mark.timeout(1200)  # every problem: 2 min 20 s alone, much more next to other selftests on 2 cores
 def test_reference_scores_full_marks(tmp_path):
     result, stdout = grade(reference_submission(tmp_path), tmp_path)
     graded = [p for p in result["problems"] if p["status"] not in ("not run on a GPU", "no checks")]
@@ -76,6 +77,7 @@ def test_reference_scores_full_marks(tmp_path):
     assert "score " in stdout
 
 
+@pytest.mark.timeout(1200)
 def test_stubs_score_zero_with_no_arguments(tmp_path):
     """``python -m grader`` grades this repository's student/ (the stubs): all zero."""
     result, stdout = grade(None, tmp_path)
