@@ -24,7 +24,6 @@ import json
 import os
 import select
 import signal
-import struct
 import subprocess
 import threading
 import time
@@ -40,7 +39,7 @@ from tests.harness import ImplBase, Interrupted, MemoryWatch, process_tree, read
 
 __all__ = ["ProtocolError", "RemoteError", "RemoteImpl", "WorkerCrashed", "WorkerError", "WorkerTimeout"]
 
-_FRAME = struct.Struct("<Q")
+_FRAME = wire.FRAME  # the one frame format (tests/wire.py)
 #: Exceptions re-raised as themselves (the worker's list, plus its "NotData").
 _BUILTIN = {name: getattr(builtins, name) for name in (
     "NotImplementedError", "ValueError", "TypeError", "KeyError", "IndexError",

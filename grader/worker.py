@@ -36,12 +36,9 @@ import os
 import platform
 import resource
 import signal
-import struct
 import sys
 import traceback
 from typing import Any
-
-_FRAME = struct.Struct("<Q")
 
 #: Exception types reported by name; the trusted side re-raises these builtins.
 #: Anything else (AssertionError included) becomes a RemoteError there.
@@ -143,23 +140,6 @@ def _forbid_processes() -> str:
     return "on"
 
 
-def _read_exact(fd: int, n: int) -> bytes | None:
-    chunks, got = [], 0
-    while got < n:
-        b = os.read(fd, min(n - got, 1 << 20))
-        if not b:
-            return None
-        chunks.append(b)
-        got += len(b)
-    return b"".join(chunks)
-
-
-def _write_frame(fd: int, data: bytes) -> None:
-    view = memoryview(_FRAME.pack(len(data)) + data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 def _error(e: BaseException) -> dict[str, Any]:
     import builtins
 
@@ -227,16 +207,16 @@ def main() -> None:
         # (graders often run as root), so without the filter nothing would.
         os.write(2, b"grader worker: the seccomp filter could not be installed; refusing to run\n")
         os._exit(71)
-    _write_frame(out_fd, wire.encode({"hello": {
+    wire.write_frame(out_fd, wire.encode({"hello": {
         "seccomp": seccomp, "python": sys.version.split()[0], "torch": str(torch.__version__),
         "cuda": bool(torch.cuda.is_available()) if config.get("cuda") else False}}))
     lab = Modules("student")
 
     while True:
-        head = _read_exact(in_fd, _FRAME.size)
+        head = wire.read_exact(in_fd, wire.FRAME.size)
         if head is None:
             return
-        body = _read_exact(in_fd, _FRAME.unpack(head)[0])
+        body = wire.read_exact(in_fd, wire.FRAME.unpack(head)[0])
         if body is None:
             return
         req = wire.decode(body)
@@ -263,7 +243,7 @@ def main() -> None:
                                      "traceback": ""})
         except BaseException as e:  # the submission's error, whatever it is, is data
             reply = wire.encode(_error(e))
-        _write_frame(out_fd, reply)
+        wire.write_frame(out_fd, reply)
 
 if __name__ == "__main__":
     main()

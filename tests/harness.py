@@ -46,7 +46,6 @@ import contextlib
 import importlib
 import os
 import select
-import struct
 import subprocess
 import sys
 import threading
@@ -293,26 +292,6 @@ def _returned(value: Any, where: str) -> Any:
 
 # --------------------------------------------------------------------------- child processes
 
-_FRAME = struct.Struct("<Q")
-
-
-def _write_frame(fd: int, data: bytes) -> None:
-    view = memoryview(_FRAME.pack(len(data)) + data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _read_exact(fd: int, n: int) -> bytes | None:
-    chunks, got = [], 0
-    while got < n:
-        b = os.read(fd, min(n - got, 1 << 20))
-        if not b:
-            return None
-        chunks.append(b)
-        got += len(b)
-    return b"".join(chunks)
-
-
 def _builtin_base(e: BaseException) -> str:
     return next((c.__name__ for c in type(e).__mro__ if issubclass(c, Exception)
                  and getattr(builtins, c.__name__, None) is c), "RuntimeError")
@@ -340,9 +319,9 @@ def _child_main(which: str, in_fd: int, out_fd: int) -> None:
     """The child of :class:`_Child`: LocalImpl's scenarios, one request per frame."""
     return_freed_memory()
     impl = LocalImpl(which)
-    _write_frame(out_fd, wire.encode({"hello": os.getpid()}))
-    while (head := _read_exact(in_fd, _FRAME.size)) is not None:
-        body = _read_exact(in_fd, _FRAME.unpack(head)[0])
+    wire.write_frame(out_fd, wire.encode({"hello": os.getpid()}))
+    while (head := wire.read_exact(in_fd, wire.FRAME.size)) is not None:
+        body = wire.read_exact(in_fd, wire.FRAME.unpack(head)[0])
         if body is None:
             return
         req = wire.decode(body)
@@ -353,7 +332,7 @@ def _child_main(which: str, in_fd: int, out_fd: int) -> None:
             reply = wire.encode({"ok": False, "type": _builtin_base(e), "original": type(e).__qualname__,
                                  "message": str(e)[:20_000],
                                  "traceback": "".join(traceback.format_exception(e))[-20_000:]})
-        _write_frame(out_fd, reply)
+        wire.write_frame(out_fd, reply)
 
 
 class _Child:
@@ -396,8 +375,8 @@ class _Child:
         while not self.readable(max(deadline - time.monotonic(), 0.0)):
             if time.monotonic() >= deadline:
                 raise TimeoutError("the child process did not answer in time")
-        head = _read_exact(self.rep_r, _FRAME.size)
-        body = None if head is None else _read_exact(self.rep_r, _FRAME.unpack(head)[0])
+        head = wire.read_exact(self.rep_r, wire.FRAME.size)
+        body = None if head is None else wire.read_exact(self.rep_r, wire.FRAME.unpack(head)[0])
         if body is None:
             raise RuntimeError(f"the child process died (exit status {self.proc.wait()})")
         return wire.decode(body)
@@ -409,7 +388,7 @@ class _Child:
 
     def send(self, name: str, args: Any, kwargs: Any) -> None:
         self.wait_ready(time.monotonic() + 600)
-        _write_frame(self.req_w, wire.encode({"name": name, "args": args, "kwargs": kwargs}))
+        wire.write_frame(self.req_w, wire.encode({"name": name, "args": args, "kwargs": kwargs}))
 
     def reply(self, deadline: float) -> Any:
         self.wait_ready(deadline)

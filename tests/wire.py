@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import struct
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -385,3 +386,26 @@ def decode(data: bytes | bytearray | memoryview) -> Any:
     if pos != len(view):
         raise WireError("malformed message: trailing bytes")
     return _Decoder(buffers).dec(head["v"], 0)
+
+
+#: Length prefix of a frame on a pipe: one unsigned 64-bit little-endian integer.
+FRAME = struct.Struct("<Q")
+
+
+def write_frame(fd: int, data: bytes) -> None:
+    """Write ``data`` to ``fd`` as one length-prefixed frame (blocking)."""
+    view = memoryview(FRAME.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def read_exact(fd: int, n: int) -> bytes | None:
+    """Exactly ``n`` bytes from ``fd``, or None at end of file."""
+    chunks, got = [], 0
+    while got < n:
+        b = os.read(fd, min(n - got, 1 << 20))
+        if not b:
+            return None
+        chunks.append(b)
+        got += len(b)
+    return b"".join(chunks)

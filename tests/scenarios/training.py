@@ -214,6 +214,17 @@ def measure_saved_bytes(model: nn.Module, fn: Any) -> tuple[Any, int]:
     return out, sum(saved.values())
 
 
+def _backward_report(model: nn.Module, x: torch.Tensor, out: torch.Tensor) -> dict[str, Any]:
+    """Backward of a fixed weighted sum of ``out``; the output and every gradient."""
+    weights = torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)
+    (out * weights).sum().backward()
+    return {
+        "out": out.detach().clone(),
+        "grads": [p.grad.clone() if p.grad is not None else None for p in model.parameters()],
+        "x_grad": x.grad.clone() if x.grad is not None else None,
+    }
+
+
 def checkpointed(lab: Any, kind: str, dim: int, num_layers: int, seed: int, x: torch.Tensor) -> Any:
     """``checkpointed_forward``'s output and the gradients after a backward of
     a weighted sum of it. (How much it saved for backward is not asked here:
@@ -223,13 +234,7 @@ def checkpointed(lab: Any, kind: str, dim: int, num_layers: int, seed: int, x: t
     model = build_model(kind, dim, num_layers, seed)
     x = x.clone().requires_grad_(True)
     out = lab.training.checkpointed_forward(model, x)
-    weights = torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)
-    (out * weights).sum().backward()
-    return {
-        "out": out.detach().clone(),
-        "grads": [p.grad.clone() if p.grad is not None else None for p in model.parameters()],
-        "x_grad": x.grad.clone() if x.grad is not None else None,
-    }
+    return _backward_report(model, x, out)
 
 
 def checkpointed_memory(lab: Any, kind: str, dim: int, num_layers: int, seed: int, x: torch.Tensor) -> Any:
@@ -512,13 +517,7 @@ def checkpointed_variant(lab: Any, kind: str, dim: int, num_layers: int, seed: i
     x = x.clone().requires_grad_(x_requires_grad)
     torch.manual_seed(rng_seed)
     out = lab.training.checkpointed_forward(model, x)
-    weights = torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)
-    (out * weights).sum().backward()
-    return {
-        "out": out.detach().clone(),
-        "grads": [p.grad.clone() if p.grad is not None else None for p in model.parameters()],
-        "x_grad": x.grad.clone() if x.grad is not None else None,
-    }
+    return _backward_report(model, x, out)
 
 
 def train_fp16_losses(lab: Any, kind: str, dim: int, num_layers: int, seed: int, lr: float,
