@@ -1,0 +1,29 @@
+"""Every corpus entry still applies to the reference as it is now.
+
+CI grades only a sample of the wrong and correct corpora (selftest/sampling.py),
+so an entry whose ``find`` text the reference no longer holds could go
+unnoticed until it is sampled. Building is cheap: every entry, every run."""
+
+from __future__ import annotations
+
+import pytest
+
+from grader.corpus import build_correct, build_wrong, correct_submissions, wrong_submissions
+from grader.rubric import load
+from tests.harness import HANDOUT_MODULES
+
+
+@pytest.mark.parametrize("sub", wrong_submissions(), ids=lambda s: s.name)
+def test_wrong_entry_applies(sub, tmp_path):
+    assert sub.problem in HANDOUT_MODULES, f"{sub.name}: unknown problem {sub.problem!r}"
+    folder = build_wrong(sub, tmp_path)
+    for file, _, replace in sub.patches:
+        assert replace in (folder / "student" / file).read_text()
+    items = {i.name for p in load().problems if p.name == sub.problem for i in p.items}
+    assert set(sub.breaks) <= items, f"{sub.name}: breaks names no item of {sub.problem}: {set(sub.breaks) - items}"
+
+
+@pytest.mark.parametrize("sub", correct_submissions(), ids=lambda s: s.name)
+def test_correct_entry_applies(sub, tmp_path):
+    assert sub.problem in HANDOUT_MODULES, f"{sub.name}: unknown problem {sub.problem!r}"
+    assert (build_correct(sub, tmp_path) / "student").is_dir()
