@@ -18,8 +18,9 @@ import sys
 from pathlib import Path
 
 from grader import engine, report
-from grader.rubric import DEFAULT_RUBRIC, PROFILES, RubricError
+from grader.rubric import DEFAULT_RUBRIC, RubricError
 from grader.sandbox import printable
+from grader.util import PROFILES
 
 
 def parser() -> argparse.ArgumentParser:
@@ -53,6 +54,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Grade one submission from the command line; the exit code is as the module docstring says."""
     args = parser().parse_args(argv)
     if args.parallel is not None and args.parallel < 1:
         print("grader: --parallel needs N >= 1", file=sys.stderr)
@@ -71,9 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as e:
         print(f"grader: could not run: {e}", file=sys.stderr)
         return 1
-    from grader.rubric import load
-
-    reveal = args.reveal_hidden if args.reveal_hidden is not None else load(args.rubric).settings.reveal_hidden
-    report.write_reports(result, json_path=args.json, gradescope=args.gradescope, junit=args.junit, reveal=reveal)
+    report.write_reports(result, json_path=args.json, gradescope=args.gradescope, junit=args.junit,
+                         reveal=result.reveal)
     sys.stdout.write(printable(report.table(result, details=not args.quiet)))
     return 0

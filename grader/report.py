@@ -1,4 +1,4 @@
-"""Reports of a :class:`grader.engine.GradeResult`: the terminal table, the
+"""Reports of a :class:`grader.results.GradeResult`: the terminal table, the
 ``--json`` file, Gradescope's results.json and JUnit XML.
 
 The ``--json`` schema (stable; other tools build on it)::
@@ -43,33 +43,22 @@ trusted pytest process, worker start-up included in a problem's first check.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import xml.etree.ElementTree as ET
-from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
-from grader.engine import NO_CHECKS, NOT_RUN_GPU, PASSED, Failure, GradeResult, ItemResult, ProblemResult, item_text
+from grader.results import (
+    NO_CHECKS,
+    NOT_RUN_GPU,
+    PASSED,
+    Failure,
+    GradeResult,
+    ItemResult,
+    ProblemResult,
+    item_text,
+)
+from grader.results import fmt as _fmt
 from grader.rubric import function_name
-
-
-def write_atomic(path: Path | str, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _fmt(x: float) -> str:
-    return f"{x:g}"
+from grader.util import write_atomic
 
 
 def summary(r: GradeResult) -> str:
@@ -85,7 +74,7 @@ def summary(r: GradeResult) -> str:
     return line
 
 
-def _visible_checks(p: Any, reveal: bool) -> list[dict[str, Any]]:
+def _visible_checks(p: ProblemResult, reveal: bool) -> list[dict[str, Any]]:
     out = []
     for c in p.checks:
         message = c.message if (not c.hidden or reveal) else ("details withheld" if c.outcome != PASSED else "")
@@ -98,7 +87,7 @@ def _visible_checks(p: Any, reveal: bool) -> list[dict[str, Any]]:
 
 def _item_json(i: ItemResult) -> dict[str, Any]:
     return {"name": i.name, "points": i.max_score, "score": i.score, "status": i.status, "checks": i.checks,
-            "failed": i.failed, "note": i.note, "failure": asdict(i.failure) if i.failure else None}
+            "failed": i.failed, "note": i.note, "failure": i.failure.to_json() if i.failure else None}
 
 
 def to_json(r: GradeResult, reveal: bool = True) -> dict[str, Any]:
@@ -244,6 +233,7 @@ def table(r: GradeResult, *, details: bool = True, width: int = 110) -> str:
 
 def write_reports(r: GradeResult, *, json_path: str | None, gradescope: str | None, junit: str | None,
                   reveal: bool) -> None:
+    """Write each report asked for, atomically (``reveal``: hidden checks' details in the ``--json`` file)."""
     if json_path:
         write_atomic(json_path, json.dumps(to_json(r, reveal), indent=1) + "\n")
     if gradescope:

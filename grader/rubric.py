@@ -1,21 +1,26 @@
 """The rubric (grader/rubric.toml): problems, points, checks, visibility, limits.
 
-Every point comes from the TOML file; this module only reads and validates it.
+Every point comes from the TOML file; this module only reads and validates it,
+and is the one reader of that file: :func:`load` for the grading rubric,
+:func:`read_table` for a table another module interprets (``[mfu]``, read by
+grader/mfu.py, is also on :attr:`Rubric.mfu`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
 from grader.compat import tomllib
+from grader.util import PROFILES, REPO
 
-REPO = Path(__file__).resolve().parent.parent
 DEFAULT_RUBRIC = Path(__file__).resolve().with_name("rubric.toml")
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
-PROFILES = ("dev", "ci", "grade")
+
+__all__ = ["DEFAULT_RUBRIC", "PROFILES", "VISIBILITIES", "Item", "Problem", "Rubric", "RubricError", "Settings",
+           "function_name", "is_hidden", "load", "read_table"]
 
 
 class RubricError(ValueError):
@@ -87,16 +92,13 @@ class Rubric:
     settings: Settings
     problems: tuple[Problem, ...]
     path: Path
+    mfu: dict[str, Any] = field(default_factory=dict)  # the [mfu] table as written (grader/mfu.py checks its keys)
 
     def problem(self, name: str) -> Problem:
         for p in self.problems:
             if p.name == name:
                 return p
         raise KeyError(name)
-
-    @property
-    def total(self) -> float:
-        return sum(p.points for p in self.problems)
 
 
 def is_hidden(check: str) -> bool:
@@ -141,12 +143,28 @@ def _items(where: str, raw: Any, points: float) -> tuple[Item, ...]:
     return tuple(items)
 
 
-def load(path: Path = DEFAULT_RUBRIC) -> Rubric:
-    """Read and validate a rubric file."""
+def _read(path: Path) -> dict[str, Any]:
     try:
-        raw = tomllib.loads(Path(path).read_text())
+        return tomllib.loads(Path(path).read_text())
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise RubricError(f"{path}: {e}") from e
+
+
+def read_table(path: Path, name: str) -> dict[str, Any]:
+    """The top-level table ``name`` of the rubric file ``path``, as written
+    ({} when the file or the table does not exist); RubricError when the file
+    cannot be read or parsed, or ``name`` is not a table."""
+    if not Path(path).is_file():
+        return {}
+    table = _read(path).get(name, {})
+    if not isinstance(table, dict):
+        raise RubricError(f"{path}: [{name}] must be a table")
+    return dict(table)
+
+
+def load(path: Path = DEFAULT_RUBRIC) -> Rubric:
+    """Read and validate a rubric file."""
+    raw = _read(path)
     s = dict(raw.get("settings", {}))
     unknown = set(s) - set(Settings.__dataclass_fields__)
     if unknown:
@@ -186,4 +204,7 @@ def load(path: Path = DEFAULT_RUBRIC) -> Rubric:
     files = [c for p in problems for c in p.checks]
     if len(files) != len(set(files)):
         raise RubricError(f"{path}: a check file belongs to two problems")
-    return Rubric(settings, tuple(problems), Path(path))
+    mfu = raw.get("mfu", {})
+    if not isinstance(mfu, dict):
+        raise RubricError(f"{path}: [mfu] must be a table")
+    return Rubric(settings, tuple(problems), Path(path), dict(mfu))

@@ -154,15 +154,20 @@ def test_the_grader_plugin_holds_the_lock_from_first_to_last_check_of_a_gpu_prob
     from types import SimpleNamespace
 
     from grader import plugin
+    from grader.protocol import Plan, ProblemPlan, SandboxSpec
+    from grader.sandbox import Limits
 
     monkeypatch.setenv(gpulock.LOCK_DIR_ENV, str(tmp_path))
     monkeypatch.setattr(plugin, "_device_key", lambda: "fake0")
-    files = {str(tmp_path / f"{p}.py"): (p, i, 0) for i, p in enumerate(("precision", "mfu", "training"))}
-    monkeypatch.setattr(plugin, "_STATE", {"cuda": True, "plan": {"gpu_problems": ["mfu"]}, "files": files})
+    problems = tuple(ProblemPlan(p, 60.0, (f"{p}.py",), gpu=p == "mfu") for p in ("precision", "mfu", "training"))
+    plan = Plan(name="sub", repo=str(tmp_path), work="", scratch="", profile="dev", problems=problems,
+                sandbox=SandboxSpec("rlimits", "", True, Limits()), call_timeout=60.0, start_timeout=60.0,
+                results_fd=-1, seed=0)
+    grading = plugin.GraderRun(plan, impl=None, watch=None, cuda=True)
     path = gpulock.lock_path("fake0")
 
     def run(problem: str) -> None:
-        hook = plugin.pytest_runtest_protocol(SimpleNamespace(fspath=tmp_path / f"{problem}.py"), None)
+        hook = grading.pytest_runtest_protocol(SimpleNamespace(fspath=tmp_path / f"{problem}.py"), None)
         next(hook)  # the test would run here
         with pytest.raises(StopIteration):
             hook.send(None)

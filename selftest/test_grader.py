@@ -182,7 +182,7 @@ def test_partition_balances_check_files_and_keeps_rubric_order():
     """K groups hold every check file once, in the rubric's order within each; a
     problem is split over groups only when it alone outweighs a fair share; the
     heaviest group is within one unit of the ideal (longest-first greedy)."""
-    from grader.engine import file_cost, partition, units_of
+    from grader.planning import file_cost, partition, units_of
 
     planned = _planned()
     assert partition(units_of(planned, 1), 1) == [[(p, tuple(fs)) for p, fs in planned]]
@@ -207,7 +207,8 @@ def test_a_problem_split_over_groups_is_merged_in_file_order():
     """A problem whose files ran in two groups: its checks come back in its files'
     order (as one process would run them), its worker records are combined, and a
     group that failed makes the problem fail, not vanish."""
-    from grader.engine import _problem_outcome
+    from grader.groups import problem_results
+    from grader.protocol import RunResults
 
     files = ["tests/test_x.py", "grader/hidden/test_x_hidden.py"]
 
@@ -221,24 +222,25 @@ def test_a_problem_split_over_groups_is_merged_in_file_order():
     public = {"tests": {"tests/test_x.py::a": test(files[0]), "tests/test_x.py::b": test(files[0])},
               "problems": {"x": {"calls": 3, "crashes": [], "timeout": "ran out", "seccomp": "on", "log": "a",
                                  "log_dropped": 5, "started": True}}}
-    out = _problem_outcome("x", files, [hidden, public])
-    assert list(out["tests"]) == ["tests/test_x.py::a", "tests/test_x.py::b", "grader/hidden/test_x_hidden.py::h"]
-    state = out["problems"]["x"]
-    assert (state["calls"], state["crashes"], state["timeout"], state["log_dropped"]) == (5, ["boom"], "ran out", 5)
-    failed = _problem_outcome("x", files, [hidden, {"tests": {}, "problems": {}, "error": "died", "fatal": True}])
-    assert failed["fatal"] and failed["error"] == "died"
+    out = problem_results("x", files, [RunResults.from_json(hidden), RunResults.from_json(public)])
+    assert list(out.tests) == ["tests/test_x.py::a", "tests/test_x.py::b", "grader/hidden/test_x_hidden.py::h"]
+    state = out.problems["x"]
+    assert (state.calls, state.crashes, state.timeout, state.log_dropped) == (5, ["boom"], "ran out", 5)
+    failed = problem_results("x", files, [RunResults.from_json(hidden),
+                                          RunResults(error="died", fatal=True)])
+    assert failed.fatal and failed.error == "died"
 
 
 def test_parallelism_is_capped_by_cores_files_and_memory(monkeypatch):
-    from grader import engine
+    from grader import planning
 
-    monkeypatch.setattr(engine, "cores", lambda: 8)
-    monkeypatch.setattr(engine, "worker_slots", lambda memory_bytes: 16)
-    assert engine.parallelism(3, 8 << 30) == 3
-    assert engine.parallelism(20, 8 << 30) == 8
-    assert engine.parallelism(20, 8 << 30, requested=2) == 2
-    monkeypatch.setattr(engine, "worker_slots", lambda memory_bytes: 1)
-    assert engine.parallelism(20, 8 << 30, requested=4) == 1
+    monkeypatch.setattr(planning, "cores", lambda: 8)
+    monkeypatch.setattr(planning, "worker_slots", lambda memory_bytes: 16)
+    assert planning.parallelism(3, 8 << 30) == 3
+    assert planning.parallelism(20, 8 << 30) == 8
+    assert planning.parallelism(20, 8 << 30, requested=2) == 2
+    monkeypatch.setattr(planning, "worker_slots", lambda memory_bytes: 1)
+    assert planning.parallelism(20, 8 << 30, requested=4) == 1
 
 
 @pytest.mark.skipif(not hidden_available(), reason="needs reference/ and the hidden checks")

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from grader import engine, report
+from grader import report, results, scoring
+from grader.protocol import RunResults
 from grader.rubric import load
 
 RUBRIC = """
@@ -58,11 +59,12 @@ def _outcome(**tests: dict[str, Any]) -> dict[str, Any]:
     return {"tests": {k.replace("__", "::"): v for k, v in tests.items()}, "problems": {"optimizers": {}}}
 
 
-def _score(problem, outcome, reveal: bool = False) -> engine.ProblemResult:
-    return engine._score(problem, outcome, cuda=False, public_only=False, reveal=reveal, repro="SUB")
+def _score(problem, outcome, reveal: bool = False) -> results.ProblemResult:
+    return scoring.score_problem(problem, RunResults.from_json(outcome), cuda=False, public_only=False,
+                                 reveal=reveal, repro="SUB")
 
 
-def _items(res: engine.ProblemResult) -> dict[str, engine.ItemResult]:
+def _items(res: results.ProblemResult) -> dict[str, results.ItemResult]:
     return {i.name: i for i in res.items}
 
 
@@ -75,8 +77,8 @@ def test_one_failing_property_costs_its_item_only(tmp_path):
         f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": _test(PUBLIC),
     }, "problems": {}})
     items = _items(res)
-    assert (res.score, res.max_score, res.status) == (4, 10, engine.FAILED)
-    assert items["update rules"].score == 0 and items["update rules"].status == engine.FAILED
+    assert (res.score, res.max_score, res.status) == (4, 10, results.FAILED)
+    assert items["update rules"].score == 0 and items["update rules"].status == results.FAILED
     assert items["state_dict"].score == 3 and items["bad hyperparameters"].score == 1
     f = items["update rules"].failure
     assert f is not None and not f.hidden and f.test.endswith("test_trajectory_matches_torch[Adam]")
@@ -134,7 +136,7 @@ def test_a_gate_withholds_the_other_items(tmp_path):
         f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": _test(PUBLIC, "failed", "AssertionError: no"),
     }, "problems": {}})
     items = _items(res)
-    assert res.score == 0 and items["update rules"].status == engine.PASSED, res.output
+    assert res.score == 0 and items["update rules"].status == results.PASSED, res.output
     assert "bad hyperparameters" in items["update rules"].note
 
 
@@ -146,14 +148,14 @@ def test_an_item_of_gpu_only_checks_is_not_run_on_cpu(tmp_path):
         f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": gpu,
         f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": _test(PUBLIC),
     }, "problems": {}})
-    assert _items(res)["state_dict"].status == engine.NOT_RUN_GPU
-    assert (res.score, res.max_score, res.status) == (7, 7, engine.PASSED)
+    assert _items(res)["state_dict"].status == results.NOT_RUN_GPU
+    assert (res.score, res.max_score, res.status) == (7, 7, results.PASSED)
     total = _result(res)
     assert (total.score, total.max_score, total.gpu_points_not_run) == (7, 7, 3)
 
 
-def _result(*problems: engine.ProblemResult) -> engine.GradeResult:
-    return engine._total(engine.GradeResult("SUB", problems=list(problems), checks="public + hidden checks"), 1.0)
+def _result(*problems: results.ProblemResult) -> results.GradeResult:
+    return scoring.total(results.GradeResult("SUB", problems=list(problems), checks="public + hidden checks"), 1.0)
 
 
 def test_reports_have_one_entry_per_item(tmp_path):

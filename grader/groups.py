@@ -1,0 +1,180 @@
+"""Running the planned groups: one trusted pytest process each, then each
+problem's results merged from the groups that ran its files.
+
+Each group gets its own :class:`grader.protocol.Plan`, results pipe and
+scratch folder; its pytest process loads :mod:`grader.plugin`, which routes
+the tests' calls to one sandboxed worker per problem and writes
+:class:`grader.protocol.RunResults` back over the pipe. A group that ends
+without results (a crash, the hard time limit) yields a ``fatal`` record, so
+its problems fail rather than vanish.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+from grader.planning import group_plans, parallelism, partition, units_of
+from grader.protocol import PLAN_ENV, Plan, ProblemPlan, RunResults, SandboxSpec, WorkerRecord
+from grader.remote import LOG_CAP
+from grader.rubric import Problem, Rubric
+from grader.sandbox import Sandbox
+from grader.util import REPO, cores
+
+
+def run_groups(rub: Rubric, selected: list[Problem], plan: Plan, *, public_only: bool, parallel: int | None,
+               time_limit: float | None, run: Path) -> tuple[dict[str, RunResults], list[str]]:
+    """Run the selected problems' check files in K concurrent trusted pytest
+    processes; return each planned problem's results (a problem absent was not
+    run) and the groups' errors.
+
+    ``plan`` is the run's plan without problems (each group gets its own copy
+    with its problems, scratch folder and pipe); ``time_limit`` overrides every
+    problem's (seconds); ``run`` is the run's temporary folder.
+    """
+    planned = [(p, p.check_files(REPO, public_only=public_only)) for p in selected]
+    planned = [(p, files) for p, files in planned if files and not (p.gpu and not plan.sandbox.gpu)]
+    if not planned:
+        return {}, []
+    k = parallelism(sum(len(files) for _, files in planned), plan.sandbox.limits.memory_bytes, parallel)
+    groups = partition(units_of(planned, k), k)
+    threads = max(1, cores() // len(groups))  # torch threads per process: the groups share the cores
+    results: list[RunResults] = [RunResults() for _ in groups]
+    failures: list[BaseException] = []
+
+    def one(i: int) -> None:
+        problems = tuple(ProblemPlan(p.name, float(time_limit or p.time_limit), tuple(files), p.processes, p.gpu)
+                         for p, files in group_plans(groups[i]))
+        try:
+            results[i] = run_pytest(rub, plan, problems, run / f"group-{i}", threads)
+        except BaseException as e:  # re-raised below, in the caller's thread
+            failures.append(e)
+
+    if len(groups) == 1:
+        one(0)
+    else:
+        runners = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(groups))]
+        for t in runners:
+            t.start()
+        for t in runners:
+            t.join()
+    if failures:
+        raise failures[0]
+    per_problem = {p.name: problem_results(p.name, files, [results[i] for i, g in enumerate(groups)
+                                                           if any(q.name == p.name for q, _ in g)])
+                   for p, files in planned}
+    return per_problem, [r.error for r in results if r.error]
+
+
+def run_pytest(rub: Rubric, base: Plan, problems: tuple[ProblemPlan, ...], run: Path,
+               threads: int) -> RunResults:
+    """Run one trusted pytest process over ``problems``; return the plugin's
+    results, or a ``fatal`` record saying why there are none."""
+    run.mkdir(parents=True, exist_ok=True)
+    scratch = run / "scratch"
+    scratch.mkdir()
+    scratch.chmod(0o777)
+    read_fd, write_fd = os.pipe()
+    plan = replace(base, scratch=str(scratch), problems=problems, results_fd=write_fd)
+    (run / "plan.json").write_text(plan.to_json())
+    limits = [p.time_limit for p in problems]
+    files = [f for p in problems for f in p.files]
+    argv = [sys.executable, "-m", "pytest", *files, "-p", "grader.plugin", "-q", "--no-header",
+            "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly", "--rootdir", str(REPO),
+            "-c", str(REPO / "pyproject.toml"), f"--basetemp={scratch / 'pytest'}",
+            "--hypothesis-profile", plan.profile, "--tb=no", "-o", "console_output_style=classic",
+            f"--timeout={int(max(limits) + rub.settings.start_timeout + 60)}"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GRADER_", "HYPOTHESIS_"))}
+    env.update({PLAN_ENV: str(run / "plan.json")}, HYPOTHESIS_PROFILE=plan.profile,
+               PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+               PYTHONDONTWRITEBYTECODE="1")
+    env.setdefault("OMP_NUM_THREADS", str(threads))  # an instructor's explicit setting wins
+    chunks: list[bytes] = []
+
+    def collect() -> None:
+        with os.fdopen(read_fd, "rb") as f:
+            while chunk := f.read(1 << 16):
+                chunks.append(chunk)
+
+    reader = threading.Thread(target=collect, daemon=True)
+    reader.start()
+    hard_limit = sum(limits) + rub.settings.start_timeout + 120
+    if plan.gpu_problems:  # waiting for another grading's GPU problem is not this run hanging
+        from grader.gpulock import WAIT_SECONDS
+
+        hard_limit += WAIT_SECONDS
+    try:
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, pass_fds=(write_fd,), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    finally:
+        os.close(write_fd)
+    try:
+        out, _ = proc.communicate(timeout=hard_limit)
+        killed = False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        killed = True
+    reader.join(timeout=30)
+    text = out.decode("utf-8", "replace")
+    try:
+        return RunResults.from_json(b"".join(chunks)) if chunks else _no_results(killed, hard_limit, proc, text)
+    except (ValueError, TypeError, AttributeError):
+        return _no_results(killed, hard_limit, proc, text)
+
+
+def _no_results(killed: bool, hard_limit: float, proc: subprocess.Popen[bytes], text: str) -> RunResults:
+    why = (f"the grader's test run ran past {hard_limit:g} s and was stopped" if killed
+           else f"the grader's test run ended without results (exit {proc.returncode})")
+    # Its output may hold what the submission said (failure messages of
+    # hidden checks): it goes to the instructors' log, never to "error".
+    return RunResults(error=why, log=text[-3000:], fatal=True)
+
+
+def merge_records(records: list[WorkerRecord]) -> WorkerRecord:
+    """One problem's worker record from the groups that ran its files."""
+    if len(records) == 1:
+        return records[0]
+    seccomp = [r.seccomp for r in records if r.seccomp]
+    log = "".join(r.log for r in records)
+    return WorkerRecord(
+        calls=sum(r.calls for r in records),
+        crashes=[c for r in records for c in r.crashes],
+        timeout="; ".join(r.timeout for r in records if r.timeout),
+        seccomp=next((v for v in seccomp if v != "on"), seccomp[0] if seccomp else ""),
+        # One problem's log stays within one worker's cap, however many groups ran it.
+        log=log[:LOG_CAP],
+        log_dropped=sum(r.log_dropped for r in records) + max(0, len(log) - LOG_CAP),
+        started=any(r.started for r in records),
+    )
+
+
+def problem_results(name: str, files: list[str], parts: list[RunResults]) -> RunResults:
+    """Problem ``name``'s results from its groups' results: its checks in the
+    order one process would have run them (its files' order), its worker
+    records merged, ``fatal`` when any of its groups ended without results."""
+    out = RunResults()
+    tests = [item for o in parts for item in o.tests.items()]
+    rank = {f: i for i, f in enumerate(files)}
+    out.tests = dict(sorted(tests, key=lambda kv: rank.get(kv[1].file, len(files))))
+    for o in parts:
+        if o.fatal:
+            out.fatal, out.error, out.log = True, o.error, o.log
+    records = [o.problems[name] for o in parts if name in o.problems]
+    if records:
+        out.problems[name] = merge_records(records)
+    return out
+
+
+def base_plan(name: Path, work: Path, profile: str, sandbox: Sandbox, call_timeout: float, start_timeout: float,
+              seed: int) -> Plan:
+    """The run's plan, before a group fills in its problems, scratch folder and pipe."""
+    return Plan(name=str(name), repo=str(REPO), work=str(work), scratch="", profile=profile, problems=(),
+                sandbox=SandboxSpec.of(sandbox), call_timeout=call_timeout, start_timeout=start_timeout,
+                results_fd=-1, seed=seed)
+

@@ -1,0 +1,232 @@
+"""What the grading processes tell each other, as typed records with their JSON in one place.
+
+Three hops, all between trusted processes (the submission's worker speaks
+tests/wire.py, never this):
+
+* engine -> trusted pytest process: a :class:`Plan`, written as JSON to a file
+  the environment variable :data:`PLAN_ENV` names (``Plan.to_json`` /
+  ``Plan.from_json``);
+* trusted pytest process -> engine: :class:`RunResults` (every check's
+  :class:`CheckOutcome` and every problem's :class:`WorkerRecord`), written as
+  JSON to the inherited pipe ``Plan.results_fd`` (there is no results file a
+  submission could find and forge);
+* engine -> reports (and the ``--json`` file other tools read): a failed
+  item's first failure as a :class:`Failure`, structured fields that the reports
+  render and nothing parses back.
+
+``from_json`` fills in the defaults of fields an older or partial record
+leaves out (the selftests build partial records by hand) and ignores keys it
+does not know; it never raises on a missing field of a record.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from grader.sandbox import Limits, Sandbox
+
+#: The environment variable naming the plan file of a trusted pytest process.
+PLAN_ENV = "GRADER_PLAN"
+
+
+def _known(cls: type, raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw``'s keys that are fields of the dataclass ``cls``."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in raw.items() if k in names}
+
+
+# --------------------------------------------------------------------------- engine -> trusted pytest process
+@dataclass(frozen=True)
+class ProblemPlan:
+    """One problem as a trusted pytest process runs it: its check files (in
+    order; some of the problem's files when it is split over groups), its time
+    limit (seconds, the whole problem in this process) and how many processes
+    its worker may start."""
+
+    name: str
+    time_limit: float
+    files: tuple[str, ...]
+    processes: int = 0
+    gpu: bool = False  # it holds the device's lock (grader/gpulock.py) while it runs
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """The engine's resolved :class:`grader.sandbox.Sandbox`: its mode and why,
+    the device flag and the limits, so the plugin restores it without probing again."""
+
+    mode: str  # bwrap | rlimits
+    why: str
+    gpu: bool
+    limits: Limits
+
+    @classmethod
+    def of(cls, sandbox: Sandbox) -> SandboxSpec:
+        return cls(sandbox.mode, sandbox.why, sandbox.gpu, sandbox.limits)
+
+    def sandbox(self) -> Sandbox:
+        """The same sandbox, without a second bubblewrap probe (its mode was
+        decided by the engine, in this very run)."""
+        sb = Sandbox(limits=self.limits, gpu=self.gpu, want="rlimits")  # "rlimits": no probe
+        sb.want, sb.mode, sb.why = self.mode, self.mode, self.why
+        return sb
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one trusted pytest process runs, and where.
+
+    ``name`` is the submission as the instructor named it; ``repo`` the
+    grader's checkout (the tests and hidden checks); ``work`` the submission's
+    working copy the workers import; ``scratch`` the only folder they may
+    write. ``results_fd`` is the write end of the pipe to the engine. ``seed``
+    seeds the hidden checks' draws (:func:`grader.plugin.hidden_seed`).
+    """
+
+    name: str
+    repo: str
+    work: str
+    scratch: str
+    profile: str
+    problems: tuple[ProblemPlan, ...]
+    sandbox: SandboxSpec
+    call_timeout: float
+    start_timeout: float
+    results_fd: int
+    seed: int
+
+    @property
+    def gpu_problems(self) -> list[str]:
+        return [p.name for p in self.problems if p.gpu]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        raw = json.loads(text)
+        sb = raw["sandbox"]
+        return cls(**{
+            **raw,
+            "problems": tuple(ProblemPlan(**{**p, "files": tuple(p["files"])}) for p in raw["problems"]),
+            "sandbox": SandboxSpec(sb["mode"], sb["why"], sb["gpu"], Limits(**sb["limits"])),
+        })
+
+
+# --------------------------------------------------------------------------- trusted pytest process -> engine
+COLLECT_ERROR = "collect-error"
+
+
+@dataclass
+class CheckOutcome:
+    """One check (a pytest node) as the trusted pytest process saw it.
+
+    ``outcome``: passed | failed | error | skipped | collect-error (a check file
+    that did not load; ``file`` is then its node id). ``exceptions`` names the
+    failure's exception types (its group's, causes and contexts included; a
+    worker-side one as ``remote:Name``). ``message``/``example`` are the
+    failure's text and hypothesis's falsifying example. ``duration`` is setup to
+    teardown on the trusted process's clock. ``extends`` and ``input_kind`` are
+    what a hidden check declared (its ``extends`` marker, its ``input_kind(...)``
+    facts), read from the test item on the trusted side.
+    """
+
+    problem: str
+    file: str
+    outcome: str = "passed"
+    exceptions: list[str] = field(default_factory=list)
+    message: str = ""
+    example: str = ""
+    gpu: bool = False
+    duration: float = 0.0
+    extends: str = ""
+    input_kind: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> CheckOutcome:
+        return cls(**_known(cls, raw))
+
+
+@dataclass
+class WorkerRecord:
+    """What happened to one problem's worker(s) in one trusted pytest process
+    (:class:`grader.remote.ProblemState`, observed from the trusted side): calls
+    served, crash messages, why it timed out ("" if not), seccomp state, its
+    capped output (instructors only) and how many bytes of it were dropped."""
+
+    calls: int = 0
+    crashes: list[str] = field(default_factory=list)
+    timeout: str = ""
+    seccomp: str = ""
+    log: str = ""
+    log_dropped: int = 0
+    started: bool = False
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> WorkerRecord:
+        return cls(**_known(cls, raw))
+
+
+@dataclass
+class RunResults:
+    """The results of one trusted pytest process, or of one problem merged from
+    the processes that ran its files (:func:`grader.groups.problem_results`).
+
+    ``tests`` maps node ids to outcomes, in the order they ran; ``problems`` the
+    problem names to their worker records. ``fatal``/``error``/``log`` are the
+    engine's own: the process ended without results (``error`` says why,
+    ``log`` holds its output's tail, for instructors only).
+    """
+
+    tests: dict[str, CheckOutcome] = field(default_factory=dict)
+    problems: dict[str, WorkerRecord] = field(default_factory=dict)
+    cuda: bool = False
+    scratch: dict[str, int] = field(default_factory=dict)  # the scratch folder's peaks: peak_bytes, peak_entries
+    session_time: float = 0.0
+    fatal: bool = False
+    error: str = ""
+    log: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: str | bytes | dict[str, Any]) -> RunResults:
+        d = json.loads(raw) if isinstance(raw, str | bytes) else raw
+        return cls(**{
+            **_known(cls, d),
+            "tests": {k: CheckOutcome.from_json(v) for k, v in d.get("tests", {}).items()},
+            "problems": {k: WorkerRecord.from_json(v) for k, v in d.get("problems", {}).items()},
+        })
+
+
+# --------------------------------------------------------------------------- engine -> reports
+@dataclass
+class Failure:
+    """The first failure of an item, as fields (reports render them; nothing parses text).
+
+    Every field is computed on the trusted side: the check's node id, the
+    rubric, the public tests' source (the property: the first paragraph of the
+    docstring of the public test, or of the public test a hidden check
+    extends), the hidden check's declared input kind, and the assertion
+    message of the trusted test process. ``message`` and ``example`` are empty
+    for a hidden check unless revealed (they may hold the hidden inputs).
+    """
+
+    test: str  # node id; for a withheld hidden check, its function name only
+    hidden: bool
+    outcome: str
+    property_test: str = ""  # the public test (node id, no parameters) stating the property
+    property: str = ""  # that test's docstring summary
+    input_kind: dict[str, str] = field(default_factory=dict)
+    parameters: list[str] = field(default_factory=list)  # word-like pytest parametrize ids (e.g. "Adam")
+    message: str = ""
+    example: str = ""
+    reproduce: str = ""  # a pytest command line for the public test
+    withheld: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``failure`` object of the ``--json`` file (see grader/report.py)."""
+        return asdict(self)

@@ -1,0 +1,122 @@
+"""What grading one submission produces: per check, per rubric item, per problem
+and in all, plus an item's text as the student reads it.
+
+Built by :mod:`grader.scoring`, rendered by :mod:`grader.report` (whose module
+docstring states the ``--json`` schema these records are written as).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from grader.protocol import Failure
+from grader.rubric import function_name
+
+PASSED, FAILED, ERROR, TIMEOUT = "passed", "failed", "error", "timeout"
+NOT_RUN_GPU, NO_CHECKS = "not run on a GPU", "no checks"
+
+__all__ = ["ERROR", "FAILED", "NOT_RUN_GPU", "NO_CHECKS", "PASSED", "TIMEOUT", "Check", "Failure", "GradeResult",
+           "ItemResult", "ProblemResult", "failure_text", "fmt", "item_text"]
+
+
+@dataclass
+class Check:
+    test: str
+    outcome: str  # passed | failed | error | skipped | collect-error
+    message: str = ""
+    example: str = ""
+    hidden: bool = False
+    gpu: bool = False
+    exceptions: list[str] = field(default_factory=list)
+    duration: float = 0.0  # seconds, setup to teardown, on the trusted side's clock
+    extends: str = ""  # hidden checks: the public test (node id, no parameters) this one extends
+    input_kind: dict[str, str] = field(default_factory=dict)  # hidden checks: the kind of input, never values
+    item: str = ""  # the rubric item it counts toward ("" when it maps to none or several: all items)
+
+
+@dataclass
+class ItemResult:
+    name: str
+    score: float
+    max_score: float
+    status: str  # passed | failed | error | timeout | not run on a GPU | no checks
+    checks: int = 0  # how many of its checks ran
+    failed: int = 0  # how many of those did not pass
+    failure: Failure | None = None
+    note: str = ""  # why it was not credited (a gate, the grader's own trouble)
+
+
+@dataclass
+class ProblemResult:
+    name: str
+    section: str
+    score: float
+    max_score: float
+    status: str
+    visibility: str
+    output: str
+    checks: list[Check] = field(default_factory=list)
+    log: str = ""
+    time: float = 0.0  # seconds: the sum of its checks' durations (trusted side)
+    items: list[ItemResult] = field(default_factory=list)
+    unmapped: list[str] = field(default_factory=list)  # checks no single item holds (they count toward all)
+
+
+@dataclass
+class GradeResult:
+    submission: str
+    score: float = 0.0
+    max_score: float = 0.0
+    gpu_points_not_run: float = 0.0
+    execution_time: float = 0.0
+    sandbox: str = ""
+    profile: str = ""
+    problems: list[ProblemResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: str = ""
+    checks: str = ""  # which checks ran: public + hidden, or public only and why
+    points_without_checks: float = 0.0
+    seed: int = 0  # the hidden checks' seed (instructors only: --seed replays this grade)
+    reveal: bool = False  # whether reports show hidden checks' details (the option, else the rubric's setting)
+
+
+def fmt(x: float) -> str:
+    """A number of points as reports print it (``4``, ``2.5``)."""
+    return f"{x:g}"
+
+
+def failure_text(f: Failure) -> str:
+    """A failure as the student reads it (several lines)."""
+    if f.hidden:
+        head = f"A hidden check failed: {f.test}"
+        if f.property_test:
+            head += f", which extends the public test {function_name(f.property_test)}"
+            head += f" ({f.property})" if f.property else ""
+        lines = [head + "."]
+        kind = ", ".join(f"{k}={v}" for k, v in f.input_kind.items())
+        params = ", ".join(f.parameters) if f.withheld else ""
+        if kind or params:
+            lines.append("Inputs of the kind: " + "; ".join(x for x in (kind, params) if x) + ".")
+        if f.withheld:
+            lines.append("It runs that property on more or larger inputs than the public tests; the values "
+                         "are withheld.")
+    else:
+        lines = [f"Failed: {f.test}" + (f" ({f.property})" if f.property else "")]
+    if f.message:
+        lines.append(f.message)
+    if f.example:
+        lines.append(f.example)
+    if f.reproduce:
+        lines.append(("Explore with the public test: " if f.hidden else "Reproduce: ") + f.reproduce)
+    return "\n".join(lines)
+
+
+def item_text(i: ItemResult) -> str:
+    """One item's result as text: its score, then its first failure or why it earned nothing."""
+    head = f"[{fmt(i.score)}/{fmt(i.max_score)}] {i.name}: {i.status}"
+    if i.status == PASSED and not i.note:
+        return f"{head} ({i.checks} checks)"
+    if i.failure is not None:
+        head += f" ({i.failed} of {i.checks} checks failed)"
+    body = [x for x in (i.note, failure_text(i.failure) if i.failure else "") if x]
+    return "\n".join([head, *("  " + ln for x in body for ln in x.splitlines())])

@@ -1,0 +1,247 @@
+"""Scoring: verdicts and points from the checks' outcomes and the rubric.
+
+Each check counts toward one item of its problem
+(:meth:`grader.rubric.Problem.items_of`); an item earns its points when all its
+checks that ran passed (and one ran); a problem's score is the sum of its
+items', less any withheld by a failed gate item. Each failed item carries its
+first failure as a :class:`grader.protocol.Failure`, built here from trusted
+facts only (node ids, the rubric, the public tests' source, the trusted test
+process's messages).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from typing import Any
+
+from grader.protocol import COLLECT_ERROR, Failure, RunResults
+from grader.results import (
+    ERROR,
+    FAILED,
+    NO_CHECKS,
+    NOT_RUN_GPU,
+    PASSED,
+    TIMEOUT,
+    Check,
+    GradeResult,
+    ItemResult,
+    ProblemResult,
+    fmt,
+    item_text,
+)
+from grader.rubric import Item, Problem, function_name, is_hidden
+from grader.sandbox import printable
+from grader.util import REPO
+
+_IMPORT_ERRORS = {"remote:SyntaxError", "remote:ImportError", "remote:ModuleNotFoundError",
+                  "remote:IndentationError", "remote:SystemExit"}
+
+
+def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool, reveal: bool,
+                  repro: str) -> ProblemResult:
+    """Problem ``p``'s result from its checks' outcomes (``repro``: the
+    submission's folder as the reproduction lines name it)."""
+    files = p.check_files(REPO, public_only=public_only)
+    if not files:
+        why = f"no check files yet ({', '.join(p.checks)}): not graded"
+        return ProblemResult(p.name, p.section, 0.0, p.points, NO_CHECKS, p.visibility, why,
+                             items=[ItemResult(i.name, 0.0, i.points, NO_CHECKS, note=why) for i in p.items])
+    if p.gpu and not cuda:
+        return unavailable(p, NOT_RUN_GPU, "", cuda)
+    if outcome.fatal:
+        return unavailable(p, ERROR, (outcome.error or "the grader failed")[:3000], cuda)
+    state = outcome.problems.get(p.name)
+    checks, collect_errors = [], []
+    for nodeid, t in outcome.tests.items():
+        if t.outcome == COLLECT_ERROR and any(t.file.startswith(f) for f in files):
+            collect_errors.append(f"{t.file}: {t.message}")
+        elif t.problem == p.name:
+            c = Check(nodeid, t.outcome, t.message, t.example, is_hidden(t.file), t.gpu, t.exceptions,
+                      duration=float(t.duration), extends=_extends(t.extends), input_kind=_input_kind(t.input_kind))
+            found = p.items_of(c.test, c.extends)
+            c.item = found[0].name if len(found) == 1 else ""
+            checks.append(c)
+    log = ""
+    if state is not None:
+        log = state.log + (f"\n[... {state.log_dropped} more bytes of output dropped]" if state.log_dropped else "")
+    res = ProblemResult(p.name, p.section, 0.0, p.points, FAILED, p.visibility, "", checks, log)
+    if collect_errors:
+        why = "the grader could not load its checks (not your fault):\n" + "\n".join(collect_errors)[:3000]
+        res.status, res.output = ERROR, why
+        res.items = [ItemResult(i.name, 0.0, i.points, ERROR, note="the grader could not load its checks")
+                     for i in p.items]
+        return res
+    res.items = [score_item(i, [c for c in checks if c.item in (i.name, "")], reveal, repro) for i in p.items]
+    for spec, gate in zip(p.items, res.items, strict=True):
+        if spec.gate and gate.status != PASSED:
+            for other in res.items:
+                if other is not gate and other.score:
+                    other.score, other.note = 0.0, f"not credited: it needs \"{gate.name}\", which did not pass"
+    not_run = [i for i in res.items if i.status == NOT_RUN_GPU]
+    res.max_score = p.points - sum(i.max_score for i in not_run)
+    res.score = sum(i.score for i in res.items)
+    ran = [c for c in checks if c.outcome != "skipped"]
+    gpu_skipped = [c for c in checks if c.outcome == "skipped" and c.gpu]
+    failed = [c for c in ran if c.outcome != PASSED]
+    n_pub, n_hid = sum(not c.hidden for c in ran), sum(c.hidden for c in ran)
+    counts = f"{len(ran)} checks ({n_pub} public, {n_hid} hidden)"
+    note = f"; {len(gpu_skipped)} GPU checks not run on this machine" if gpu_skipped else ""
+    unmapped = res.unmapped = sorted({function_name(c.test) for c in checks if not c.item})
+    if not checks:
+        res.status, res.output = ERROR, "no checks were collected for this problem"
+        return res
+    if len(not_run) == len(res.items):
+        res.status, res.max_score = NOT_RUN_GPU, p.points
+        res.output = f"all {len(gpu_skipped)} checks need a CUDA device: not run"
+        return res
+    if all(i.status in (PASSED, NOT_RUN_GPU) for i in res.items) and res.score == res.max_score:
+        res.status, res.output = PASSED, f"passed all {counts}{note}"
+        return res
+    names = {n for c in failed for n in c.exceptions}
+    timeout, crashes = (state.timeout, state.crashes) if state is not None else ("", [])
+    if timeout:
+        res.status = TIMEOUT
+    elif crashes or names & _IMPORT_ERRORS:
+        res.status = ERROR
+    lines = [f"{len(failed)} of {counts} failed{note}; {fmt(res.score)} of {fmt(res.max_score)} points."]
+    if timeout:
+        lines.append(f"Timeout: {timeout}")
+    if crashes:
+        lines.append(f"The worker crashed: {crashes[0][:1500]}")
+    if unmapped:
+        lines.append(f"Checks the rubric maps to no single item (they count toward every item): {', '.join(unmapped)}")
+    for i in res.items:
+        if i.score < i.max_score and i.status != NOT_RUN_GPU:
+            lines.append(item_text(i))
+    res.output = "\n".join(lines)
+    return res
+
+
+def score_item(item: Item, checks: list[Check], reveal: bool, repro: str) -> ItemResult:
+    """An item earns its points when every check of it that ran passed (and one ran)."""
+    ran = [c for c in checks if c.outcome != "skipped"]
+    failed = [c for c in ran if c.outcome != PASSED]
+    res = ItemResult(item.name, 0.0, item.points, FAILED, len(ran), len(failed))
+    if not ran:
+        if any(c.gpu for c in checks):
+            res.status, res.note = NOT_RUN_GPU, "its checks need a CUDA device: not run"
+        else:
+            res.status, res.note = ERROR, "none of its checks ran (not your fault: tell the course staff)"
+        return res
+    if not failed:
+        res.status, res.score = PASSED, item.points
+        return res
+    names = {n for c in failed for n in c.exceptions}
+    if "WorkerTimeout" in names:
+        res.status = TIMEOUT
+    elif names & (_IMPORT_ERRORS | {"WorkerCrashed", "ProtocolError"}):
+        res.status = ERROR
+    first = next((c for c in failed if not c.hidden), None) or failed[0]
+    res.failure = first_failure(first, reveal, repro)
+    return res
+
+
+def unavailable(p: Problem, status: str, output: str, cuda: bool) -> ProblemResult:
+    """Problem ``p`` not graded (``status`` and why), or not run for want of a GPU."""
+    if p.gpu and not cuda:
+        status, output = NOT_RUN_GPU, f"{p.name} needs a CUDA device; this machine has none, so it was not run"
+    return ProblemResult(p.name, p.section, 0.0, p.points, status, p.visibility, output,
+                         items=[ItemResult(i.name, 0.0, i.points, status, note=output) for i in p.items])
+
+
+def total(result: GradeResult, elapsed: float) -> GradeResult:
+    """Fill in the run's totals from its problems (``elapsed``: its seconds)."""
+    result.execution_time = round(elapsed, 3)
+    result.score = sum(p.score for p in result.problems)
+    result.max_score = sum(p.max_score for p in result.problems if p.status not in (NOT_RUN_GPU, NO_CHECKS))
+    result.gpu_points_not_run = sum(p.max_score for p in result.problems if p.status == NOT_RUN_GPU) + sum(
+        i.max_score for p in result.problems if p.status != NOT_RUN_GPU for i in p.items if i.status == NOT_RUN_GPU)
+    result.points_without_checks = sum(p.max_score for p in result.problems if p.status == NO_CHECKS)
+    return result
+
+
+def strip_controls(result: GradeResult) -> None:
+    """No terminal escape sequence of a submission's messages reaches a report or a terminal."""
+    result.notes = [printable(n) for n in result.notes]
+    result.error = printable(result.error)
+    for p in result.problems:
+        p.output, p.log = printable(p.output), printable(p.log)
+        for c in p.checks:
+            c.message, c.example = printable(c.message), printable(c.example)
+        for i in p.items:
+            if i.failure is not None:
+                i.failure.message, i.failure.example = printable(i.failure.message), printable(i.failure.example)
+
+
+# --------------------------------------------------------------------------- the first failure, as fields
+# Control characters (bar newline and tab) and ANSI escapes never reach a report:
+# a message may quote a string the submission returned.
+_CONTROL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def _clean(text: str, limit: int) -> str:
+    text = _CONTROL.sub("", text).strip()
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _extends(value: Any) -> str:
+    """The node id an ``extends`` marker named, if it is a public test's (else "")."""
+    if not isinstance(value, str):
+        return ""
+    value = value.split("[")[0]
+    path, _, name = value.partition("::")
+    return value if path.startswith("tests/test_") and path.endswith(".py") and name.isidentifier() else ""
+
+
+def _input_kind(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {_clean(str(k), 40): _clean(str(v), 120) for k, v in list(value.items())[:12]}
+
+
+_WORD_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+
+
+def _parameters(test: str) -> list[str]:
+    """The word-like parts of a node id's parametrize ids ("Adam", "torch.float16"):
+    numbers, reprs and pytest's generated ``args3`` could carry values or say nothing."""
+    if "[" not in test:
+        return []
+    ids = test.split("[", 1)[1].rstrip("]")
+    return [part for part in ids.split("-") if _WORD_ID.fullmatch(part) and not re.fullmatch(r"[a-z]+\d+", part)]
+
+
+_DOCS: dict[str, dict[str, str]] = {}
+
+
+def public_docstring(test: str) -> str:
+    """The first docstring line of the public test ``tests/test_x.py::test_y`` (read
+    from the trusted source, never imported); "" when it has none."""
+    path, _, name = test.split("[")[0].partition("::")
+    if not path.startswith("tests/") or ".." in Path(path).parts:
+        return ""
+    if path not in _DOCS:
+        try:
+            tree = ast.parse((REPO / path).read_text())
+        except (OSError, SyntaxError, ValueError):
+            tree = ast.Module(body=[], type_ignores=[])
+        _DOCS[path] = {f.name: (ast.get_docstring(f) or "").strip().split("\n\n")[0].replace("\n", " ")
+                       for f in tree.body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)}
+    return _DOCS[path].get(name, "")
+
+
+def first_failure(c: Check, reveal: bool, repro: str) -> Failure:
+    """Check ``c``'s failure as fields; a hidden one's message and example only when revealed."""
+    prop = c.test.split("[")[0] if not c.hidden else c.extends
+    f = Failure(test=c.test, hidden=c.hidden, outcome=c.outcome, property_test=prop,
+                property=public_docstring(prop) if prop else "", input_kind=dict(c.input_kind),
+                parameters=_parameters(c.test))
+    if prop:
+        f.reproduce = f"pytest {prop} --impl {repro}"
+    if c.hidden and not reveal:
+        f.test, f.withheld = function_name(c.test), True
+        return f
+    f.message, f.example = _clean(c.message, 4000), _clean(c.example, 4000)
+    return f
