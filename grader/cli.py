@@ -14,6 +14,7 @@ score (a submission without ``student/`` gets an error result, not a crash);
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -21,6 +22,15 @@ from grader import engine, report
 from grader.rubric import DEFAULT_RUBRIC, RubricError
 from grader.sandbox import printable
 from grader.util import PROFILES
+
+
+def _env_int(name: str) -> int | None:
+    """``$name`` as an int; None when unset or empty (a bad value is reported by main)."""
+    value = os.environ.get(name, "").strip()
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return 0  # main rejects N < 1 with a message naming the option
 
 
 def parser() -> argparse.ArgumentParser:
@@ -40,9 +50,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--call-timeout", type=float, metavar="S", help="seconds per call (default: rubric)")
     ap.add_argument("--time-limit", type=float, metavar="S", help="seconds per problem (default: rubric)")
     ap.add_argument("--memory-limit", type=float, metavar="GIB", help="address space per worker (default: rubric)")
-    ap.add_argument("--parallel", type=int, metavar="N", default=None,
-                    help="problems graded at once, one trusted pytest process each (default: auto, "
-                         "min(cores, problems, memory slots))")
+    ap.add_argument("--parallel", type=int, metavar="N", default=_env_int("GRADER_PARALLEL"),
+                    help="problems graded at once, one trusted pytest process each (default: $GRADER_PARALLEL, "
+                         "else auto: min(cores, check files, memory slots))")
     ap.add_argument("--reveal-hidden", action="store_true", default=None,
                     help="show hidden checks' failure details (instructors)")
     ap.add_argument("--seed", type=int, metavar="N",
@@ -57,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     """Grade one submission from the command line; the exit code is as the module docstring says."""
     args = parser().parse_args(argv)
     if args.parallel is not None and args.parallel < 1:
-        print("grader: --parallel needs N >= 1", file=sys.stderr)
+        print("grader: --parallel (or $GRADER_PARALLEL) needs N >= 1", file=sys.stderr)
         return 2
     options = engine.Options(
         profile=args.profile, problems=[p for p in args.problems.split(",") if p] if args.problems else None,
