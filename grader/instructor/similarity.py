@@ -8,8 +8,8 @@ submissions (into ``OUT/similarity``).
 Contract:
 
 * The submissions are found, prechecked and staged by the very functions the
-  batch and the grader use (:func:`grader.batch.discover`,
-  :func:`grader.batch.precheck`, :func:`grader.submission.locate`,
+  batch and the grader use (:func:`grader.instructor.discovery.discover`,
+  :func:`grader.instructor.precheck.precheck`, :func:`grader.submission.locate`,
   :func:`grader.sandbox.make_working_copy`): regular files only (symlinks and
   special files are never followed), the same caps. A submission that cannot
   be graded is listed as skipped, with the reason.
@@ -51,7 +51,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from grader import batch
+from grader.instructor.discovery import Submission, discover, unpack_export
+from grader.instructor.files import write_atomic
+from grader.instructor.precheck import precheck
 from grader.sandbox import SubmissionError, make_working_copy
 from grader.submission import locate
 from tests.harness import HANDOUT_MODULES
@@ -59,7 +61,7 @@ from tests.harness import HANDOUT_MODULES
 if TYPE_CHECKING:
     from copydetect.detector import CodeFingerprint
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 REFERENCE_ID = "(reference)"
 
 #: k: the shortest run of (filtered) code characters that counts as shared;
@@ -102,7 +104,7 @@ class Pair:
     slices_b: np.ndarray
 
 
-def _people(sub: batch.Submission) -> str:
+def _people(sub: Submission) -> str:
     text = "; ".join(p.get("name") or p.get("email") or p.get("sid", "") for p in sub.submitters)
     return "'" + text if text.startswith(("=", "+", "-", "@")) else text  # no spreadsheet formulas
 
@@ -117,10 +119,10 @@ def _read(path: Path) -> str | None:
 def stage(root: Path, tmp: Path, exclude: Iterable[Path] = ()) -> list[Source]:
     """The submissions in ``root`` as texts, staged exactly as the batch grades them."""
     sources = []
-    for sub in batch.discover(root, exclude=exclude):
+    for sub in discover(root, exclude=exclude):
         src = Source(sub.id, _people(sub))
         sources.append(src)
-        target, _, reason = batch.precheck(sub.path, tmp / "staged" / sub.id)
+        target, _, reason = precheck(sub.path, tmp / "staged" / sub.id)
         if target is None:
             src.skipped = reason
             continue
@@ -287,16 +289,16 @@ def report(root: Path, out: Path, *, exclude: Iterable[Path] = (), with_referenc
     with tempfile.TemporaryDirectory(prefix="similarity-") as tmp:
         root = root.resolve()
         if root.is_file() and zipfile.is_zipfile(root):
-            root = batch._unpack_export(root, Path(tmp) / "export")
+            root = unpack_export(root, Path(tmp) / "export")
         if not root.is_dir():
             raise SystemExit(f"similarity: {root} is not a folder (nor an export zip)")
         sources = stage(root, Path(tmp), exclude=[out, *exclude])
     ref = reference_source() if with_reference else None
     everything = [*sources, *([ref] if ref else [])]
     pairs = compare(everything, stubs_of())
-    batch._write_atomic(out / "pairs.csv", pairs_csv(pairs, everything, threshold))
-    batch._write_atomic(out / "similarity.csv", submissions_csv(pairs, everything, threshold))
-    batch._write_atomic(out / "report.html", report_html(pairs, everything, threshold, top))
+    write_atomic(out / "pairs.csv", pairs_csv(pairs, everything, threshold))
+    write_atomic(out / "similarity.csv", submissions_csv(pairs, everything, threshold))
+    write_atomic(out / "report.html", report_html(pairs, everything, threshold, top))
     if not quiet:
         flagged = [p for p in pairs if p.similarity >= threshold]
         print(f"similarity: {len(sources)} submissions, {len(pairs)} pairs sharing code, "

@@ -45,7 +45,7 @@ from pathlib import Path
 
 from grader.compat import tomllib
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EQUIVALENT_FILE = REPO / "grader" / "corpus" / "equivalent_mutants.toml"
 
 #: The handout problems whose reference module is mutated (tests/test_<p>.py kills).
