@@ -310,7 +310,7 @@ def test_parse_gradescope_metadata():
     }
 
 
-def test_gradescope_metadata_reader_is_yaml_not_a_line_guess():
+def test_gradescope_metadata_reader_is_yaml_not_a_line_guess(tmp_path, capsys):
     """Quoted scalars are unquoted with their escapes, folded scalars joined, block
     scalars, tags and flow collections never mistaken for submitters; text outside
     the subset is refused with its line, and the batch then leaves names blank."""
@@ -342,6 +342,10 @@ submission_8:
     for bad in ("a:\n\tb: 1\n", "a: 'x\n", "a:\n  b: 1\n c: 2\n", "- a\nb: 1\n"):
         with pytest.raises(MetadataError, match="line"):
             parse_block_yaml(bad)
+    make_sub(tmp_path, "submission_1")
+    (tmp_path / "submission_metadata.yml").write_text("submission_1:\n  :submitters: 'unclosed\n")
+    assert [(s.id, s.submitters) for s in batch.discover(tmp_path)] == [("submission_1", [])]
+    assert "line 2" in capsys.readouterr().err
 
 
 def test_shards_partition_the_class_deterministically(tmp_path):

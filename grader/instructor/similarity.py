@@ -93,6 +93,8 @@ class Source:
 
 @dataclass(eq=False)  # identity: the slices are arrays
 class Pair:
+    """Two sources' shared code in one module: each side's share and where it lies."""
+
     module: str
     a: str
     b: str
@@ -186,6 +188,7 @@ def compare(sources: Sequence[Source], stubs: dict[str, str]) -> list[Pair]:
 
 
 def stubs_of(repo: Path = REPO) -> dict[str, str]:
+    """The handout's stubs by module (their fingerprints never count as shared)."""
     return {m: t for m in HANDOUT_MODULES if (t := _read(repo / "student" / f"{m}.py")) is not None}
 
 
@@ -193,6 +196,7 @@ def stubs_of(repo: Path = REPO) -> dict[str, str]:
 
 
 def pairs_csv(pairs: Sequence[Pair], sources: Sequence[Source], threshold: float) -> str:
+    """``pairs.csv``: every pair sharing code, ranked (columns: :data:`PAIR_COLUMNS`)."""
     who = {s.id: s.submitters for s in sources}
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -205,6 +209,7 @@ def pairs_csv(pairs: Sequence[Pair], sources: Sequence[Source], threshold: float
 
 
 def submissions_csv(pairs: Sequence[Pair], sources: Sequence[Source], threshold: float) -> str:
+    """``similarity.csv``: one row per submission (columns: :data:`SUBMISSION_COLUMNS`)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(SUBMISSION_COLUMNS)
@@ -309,6 +314,7 @@ def report(root: Path, out: Path, *, exclude: Iterable[Path] = (), with_referenc
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The options of ``python -m grader similarity``."""
     p = argparse.ArgumentParser(prog="python -m grader similarity", description=__doc__.split("\n\n")[0])
     p.add_argument("submissions", type=Path, help="folder of submissions (or an export zip), as for batch")
     p.add_argument("--out", type=Path, default=Path("similarity-out"), help="output folder")
