@@ -1,9 +1,9 @@
 """``python -m grader``: grade a submission, or run an instructor workflow.
 
 ``python -m grader batch|release|gradescope|similarity|mutants ...`` dispatch to
-``grader.batch``, ``grader.release``, ``grader.bundle``, ``grader.similarity``
-and ``grader.mutants`` (``main(argv)``);
-anything else grades one submission (see grader/cli.py).
+``main(argv)`` of ``grader.instructor.batch``, ``.release``, ``.bundle``,
+``.similarity`` and ``.mutants`` (absent from the student release: then the
+command says so); anything else grades one submission (see grader/cli.py).
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from __future__ import annotations
 import importlib
 import sys
 
-_WORKFLOWS = {"batch": "grader.batch", "release": "grader.release", "gradescope": "grader.bundle",
-              "similarity": "grader.similarity", "mutants": "grader.mutants"}
+_WORKFLOWS = {"batch": "grader.instructor.batch", "release": "grader.instructor.release",
+              "gradescope": "grader.instructor.bundle", "similarity": "grader.instructor.similarity",
+              "mutants": "grader.instructor.mutants"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as e:
-            if e.name != name:
+            if e.name is None or not (name == e.name or name.startswith(e.name + ".")):  # or a package above it
                 raise
             print(f"grader: '{argv[0]}' is not available in this checkout ({name} is missing)", file=sys.stderr)
             return 1

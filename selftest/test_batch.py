@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import batch
+from grader.instructor import batch
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -108,7 +108,7 @@ def make_sub(root: Path, name: str, precision: str = "x = 1\n", views: str | Non
 
 def run_batch(subs: Path, out: Path, *extra: str, env: dict[str, str] | None = None,
               timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "grader.batch", str(subs), "--out", str(out), *extra],
+    return subprocess.run([sys.executable, "-m", "grader", "batch", str(subs), "--out", str(out), *extra],
                           cwd=REPO, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
 
@@ -195,7 +195,7 @@ def test_sigkill_midway_then_rerun_loses_no_row_and_grades_once(tmp_path, fake_g
         make_sub(subs, f"s{i:02d}", views="# BUG\n" if i % 3 == 0 else "y = 2\n")
     out, log = tmp_path / "out", tmp_path / "graded.log"
     env = {**os.environ, "FAKE_GRADER_SLEEP": "0.4", "FAKE_GRADER_LOG": str(log)}
-    proc = subprocess.Popen([sys.executable, "-m", "grader.batch", str(subs), "--out", str(out), "--jobs", "2"],
+    proc = subprocess.Popen([sys.executable, "-m", "grader", "batch", str(subs), "--out", str(out), "--jobs", "2"],
                             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while len(list((out / "results").glob("s*.json"))) < 4 and time.monotonic() < deadline:
@@ -212,7 +212,7 @@ def test_sigkill_midway_then_rerun_loses_no_row_and_grades_once(tmp_path, fake_g
     for p in (out / "results").glob("s*.json"):
         assert batch.load_record(p, p.stem) is not None, f"{p.name} is incomplete after SIGKILL"
     log.write_text("")
-    proc2 = subprocess.run([sys.executable, "-m", "grader.batch", str(subs), "--out", str(out), "--jobs", "2"],
+    proc2 = subprocess.run([sys.executable, "-m", "grader", "batch", str(subs), "--out", str(out), "--jobs", "2"],
                            cwd=REPO, env={**env, "FAKE_GRADER_SLEEP": "0"}, capture_output=True, text=True,
                            timeout=120)
     assert proc2.returncode == 0, proc2.stderr
@@ -308,6 +308,44 @@ def test_parse_gradescope_metadata():
                            {"name": "Charles Babbage", "sid": "002", "email": "charles@example.edu"}],
         "submission_102": [{"name": "Grace Hopper", "sid": "003", "email": "grace@example.edu"}],
     }
+
+
+def test_gradescope_metadata_reader_is_yaml_not_a_line_guess(tmp_path, capsys):
+    """Quoted scalars are unquoted with their escapes, folded scalars joined, block
+    scalars, tags and flow collections never mistaken for submitters; text outside
+    the subset is refused with its line, and the batch then leaves names blank."""
+    from grader.instructor.gradescope_metadata import MetadataError, parse_block_yaml
+
+    text = """\
+# exported
+'submission 7':
+  :submitters:
+    - :name: "O'Brien \\u00e9"
+      :sid: 'it''s'
+      :email:
+    -
+      :name: A long
+        name
+  :results: !ruby/object:Foo
+    :submitters: |
+      - :name: not a submitter
+    :x: [1, 2,
+      3]
+submission_8:
+  :submitters: []
+"""
+    assert batch.parse_gradescope_metadata(text) == {
+        "submission 7": [{"name": "O'Brien \u00e9", "sid": "it's"}, {"name": "A long name"}],
+        "submission_8": [],
+    }
+    assert parse_block_yaml(text)["submission 7"][":results"][":x"] == "[1, 2, 3]"
+    for bad in ("a:\n\tb: 1\n", "a: 'x\n", "a:\n  b: 1\n c: 2\n", "- a\nb: 1\n"):
+        with pytest.raises(MetadataError, match="line"):
+            parse_block_yaml(bad)
+    make_sub(tmp_path, "submission_1")
+    (tmp_path / "submission_metadata.yml").write_text("submission_1:\n  :submitters: 'unclosed\n")
+    assert [(s.id, s.submitters) for s in batch.discover(tmp_path)] == [("submission_1", [])]
+    assert "line 2" in capsys.readouterr().err
 
 
 def test_shards_partition_the_class_deterministically(tmp_path):

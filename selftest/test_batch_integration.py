@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from grader import batch
 from grader.compat import tomllib
 from grader.corpus import build_wrong, wrong_submissions
+from grader.instructor import batch
 from grader.rubric import load
 
 REPO = Path(__file__).resolve().parent.parent

@@ -16,7 +16,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from grader import bundle
+from grader.instructor import bundle
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -76,7 +76,7 @@ def _grader_available() -> bool:
 @pytest.fixture(scope="module")
 def bundle_zip(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("bundle") / "autograder.zip"
-    proc = subprocess.run([sys.executable, "-m", "grader.bundle", str(out), "--profile", "dev",
+    proc = subprocess.run([sys.executable, "-m", "grader", "gradescope", str(out), "--profile", "dev",
                            "--problems", "precision,views"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out

@@ -1,4 +1,4 @@
-"""``python -m grader mutants`` (grader/mutants.py): a small, fast subset.
+"""``python -m grader mutants`` (grader/instructor/mutants.py): a small, fast subset.
 
 The full run (every mutant of every problem) takes hours of CPU; here a handful
 of mutants of views.py show that the driver writes mutants where ``--impl``
@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("cosmic_ray", reason="grader mutants needs cosmic-ray (the dev extra)")
 
-from grader import mutants
+from grader.instructor import mutants
 
 REPO = Path(__file__).resolve().parent.parent
 #: one quick public test that checks storage_index's arithmetic

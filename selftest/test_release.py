@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import release
+from grader.instructor import release
 from tests.harness import HANDOUT_MODULES
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def release_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("release") / "student-repo"
-    proc = subprocess.run([sys.executable, "-m", "grader.release", str(out)], cwd=REPO, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "grader", "release", str(out)], cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
@@ -38,10 +38,10 @@ def _files(root: Path) -> list[Path]:
 
 def test_layout(release_dir):
     names = {p.relative_to(release_dir).as_posix() for p in _files(release_dir)}
-    for absent in ("reference", "grader/hidden", "grader/corpus", "selftest", "docs", "grader/templates"):
+    for absent in ("reference", "grader/hidden", "grader/corpus", "selftest", "docs", "grader/instructor"):
         assert not any(n == absent or n.startswith(absent + "/") for n in names), f"{absent} is in the release"
-    for absent in ("docs/instructors.md", "grader/batch.py", "grader/release.py", "grader/bundle.py",
-                   "grader/similarity.py", "benchmarks/batch.py"):
+    for absent in ("docs/instructors.md", "grader/batch.py", "grader/instructor/release.py",
+                   "grader/instructor/templates/release/README.md", "benchmarks/batch.py"):
         assert absent not in names
     for present in ("README.md", "handout.md", "lab", "pyproject.toml", "constraints.txt", "conftest.py",
                     ".ci/run", ".github/workflows/grade.yml", "student/__init__.py", "tests/harness.py",
@@ -60,6 +60,17 @@ def test_layout(release_dir):
         status = subprocess.run(["git", "status", "--porcelain"], cwd=release_dir, capture_output=True,
                                 text=True).stdout
         assert status == "", f"the release's commit misses files:\n{status}"
+
+
+def test_instructor_commands_say_they_are_absent(release_dir):
+    """The release has no grader/instructor/: its instructor commands say so
+    (exit 1), they do not crash, and grading does not need that package."""
+    proc = subprocess.run([sys.executable, "-m", "grader", "batch", "subs"], cwd=release_dir, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1 and "not available in this checkout" in proc.stderr, proc.stderr
+    imports = [p for p in (release_dir / "grader").rglob("*.py") if p.name != "__main__.py"
+               and re.search(r"grader\.instructor|from grader import instructor", p.read_text())]
+    assert not imports, f"release modules naming grader.instructor: {imports}"
 
 
 def test_refuses_to_overwrite_or_write_inside_the_repo(tmp_path):

@@ -1,4 +1,4 @@
-"""The class similarity report (grader/similarity.py) on a small class built here.
+"""The class similarity report (grader/instructor/similarity.py) on a small class built here.
 
 The class, all on the handout's ``views`` module:
 
@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from grader import __main__ as entry
-from grader import batch, similarity
+from grader.instructor import batch, similarity
 
 REPO = Path(__file__).resolve().parent.parent
 

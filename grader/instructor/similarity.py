@@ -8,8 +8,8 @@ submissions (into ``OUT/similarity``).
 Contract:
 
 * The submissions are found, prechecked and staged by the very functions the
-  batch and the grader use (:func:`grader.batch.discover`,
-  :func:`grader.batch.precheck`, :func:`grader.submission.locate`,
+  batch and the grader use (:func:`grader.instructor.discovery.discover`,
+  :func:`grader.instructor.precheck.precheck`, :func:`grader.submission.locate`,
   :func:`grader.sandbox.make_working_copy`): regular files only (symlinks and
   special files are never followed), the same caps. A submission that cannot
   be graded is listed as skipped, with the reason.
@@ -51,7 +51,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from grader import batch
+from grader.instructor.discovery import Submission, discover, unpack_export
+from grader.instructor.files import write_atomic
+from grader.instructor.precheck import precheck
 from grader.sandbox import SubmissionError, make_working_copy
 from grader.submission import locate
 from tests.harness import HANDOUT_MODULES
@@ -59,7 +61,7 @@ from tests.harness import HANDOUT_MODULES
 if TYPE_CHECKING:
     from copydetect.detector import CodeFingerprint
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 REFERENCE_ID = "(reference)"
 
 #: k: the shortest run of (filtered) code characters that counts as shared;
@@ -91,6 +93,8 @@ class Source:
 
 @dataclass(eq=False)  # identity: the slices are arrays
 class Pair:
+    """Two sources' shared code in one module: each side's share and where it lies."""
+
     module: str
     a: str
     b: str
@@ -102,7 +106,7 @@ class Pair:
     slices_b: np.ndarray
 
 
-def _people(sub: batch.Submission) -> str:
+def _people(sub: Submission) -> str:
     text = "; ".join(p.get("name") or p.get("email") or p.get("sid", "") for p in sub.submitters)
     return "'" + text if text.startswith(("=", "+", "-", "@")) else text  # no spreadsheet formulas
 
@@ -117,10 +121,10 @@ def _read(path: Path) -> str | None:
 def stage(root: Path, tmp: Path, exclude: Iterable[Path] = ()) -> list[Source]:
     """The submissions in ``root`` as texts, staged exactly as the batch grades them."""
     sources = []
-    for sub in batch.discover(root, exclude=exclude):
+    for sub in discover(root, exclude=exclude):
         src = Source(sub.id, _people(sub))
         sources.append(src)
-        target, _, reason = batch.precheck(sub.path, tmp / "staged" / sub.id)
+        target, _, reason = precheck(sub.path, tmp / "staged" / sub.id)
         if target is None:
             src.skipped = reason
             continue
@@ -184,6 +188,7 @@ def compare(sources: Sequence[Source], stubs: dict[str, str]) -> list[Pair]:
 
 
 def stubs_of(repo: Path = REPO) -> dict[str, str]:
+    """The handout's stubs by module (their fingerprints never count as shared)."""
     return {m: t for m in HANDOUT_MODULES if (t := _read(repo / "student" / f"{m}.py")) is not None}
 
 
@@ -191,6 +196,7 @@ def stubs_of(repo: Path = REPO) -> dict[str, str]:
 
 
 def pairs_csv(pairs: Sequence[Pair], sources: Sequence[Source], threshold: float) -> str:
+    """``pairs.csv``: every pair sharing code, ranked (columns: :data:`PAIR_COLUMNS`)."""
     who = {s.id: s.submitters for s in sources}
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -203,6 +209,7 @@ def pairs_csv(pairs: Sequence[Pair], sources: Sequence[Source], threshold: float
 
 
 def submissions_csv(pairs: Sequence[Pair], sources: Sequence[Source], threshold: float) -> str:
+    """``similarity.csv``: one row per submission (columns: :data:`SUBMISSION_COLUMNS`)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(SUBMISSION_COLUMNS)
@@ -287,16 +294,16 @@ def report(root: Path, out: Path, *, exclude: Iterable[Path] = (), with_referenc
     with tempfile.TemporaryDirectory(prefix="similarity-") as tmp:
         root = root.resolve()
         if root.is_file() and zipfile.is_zipfile(root):
-            root = batch._unpack_export(root, Path(tmp) / "export")
+            root = unpack_export(root, Path(tmp) / "export")
         if not root.is_dir():
             raise SystemExit(f"similarity: {root} is not a folder (nor an export zip)")
         sources = stage(root, Path(tmp), exclude=[out, *exclude])
     ref = reference_source() if with_reference else None
     everything = [*sources, *([ref] if ref else [])]
     pairs = compare(everything, stubs_of())
-    batch._write_atomic(out / "pairs.csv", pairs_csv(pairs, everything, threshold))
-    batch._write_atomic(out / "similarity.csv", submissions_csv(pairs, everything, threshold))
-    batch._write_atomic(out / "report.html", report_html(pairs, everything, threshold, top))
+    write_atomic(out / "pairs.csv", pairs_csv(pairs, everything, threshold))
+    write_atomic(out / "similarity.csv", submissions_csv(pairs, everything, threshold))
+    write_atomic(out / "report.html", report_html(pairs, everything, threshold, top))
     if not quiet:
         flagged = [p for p in pairs if p.similarity >= threshold]
         print(f"similarity: {len(sources)} submissions, {len(pairs)} pairs sharing code, "
@@ -307,6 +314,7 @@ def report(root: Path, out: Path, *, exclude: Iterable[Path] = (), with_referenc
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The options of ``python -m grader similarity``."""
     p = argparse.ArgumentParser(prog="python -m grader similarity", description=__doc__.split("\n\n")[0])
     p.add_argument("submissions", type=Path, help="folder of submissions (or an export zip), as for batch")
     p.add_argument("--out", type=Path, default=Path("similarity-out"), help="output folder")

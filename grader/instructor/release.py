@@ -8,10 +8,15 @@ leak by accident:
   ``grader/corpus/`` (known-wrong and cheating submissions built from the
   reference), ``selftest/`` (the project's own checks, which need the reference);
 * instructor tooling and docs: ``docs/``, ``.ci/`` and ``.github/`` of this repo,
-  the grader's batch/release/bundle/mutants commands and their templates, ``README.md``
-  and ``grader/README.md``;
+  the whole ``grader/instructor/`` package (batch, release, bundle, similarity,
+  mutants and their templates) with the ``grader/batch.py`` compatibility
+  module, ``README.md`` and ``grader/README.md``;
 * benchmarks that need the reference or instructor tooling (any whose source
-  mentions ``reference`` or the batch grader).
+  mentions ``reference``, the batch grader or ``grader.instructor``).
+
+The students' ``python -m grader`` still works in the release: the grading
+pipeline never imports ``grader.instructor``, and ``grader/__main__.py`` answers
+an instructor command there with "not available in this checkout".
 
 Added instead: a README for students (their two commands: ``pytest`` and
 ``./lab grade``, which runs the public checks only since the reference and the
@@ -29,26 +34,24 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["EXCLUDED_DIRS", "EXCLUDED_FILES", "build_release", "main", "release_files"]
+from grader.instructor.files import TEMPLATES
 
-REPO = Path(__file__).resolve().parent.parent
-TEMPLATES = Path(__file__).resolve().parent / "templates"
+__all__ = ["EXCLUDED_DIRS", "EXCLUDED_FILES", "build_release", "candidate_files", "main", "release_files"]
+
+REPO = Path(__file__).resolve().parents[2]
 
 #: Folders never shipped (relative to the repository root).
 EXCLUDED_DIRS = (
-    "reference", "grader/hidden", "grader/corpus", "grader/templates", "selftest", "docs", ".ci", ".github",
+    "reference", "grader/hidden", "grader/corpus", "grader/instructor", "selftest", "docs", ".ci", ".github",
 )
 #: Files never shipped (replaced, for README.md).
-EXCLUDED_FILES = (
-    "README.md", "grader/README.md", "grader/batch.py", "grader/release.py", "grader/bundle.py",
-    "grader/similarity.py", "grader/mutants.py",
-)
+EXCLUDED_FILES = ("README.md", "grader/README.md", "grader/batch.py")
 #: Never copied whatever git says (local state).
 _LOCAL = (".venv", ".git", "__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", "grade-out", "build",
           "dist")
 
 
-def _candidate_files(repo: Path) -> list[str]:
+def candidate_files(repo: Path) -> list[str]:
     """The repository's files: git's tracked and untracked-not-ignored files, or,
     without git, every file outside local state folders."""
     try:
@@ -62,14 +65,16 @@ def _candidate_files(repo: Path) -> list[str]:
 
 
 def _instructor_benchmark(repo: Path, name: str) -> bool:
+    """Whether the benchmark ``name`` needs what the release leaves out."""
     text = (repo / name).read_text(errors="replace")
-    return "reference" in text or "grader.batch" in text or "grader import batch" in text
+    return any(s in text for s in ("reference", "grader.batch", "grader import batch", "grader.instructor",
+                                   "grader import instructor"))
 
 
 def release_files(repo: Path = REPO) -> list[str]:
     """Relative paths of the files of ``repo`` that the release ships as they are."""
     keep = []
-    for name in _candidate_files(repo):
+    for name in candidate_files(repo):
         if any(name == d or name.startswith(d + "/") for d in EXCLUDED_DIRS) or name in EXCLUDED_FILES:
             continue
         if name.startswith("benchmarks/") and _instructor_benchmark(repo, name):
@@ -94,6 +99,7 @@ def _git_commit(out: Path) -> bool:
 
 
 def _copy(src: Path, dst: Path) -> None:
+    """Copy ``src`` to ``dst`` with its permission bits, creating folders."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(src, dst)
 

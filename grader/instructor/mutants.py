@@ -45,7 +45,7 @@ from pathlib import Path
 
 from grader.compat import tomllib
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EQUIVALENT_FILE = REPO / "grader" / "corpus" / "equivalent_mutants.toml"
 
 #: The handout problems whose reference module is mutated (tests/test_<p>.py kills).
@@ -83,11 +83,14 @@ class Mutant:
 
     @property
     def key(self) -> str:
+        """``problem:operator:occurrence``, the name under which an equivalent mutant is listed."""
         return f"{self.problem}:{self.operator}:{self.occurrence}"
 
 
 @dataclass
 class Outcome:
+    """What the public tests did to one mutant."""
+
     key: str
     problem: str
     line: int
@@ -238,6 +241,7 @@ def summary(outcomes: list[Outcome]) -> tuple[int, int, int]:
 
 
 def table(results: dict[str, list[Outcome]]) -> str:
+    """Killed, run, kill rate and equivalent mutants per problem, as text."""
     lines = [f"{'problem':12s} {'killed':>7s} {'run':>5s} {'rate':>7s} {'equiv':>6s}"]
     for problem, outs in results.items():
         k, n, e = summary(outs)
@@ -251,6 +255,7 @@ def table(results: dict[str, list[Outcome]]) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
+    """The options of ``python -m grader mutants``."""
     ap = argparse.ArgumentParser(prog="python -m grader mutants", description=__doc__.split("\n\n")[0])
     ap.add_argument("--problems", help=f"comma-separated problems (default: all: {','.join(PROBLEMS)})")
     ap.add_argument("--max", type=int, metavar="N", help="at most N mutants per problem, spread over the module")
@@ -264,6 +269,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m grader mutants``."""
     args = parser().parse_args(argv)
     problems = [p for p in args.problems.split(",") if p] if args.problems else list(PROBLEMS)
     unknown = sorted(set(problems) - set(PROBLEMS))

@@ -21,7 +21,6 @@ sees Gradescope's bare "autograder failed".
 from __future__ import annotations
 
 import argparse
-import re
 import shlex
 import sys
 import zipfile
@@ -29,16 +28,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from grader.compat import tomllib
-from grader.release import _candidate_files
+from grader.instructor.files import TEMPLATES, render
+from grader.instructor.release import candidate_files
 
 __all__ = ["build_bundle", "bundle_files", "main", "requirements"]
 
-REPO = Path(__file__).resolve().parent.parent
-TEMPLATES = Path(__file__).resolve().parent / "templates"
+REPO = Path(__file__).resolve().parents[2]
 
 _SHIPPED_DIRS = ("grader", "reference", "tests")
 _SHIPPED_FILES = ("conftest.py", "pyproject.toml", "constraints.txt", "student/__init__.py")
-_NOT_SHIPPED = ("grader/corpus", "grader/templates")
+_NOT_SHIPPED = ("grader/corpus", "grader/instructor/templates")
 #: Fixed timestamp: the same sources give the same zip, byte for byte.
 _EPOCH = (2020, 1, 1, 0, 0, 0)
 
@@ -53,7 +52,7 @@ def requirements(repo: Path = REPO) -> str:
 def bundle_files(repo: Path = REPO) -> list[str]:
     """Relative paths of the repository files the bundle ships."""
     keep = []
-    for name in _candidate_files(repo):
+    for name in candidate_files(repo):
         top = name.split("/")[0]
         if name in _SHIPPED_FILES or (top in _SHIPPED_DIRS and not any(
                 name == d or name.startswith(d + "/") for d in _NOT_SHIPPED)):
@@ -61,11 +60,8 @@ def bundle_files(repo: Path = REPO) -> list[str]:
     return keep
 
 
-def _render(template: str, values: dict[str, str]) -> str:
-    return re.sub(r"\{\{(\w+)\}\}", lambda m: values[m.group(1)], template)
-
-
 def _add(z: zipfile.ZipFile, name: str, data: bytes, mode: int) -> None:
+    """Add a regular file with these permission bits and the fixed timestamp."""
     info = zipfile.ZipInfo(name, date_time=_EPOCH)
     info.external_attr = (0o100000 | mode) << 16  # a regular file with these permission bits
     info.compress_type = zipfile.ZIP_DEFLATED
@@ -87,7 +83,7 @@ def build_bundle(out: Path, repo: Path = REPO, grader_args: Sequence[str] = ("--
     names = []
     with zipfile.ZipFile(tmp, "w") as z:
         for name in ("setup.sh", "run_autograder"):
-            text = _render((TEMPLATES / "gradescope" / name).read_text(), {"grader_args": args})
+            text = render((TEMPLATES / "gradescope" / name).read_text(), {"grader_args": args})
             _add(z, name, text.encode(), 0o755)
             names.append(name)
         _add(z, "requirements.txt", requirements(repo).encode(), 0o644)

@@ -1,0 +1,172 @@
+"""The class's outputs from its records: ``gradebook.csv``, ``summary.md``, ``summary.png``.
+
+Contract: every record is one gradebook row (who, what happened and why, total
+and per-problem scores), sorted by id; pass rates count every submission,
+including those that could not be graded (they did not pass). Files are
+written atomically (:mod:`.files`), so a reader never sees half a gradebook.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import statistics
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from grader.instructor.files import write_atomic
+from grader.instructor.records import STATUSES
+
+__all__ = ["class_summary", "gradebook_csv", "print_summary", "summary_markdown", "summary_png", "write_outputs"]
+
+
+def _problem_names(records: Iterable[dict[str, Any]]) -> list[str]:
+    """The problems the records' results name, in first-seen order."""
+    names: list[str] = []
+    for rec in records:
+        for prob in (rec.get("result") or {}).get("problems", []):
+            if prob.get("name") not in names:
+                names.append(prob.get("name"))
+    return names
+
+
+def _class_max(records: Sequence[dict[str, Any]]) -> float | None:
+    """The highest max_score among graded records (None when none was graded)."""
+    maxes = [r["max_score"] for r in records if r["status"] == "graded"]
+    return max(maxes) if maxes else None
+
+
+def _fmt(x: float | None) -> str:
+    return "" if x is None else f"{x:g}"
+
+
+def gradebook_csv(records: Sequence[dict[str, Any]]) -> str:
+    """One row per record: who, what happened and why, total and per-problem scores."""
+    problems = _problem_names(records)
+    class_max = _class_max(records)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["id", "name", "sid", "email", "status", "reason", "score", "max_score",
+                "gpu_points_not_run", *problems, "wall_time_s", "source"])
+    for rec in sorted(records, key=lambda r: r["id"]):
+        people = rec.get("submitters") or []
+        result = rec.get("result") or {}
+        per = {p.get("name"): p.get("score", 0.0) for p in result.get("problems", [])}
+        w.writerow([
+            rec["id"],
+            "; ".join(p.get("name", "") for p in people),
+            "; ".join(p.get("sid", "") for p in people),
+            "; ".join(p.get("email", "") for p in people),
+            rec["status"], rec.get("reason", ""),
+            _fmt(rec.get("score", 0.0)),
+            _fmt(rec.get("max_score") if rec["status"] == "graded" else class_max),
+            _fmt(result.get("gpu_points_not_run", 0.0)),
+            *[_fmt(per.get(name, 0.0)) for name in problems],
+            _fmt(rec.get("wall_time")), rec.get("source", ""),
+        ])
+    return buf.getvalue()
+
+def class_summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per-problem pass rates (over every submission: one that could not be graded
+    did not pass) and the distribution of total scores."""
+    n = len(records)
+    statuses = {s: sum(r["status"] == s for r in records) for s in STATUSES}
+    problems = []
+    for name in _problem_names(records):
+        entries = [p for r in records for p in (r.get("result") or {}).get("problems", []) if p.get("name") == name]
+        counts: dict[str, int] = {}
+        for p in entries:
+            counts[p.get("status", "?")] = counts.get(p.get("status", "?"), 0) + 1
+        max_score = max((p.get("max_score", 0.0) for p in entries), default=0.0)
+        mean = sum(p.get("score", 0.0) for p in entries) / n if n else 0.0
+        problems.append({"name": name, "max_score": max_score, "mean_score": mean,
+                         "pass_rate": counts.get("passed", 0) / n if n else 0.0, "counts": counts})
+    scores = [float(r.get("score", 0.0)) for r in records]
+    return {
+        "submissions": n, "statuses": statuses, "problems": problems, "scores": scores,
+        "max_score": _class_max(records),
+        "mean": statistics.fmean(scores) if scores else 0.0,
+        "median": statistics.median(scores) if scores else 0.0,
+    }
+
+
+def summary_markdown(summary: dict[str, Any]) -> str:
+    """``summary.md``: the statuses, the score's mean and median, a table per problem."""
+    s = summary
+    lines = ["# Class summary", "",
+             f"{s['submissions']} submissions: " + ", ".join(f"{v} {k}" for k, v in s["statuses"].items() if v) + ".",
+             "", f"Total score: mean {s['mean']:.2f}, median {s['median']:.2f}"
+             + (f" out of {s['max_score']:g}." if s["max_score"] is not None else "."), "",
+             "| problem | points | mean score | pass rate | passed | failed | error | timeout | not run on a GPU |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for p in s["problems"]:
+        c = p["counts"]
+        lines.append(f"| {p['name']} | {p['max_score']:g} | {p['mean_score']:.2f} | {100 * p['pass_rate']:.0f}% | "
+                     f"{c.get('passed', 0)} | {c.get('failed', 0)} | {c.get('error', 0)} | {c.get('timeout', 0)} | "
+                     f"{c.get('not run on a GPU', 0)} |")
+    lines += ["", "Pass rates count every submission, including those that could not be graded.",
+              "", "![pass rates and scores](summary.png)", ""]
+    return "\n".join(lines)
+
+
+def summary_png(summary: dict[str, Any], path: Path) -> None:
+    """Pass rate per problem (bars) and the histogram of total scores."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on graders and CI machines
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    names = [p["name"] for p in summary["problems"]]
+    rates = [100 * p["pass_rate"] for p in summary["problems"]]
+    bars = ax1.barh(names[::-1], rates[::-1], color="#4C72B0")
+    for bar, rate in zip(bars, rates[::-1], strict=True):
+        ax1.text(min(rate + 1, 92), bar.get_y() + bar.get_height() / 2, f"{rate:.0f}%", va="center")
+    ax1.set_xlim(0, 100)
+    ax1.set_xlabel("submissions passing (%)")
+    ax1.set_title(f"Pass rate per problem ({summary['submissions']} submissions)")
+    top = summary["max_score"] or max(summary["scores"], default=1.0) or 1.0
+    ax2.hist(summary["scores"], bins=min(20, max(5, int(top) + 1)), range=(0, top), color="#55A868",
+             edgecolor="white")
+    ax2.set_xlabel(f"total score (out of {top:g})")
+    ax2.set_ylabel("submissions")
+    ax2.set_title(f"Scores: mean {summary['mean']:.2f}, median {summary['median']:.2f}")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """The per-problem table on the console (rich), then the submissions not graded."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Class: {summary['submissions']} submissions, mean {summary['mean']:.2f}"
+                  + (f" / {summary['max_score']:g}" if summary["max_score"] is not None else ""))
+    for col in ("problem", "points", "mean", "pass rate", "passed", "failed", "error", "timeout"):
+        table.add_column(col, justify="left" if col == "problem" else "right")
+    for p in summary["problems"]:
+        c = p["counts"]
+        table.add_row(p["name"], f"{p['max_score']:g}", f"{p['mean_score']:.2f}", f"{100 * p['pass_rate']:.0f}%",
+                      *(str(c.get(k, 0)) for k in ("passed", "failed", "error", "timeout")))
+    Console().print(table)
+    other = {k: v for k, v in summary["statuses"].items() if k != "graded" and v}
+    if other:
+        print("not graded: " + ", ".join(f"{v} {k}" for k, v in other.items()))
+
+
+def write_outputs(out: Path, records: Sequence[dict[str, Any]], *, quiet: bool = False) -> dict[str, Any]:
+    """Write gradebook.csv, summary.md and summary.png for ``records`` into ``out``
+    (and print the summary unless ``quiet``); return the summary."""
+    write_atomic(out / "gradebook.csv", gradebook_csv(records))
+    summary = class_summary(records)
+    write_atomic(out / "summary.md", summary_markdown(summary))
+    summary_png(summary, out / "summary.png")
+    if not quiet:
+        print_summary(summary)
+    return summary

@@ -1,0 +1,110 @@
+"""Grading one submission of a batch: its own grader process, under a supervisor.
+
+Contract: :func:`grade_submission` never raises for anything the submission or
+its grader does; it returns the submission's record (see :mod:`.records`) with
+one of the statuses. The grader is ``python -m grader SUB --json FILE ...`` (or
+``$LAB_GRADER_CMD``), run in its own process group under
+:mod:`grader.instructor.supervisor`, so that a timeout, or the batch's death,
+kills it with every process it started. Its stdout and stderr reach the record
+only as printable text (the tail of stderr; the reason's last line).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from grader.instructor.discovery import Submission
+from grader.instructor.precheck import precheck
+from grader.instructor.records import new_record, valid_result
+from grader.sandbox import printable
+
+__all__ = ["GRADER_ENV", "REPO", "grade_submission", "grader_command"]
+
+REPO = Path(__file__).resolve().parents[2]
+#: A shell-quoted command replacing ``python -m grader`` (the project's tests use a fake grader).
+GRADER_ENV = "LAB_GRADER_CMD"
+SUPERVISOR = "grader.instructor.supervisor"
+
+
+def grader_command() -> list[str]:
+    """``python -m grader``, or the command in ``$LAB_GRADER_CMD`` (tests)."""
+    custom = os.environ.get(GRADER_ENV, "").strip()
+    return shlex.split(custom) if custom else [sys.executable, "-m", "grader"]
+
+
+def _tail(text: str, lines: int = 20) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def grade_submission(sub: Submission, out: Path, grader_args: Sequence[str], timeout: float,
+                     parallel: int | None = None) -> dict[str, Any]:
+    """Grade one submission and return its record (not yet written).
+
+    ``out``: the batch's output folder (staged copies go to ``out/staged/<id>``,
+    the grader's JSON to ``out/tmp``, removed afterwards); ``timeout``: wall-clock
+    seconds before the grader's process group is killed; ``parallel``: the
+    grader's ``--parallel`` (its share of the batch's worker budget)."""
+    start = time.monotonic()
+    record = new_record(sub, list(grader_args))
+    target, status, reason = precheck(sub.path, out / "staged" / sub.id)
+    if target is None:
+        record.update(status=status, reason=reason)
+        return record
+    tmp = out / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    json_path = tmp / f"{sub.id}.{uuid.uuid4().hex[:8]}.json"
+    cmd = [*grader_command(), str(target), "--json", str(json_path), *grader_args,
+           *(["--parallel", str(parallel)] if parallel else [])]
+    # -E -s: neither PYTHON* variables nor the user's site change how the supervisor
+    # starts (cwd=REPO puts this package on its path); the grader gets the environment.
+    proc = subprocess.Popen(
+        [sys.executable, "-E", "-s", "-m", SUPERVISOR, str(os.getpid()), *cmd],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+        start_new_session=True, cwd=REPO,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, 9)
+        stdout, stderr = proc.communicate()
+        record.update(status="timeout", reason=f"grading took longer than {timeout:g} s; killed")
+    record["wall_time"] = round(time.monotonic() - start, 3)
+    err = stderr.decode(errors="replace")
+    record["grader_exit"] = proc.returncode
+    record["stderr_tail"] = printable(_tail(err))
+    if record["status"] == "timeout":
+        json_path.unlink(missing_ok=True)
+        return record
+    result, problem = None, ""
+    try:
+        result = json.loads(json_path.read_text())
+        problem = valid_result(result)
+    except FileNotFoundError:
+        problem = "the grader wrote no JSON"
+    except (ValueError, OSError) as e:
+        problem = f"the grader's JSON is unreadable: {e}"
+    finally:
+        json_path.unlink(missing_ok=True)
+    if proc.returncode != 0 or problem:
+        why = printable(_last_line(err) or _last_line(stdout.decode(errors="replace")) or problem)
+        record.update(status="grader error", reason=f"grader exit code {proc.returncode}: {why}"[:500])
+        return record
+    record.update(status="graded", score=float(result["score"]), max_score=float(result["max_score"]),
+                  result=result)
+    return record

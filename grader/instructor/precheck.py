@@ -1,0 +1,116 @@
+"""What the grader is handed for one submission, or why it cannot be graded.
+
+Contract: nothing here follows a symbolic link (it could name the reference, a
+classmate's files or a device); links are rejected with their name. Nothing is
+extracted or run: zips are only listed and tested. The only files written are
+the staged copy of loose modules, under the ``staging`` folder given.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import zipfile
+import zlib
+from pathlib import Path
+
+from grader.instructor.discovery import IGNORED, entry_kind
+from grader.sandbox import MAX_BYTES, remove_tree
+from tests.harness import HANDOUT_MODULES
+
+__all__ = ["precheck"]
+
+
+def _zip_student(path: Path) -> tuple[bool, str]:
+    """(True, "") when ``path`` is a readable zip holding student/ at most one level deep."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+            if bad is not None:
+                return False, f"bad zip: corrupt member {bad}"
+            names = z.namelist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, OSError, EOFError, ValueError, RuntimeError,
+            NotImplementedError) as e:  # corrupt streams, encrypted or unsupported members
+        return False, f"bad zip: {type(e).__name__}: {str(e)[:200]}"
+    parts = [n.split("/") for n in names if not n.startswith("__MACOSX/")]
+    if any((p[0] == "student" and len(p) > 1) or (len(p) > 2 and p[1] == "student") for p in parts):
+        return True, ""
+    return False, "no student/ folder in the zip (at its top or one level deep)"
+
+
+def precheck(path: Path, staging: Path | None = None) -> tuple[Path | None, str, str]:
+    """What to hand the grader for this submission, or why not.
+
+    Returns ``(target, status, reason)``: ``target`` is ``None`` when the
+    submission cannot be graded (``status`` "bad zip", "no student/" or
+    "rejected", ``reason`` says why), else ``status`` is "graded".
+    A folder holding no ``student/`` but exactly one zip (a student who uploaded
+    their zip to Gradescope) is graded through that zip; one holding the handout's
+    modules loose (``precision.py``... dragged into Gradescope's upload box) is
+    graded as if they were in ``student/``: a copy is staged under ``staging``,
+    exactly as the Gradescope bundle's run_autograder does.
+    """
+    try:
+        return _precheck(path, staging)
+    except (OSError, ValueError, RuntimeError) as e:  # unreadable entries, names too long, too deep...
+        return None, "rejected", f"the submission could not be read: {type(e).__name__}: {str(e)[:200]}"
+
+
+def _precheck(path: Path, staging: Path | None) -> tuple[Path | None, str, str]:
+    kind = entry_kind(path)
+    if kind == "link":
+        return None, "rejected", f"{path.name} is a symbolic link (never followed)"
+    if kind == "file":
+        ok, reason = _zip_student(path)
+        return (path, "graded", "") if ok else (None, "bad zip" if reason.startswith("bad zip") else "no student/",
+                                                 reason)
+    if kind != "dir":
+        return None, "rejected", f"{path.name} is not a regular file or folder"
+    entries = sorted(path.iterdir(), key=lambda p: p.name)
+    kinds = {p.name: entry_kind(p) for p in entries}
+    if kinds.get("student") == "dir":
+        return path, "graded", ""
+    if kinds.get("student") == "link":
+        return None, "rejected", "student is a symbolic link (never followed)"
+    subdirs = [p for p in entries if kinds[p.name] == "dir" and p.name not in IGNORED and not p.name.startswith(".")]
+    nested = {p.name: entry_kind(p / "student") for p in subdirs}
+    if "link" in nested.values():
+        return None, "rejected", f"{next(n for n, k in nested.items() if k == 'link')}/student is a symbolic link " \
+                                 "(never followed)"
+    if "dir" in nested.values():
+        return path, "graded", ""
+    zips = [p for p in entries if p.suffix.lower() == ".zip" and kinds[p.name] in ("file", "link")]
+    if len(zips) == 1:
+        if kinds[zips[0].name] == "link":
+            return None, "rejected", f"{zips[0].name} is a symbolic link (never followed)"
+        ok, reason = _zip_student(zips[0])
+        if ok:
+            return zips[0], "graded", ""
+        return None, "bad zip" if reason.startswith("bad zip") else "no student/", f"{zips[0].name}: {reason}"
+    loose = [p for p in entries if p.suffix == ".py" and p.stem in HANDOUT_MODULES]
+    if loose and staging is not None:
+        odd = [p.name for p in entries if p.suffix == ".py" and kinds[p.name] != "file"]
+        if odd:
+            return None, "rejected", f"{', '.join(odd)}: not regular files (symbolic links are never followed)"
+        pkg = staging / "student"
+        remove_tree(staging)
+        pkg.mkdir(parents=True)
+        for p in entries:
+            if p.suffix == ".py" and kinds[p.name] == "file":
+                _copy_regular(p, pkg / p.name)
+        if not (pkg / "__init__.py").exists():
+            (pkg / "__init__.py").write_text("")
+        return staging, "graded", ""
+    return None, "no student/", "no student/ folder (at the top of the submission or one level deep)"
+
+
+def _copy_regular(src: Path, dest: Path, cap: int = MAX_BYTES) -> None:
+    """Copy the regular file ``src``: opened without following a link (so a
+    link swapped in after the check is refused, not followed), checked to be
+    a regular file, at most ``cap`` bytes."""
+    fd = os.open(src, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with open(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > cap:
+            raise ValueError(f"{src.name} is not a regular file of at most {cap >> 20} MiB")
+        dest.write_bytes(f.read(cap + 1)[:cap])
