@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--durations", type=int, default=15, metavar="N", help="slowest checks listed (default: 15)")
     ap.add_argument("--skip", default="", help="rows to skip: public (both public-only rows), sequential")
     args = ap.parse_args(argv)
-    from grader.engine import cores
     from grader.rubric import load
+    from grader.util import cores
 
     skip = {s for s in args.skip.split(",") if s}
     problems = [p for p in load().problems if not args.problems or p.name in args.problems.split(",")]

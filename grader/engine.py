@@ -40,10 +40,9 @@ from grader.sandbox import (
 )
 from grader.scoring import score_problem, strip_controls, total, unavailable
 from grader.submission import locate
-from grader.util import PROFILES, REPO, cores, cuda_available
+from grader.util import PROFILES, REPO, cuda_available
 
-#: ``cores`` stays importable from here (grader/batch.py and benchmarks/grader.py read it).
-__all__ = ["STUDENT_RELEASE_CHECKS", "Options", "cores", "grade", "hidden_available"]
+__all__ = ["STUDENT_RELEASE_CHECKS", "Options", "grade", "hidden_available"]
 
 STUDENT_RELEASE_CHECKS = (
     "public checks only (this is the student release); the course's grader also runs hidden checks "

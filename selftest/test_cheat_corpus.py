@@ -188,7 +188,7 @@ def test_memory_hungry_batch_fits_the_machine(tmp_path):
     sampler.start()
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "grader.batch", str(subs), "--out", str(tmp_path / "out"), "--jobs", "2",
+            [sys.executable, "-m", "grader", "batch", str(subs), "--out", str(tmp_path / "out"), "--jobs", "2",
              "--problems", "precision", "--profile", "dev", "--memory-limit", "2"],
             cwd=REPO, capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(REPO)})
     finally:

@@ -116,9 +116,9 @@ def _grader_args(args: argparse.Namespace) -> list[str]:
 def share_budget(jobs: int) -> tuple[int, int]:
     """(submissions at once, problems at once within each): one budget of worker
     slots, min(cores, memory slots), shared so that jobs x problems never exceeds it."""
-    from grader.engine import cores
     from grader.rubric import load
     from grader.sandbox import worker_slots
+    from grader.util import cores
 
     slots = max(1, min(cores(), worker_slots(int(load().settings.memory_limit_gib * (1 << 30)))))
     if jobs > slots:

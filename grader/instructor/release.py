@@ -9,8 +9,7 @@ leak by accident:
   reference), ``selftest/`` (the project's own checks, which need the reference);
 * instructor tooling and docs: ``docs/``, ``.ci/`` and ``.github/`` of this repo,
   the whole ``grader/instructor/`` package (batch, release, bundle, similarity,
-  mutants and their templates) with the ``grader/batch.py`` compatibility
-  module, ``README.md`` and ``grader/README.md``;
+  mutants and their templates), ``README.md`` and ``grader/README.md``;
 * benchmarks that need the reference or instructor tooling (any whose source
   mentions ``reference``, the batch grader or ``grader.instructor``).
 
@@ -45,7 +44,7 @@ EXCLUDED_DIRS = (
     "reference", "grader/hidden", "grader/corpus", "grader/instructor", "selftest", "docs", ".ci", ".github",
 )
 #: Files never shipped (replaced, for README.md).
-EXCLUDED_FILES = ("README.md", "grader/README.md", "grader/batch.py")
+EXCLUDED_FILES = ("README.md", "grader/README.md")
 #: Never copied whatever git says (local state).
 _LOCAL = (".venv", ".git", "__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", "grade-out", "build",
           "dist")
