@@ -64,6 +64,7 @@ from grader.instructor.progress import Progress
 from grader.instructor.records import STATUSES, error_record, load_record, load_records
 from grader.instructor.slurm import write_slurm
 from grader.sandbox import plan_jobs
+from grader.util import PROFILES
 
 __all__ = [
     "GRADER_ENV",
@@ -248,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="submissions graded in parallel (default: half the CPUs)")
     p.add_argument("--timeout", type=float, default=1800.0,
                    help="wall-clock seconds per submission before it is killed (default: 1800)")
-    p.add_argument("--profile", choices=("dev", "ci", "grade"), default=None, help="passed to the grader")
+    p.add_argument("--profile", choices=PROFILES, default=None, help="passed to the grader")
     p.add_argument("--problems", default=None, help="comma-separated problems, passed to the grader")
     p.add_argument("--public-only", action="store_true", help="passed to the grader")
     p.add_argument("--memory-limit", type=float, default=None, metavar="GIB",

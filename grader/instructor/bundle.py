@@ -30,10 +30,10 @@ from pathlib import Path
 from grader.compat import tomllib
 from grader.instructor.files import TEMPLATES, render
 from grader.instructor.release import candidate_files
+from grader.util import PROFILES, REPO
 
 __all__ = ["build_bundle", "bundle_files", "main", "requirements"]
 
-REPO = Path(__file__).resolve().parents[2]
 
 _SHIPPED_DIRS = ("grader", "reference", "tests")
 _SHIPPED_FILES = ("conftest.py", "pyproject.toml", "constraints.txt", "student/__init__.py")
@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m grader gradescope",
                                 description="Build the Gradescope autograder zip (setup.sh, run_autograder, grader).")
     p.add_argument("out", type=Path, help="the zip to write, e.g. autograder.zip")
-    p.add_argument("--profile", choices=("dev", "ci", "grade"), default="grade",
+    p.add_argument("--profile", choices=PROFILES, default="grade",
                    help="hypothesis profile the bundle grades with (default: grade)")
     p.add_argument("--problems", default=None, help="grade only these problems (comma-separated)")
     args = p.parse_args(list(argv) if argv is not None else None)

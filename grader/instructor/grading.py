@@ -27,10 +27,10 @@ from grader.instructor.discovery import Submission
 from grader.instructor.precheck import precheck
 from grader.instructor.records import new_record, valid_result
 from grader.sandbox import printable
+from grader.util import REPO
 
 __all__ = ["GRADER_ENV", "REPO", "grade_submission", "grader_command"]
 
-REPO = Path(__file__).resolve().parents[2]
 #: A shell-quoted command replacing ``python -m grader`` (the project's tests use a fake grader).
 GRADER_ENV = "LAB_GRADER_CMD"
 SUPERVISOR = "grader.instructor.supervisor"

@@ -44,8 +44,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grader.compat import tomllib
+from grader.util import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 EQUIVALENT_FILE = REPO / "grader" / "corpus" / "equivalent_mutants.toml"
 
 #: The handout problems whose reference module is mutated (tests/test_<p>.py kills).

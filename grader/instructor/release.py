@@ -34,10 +34,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from grader.instructor.files import TEMPLATES
+from grader.util import REPO
 
 __all__ = ["EXCLUDED_DIRS", "EXCLUDED_FILES", "build_release", "candidate_files", "main", "release_files"]
 
-REPO = Path(__file__).resolve().parents[2]
 
 #: Folders never shipped (relative to the repository root).
 EXCLUDED_DIRS = (

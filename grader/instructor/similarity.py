@@ -56,12 +56,12 @@ from grader.instructor.files import write_atomic
 from grader.instructor.precheck import precheck
 from grader.sandbox import SubmissionError, make_working_copy
 from grader.submission import locate
+from grader.util import REPO
 from tests.harness import HANDOUT_MODULES
 
 if TYPE_CHECKING:
     from copydetect.detector import CodeFingerprint
 
-REPO = Path(__file__).resolve().parents[2]
 REFERENCE_ID = "(reference)"
 
 #: k: the shortest run of (filtered) code characters that counts as shared;
