@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import time
 from collections.abc import Generator
@@ -45,7 +44,7 @@ from tests.plugin import IMPL_KEY
 
 if TYPE_CHECKING:
     from grader.remote import RemoteImpl
-    from grader.sandbox import ScratchWatch
+    from grader.scratch import ScratchWatch
 
 #: The name the run's :class:`GraderRun` is registered under.
 RUN_PLUGIN = "grader-run"
@@ -58,25 +57,21 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     plan = Plan.from_json(Path(path).read_text())
     from grader.remote import RemoteImpl
-    from grader.sandbox import ScratchWatch
+    from grader.scratch import ScratchWatch
+    from grader.worker import WorkerConfig
 
     sandbox = plan.sandbox.sandbox()
     impl = RemoteImpl(
         plan.name, sandbox, Path(plan.work), Path(plan.scratch),
         problems={p.name: p.time_limit for p in plan.problems},
         call_timeout=plan.call_timeout, start_timeout=plan.start_timeout,
-        config=_worker_config(sandbox.limits.rlimits(sandbox.gpu), sandbox.gpu),
+        config=WorkerConfig(rlimits=sandbox.limits.rlimits(sandbox.gpu), cuda=sandbox.gpu),
         processes={p.name: p.processes for p in plan.problems},
     )
     config.stash[IMPL_KEY] = impl
     watch = ScratchWatch(Path(plan.scratch), sandbox.limits, impl.stop_workers).start()
     _limit_own_memory(sandbox.limits.trusted_memory_bytes, gpu=sandbox.gpu)
     config.pluginmanager.register(GraderRun(plan, impl, watch, cuda_available()), RUN_PLUGIN)
-
-
-def _worker_config(rlimits: dict[str, int], cuda: bool) -> str:
-    """The worker's configuration (grader/worker.py): its rlimits and whether it may use CUDA."""
-    return json.dumps({"rlimits": rlimits, "cuda": cuda})
 
 
 class GraderRun:

@@ -69,9 +69,7 @@ class SandboxSpec:
     def sandbox(self) -> Sandbox:
         """The same sandbox, without a second bubblewrap probe (its mode was
         decided by the engine, in this very run)."""
-        sb = Sandbox(limits=self.limits, gpu=self.gpu, want="rlimits")  # "rlimits": no probe
-        sb.want, sb.mode, sb.why = self.mode, self.mode, self.why
-        return sb
+        return Sandbox.restored(self.mode, self.why, limits=self.limits, gpu=self.gpu)
 
 
 @dataclass(frozen=True)

@@ -1,255 +1,52 @@
 """RemoteImpl: the implementation under test, reached in a sandboxed worker.
 
 :class:`RemoteImpl` implements :class:`tests.harness.Impl` for the grader's
-trusted pytest process. Each problem gets its own long-lived worker process
-(see :mod:`grader.worker`), started from a warm spare so that importing torch
-overlaps with the previous problem's checks. Requests and replies are
-length-prefixed :mod:`tests.wire` frames on dedicated pipes; replies are decoded
-with :func:`tests.wire.decode` only, and errors are re-raised as the builtin
+trusted pytest process: the lifecycle of the workers
+(:class:`grader.workerproc.Worker`) of one submission. Each problem gets its
+own long-lived worker process (see :mod:`grader.worker`), started from a warm
+spare so that importing torch overlaps with the previous problem's checks;
+each call's deadline, the problem's time limit and crash count are kept in a
+:class:`ProblemState`. Requests and replies are length-prefixed
+:mod:`tests.wire` frames on dedicated pipes; replies are decoded with
+:func:`tests.wire.decode` only, and errors are re-raised as the builtin
 exception the worker named (anything else as :class:`RemoteError`).
 
 When the worker times out, crashes or talks garbage, it is killed and the call
-raises a :class:`WorkerError`, which derives from ``BaseException`` on purpose:
-``pytest.raises(ValueError)`` (or even ``pytest.raises(Exception)``) cannot be
-passed by crashing, and hypothesis does not retry it while shrinking. After a
-timeout, or after ``max_crashes`` crashes, further calls of that problem fail at
-once: a hang costs that problem, not the run.
+raises a :class:`WorkerError` (a ``BaseException``, see
+:mod:`grader.workerproc`). After a timeout, or after ``max_crashes`` crashes,
+further calls of that problem fail at once: a hang costs that problem, not the
+run.
 """
 
 from __future__ import annotations
 
-import builtins
-import contextlib
-import json
-import os
-import select
-import signal
-import subprocess
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from grader import proctree
-from grader.sandbox import PidsCgroup, Sandbox, pids_limit
+from grader.limits import worker_slots
+from grader.sandbox import Sandbox
+from grader.worker import WorkerConfig
+from grader.workerproc import (
+    LOG_CAP,
+    MalformedReply,
+    ProtocolError,
+    RemoteError,
+    Worker,
+    WorkerCrashed,
+    WorkerError,
+    WorkerTimeout,
+    decode_reply,
+    reply_value,
+)
 from tests import wire
-from tests.harness import ImplBase, Interrupted, MemoryWatch, process_tree, read_source, scenario_name
+from tests.harness import ImplBase, Interrupted, MemoryWatch, read_source, scenario_name
 
-__all__ = ["ProtocolError", "RemoteError", "RemoteImpl", "WorkerCrashed", "WorkerError", "WorkerTimeout"]
-
-_FRAME = wire.FRAME  # the one frame format (tests/wire.py)
-#: Exceptions re-raised as themselves (the worker's list, plus its "NotData").
-_BUILTIN = {name: getattr(builtins, name) for name in (
-    "NotImplementedError", "ValueError", "TypeError", "KeyError", "IndexError",
-    "ZeroDivisionError", "OverflowError", "RuntimeError", "AttributeError",
-    "FileNotFoundError", "OSError", "LookupError", "ArithmeticError",
-)}
-LOG_CAP = 64 << 10
-
-
-class WorkerError(BaseException):
-    """The worker did not answer with data (not an answer of the submission)."""
-
-
-class WorkerTimeout(WorkerError):
-    """A call, or the problem's time limit, ran out."""
-
-
-class WorkerCrashed(WorkerError):
-    """The worker died (exit, signal, rlimit) before answering."""
-
-
-class ProtocolError(WorkerCrashed):
-    """The worker's reply was not a well-formed frame of data."""
-
-
-class RemoteError(Exception):
-    """An exception raised by the submission that is not one of the mapped builtins."""
-
-    def __init__(self, message: str, remote_type: str = "") -> None:
-        super().__init__(message)
-        self.remote_type = remote_type
-
-
-def _signal_name(code: int | None) -> str:
-    if code is None:
-        return "still running"
-    if code > 128 and code - 128 in {s.value for s in signal.Signals}:
-        code = 128 - code  # bwrap exits 128+N when its child is killed by signal N
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        hint = {"SIGXCPU": " (CPU time limit)", "SIGKILL": " (killed: memory or time limit?)",
-                "SIGSEGV": " (segmentation fault)", "SIGXFSZ": " (file size limit)",
-                "SIGBUS": " (a mapped file could not be backed: /tmp full?)"}.get(name, "")
-        return f"killed by {name}{hint}"
-    return f"exited with status {code}"
-
-
-class Worker:
-    """One worker process and its pipes."""
-
-    def __init__(self, sandbox: Sandbox, work: Path, scratch: Path, config: str, max_reply: int) -> None:
-        self.max_reply = max_reply
-        req_r, self.req_w = os.pipe()
-        self.rep_r, rep_w = os.pipe()
-        argv, env, cwd = sandbox.command(work, scratch, req_r, rep_w, config)
-        # A process cap that holds for root too, where a pids cgroup can be made.
-        self.cgroup = PidsCgroup.create(pids_limit(int(json.loads(config).get("processes", 0))))
-        if self.cgroup is not None:
-            argv = self.cgroup.wrap(argv)
-        self.log = bytearray()
-        self.log_dropped = 0
-        self.hello: dict[str, Any] | None = None
-        self.killed_for = ""  # why the trusted side killed it (the scratch watch), if it did
-        try:
-            self.proc = subprocess.Popen(
-                argv, env=env, cwd=cwd, pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-        except BaseException:
-            if self.cgroup is not None:
-                self.cgroup.close()
-            raise
-        finally:
-            os.close(req_r)
-            os.close(rep_w)
-        os.set_blocking(self.req_w, False)
-        self._drain = threading.Thread(target=self._drain_log, daemon=True)
-        self._drain.start()
-
-    def _drain_log(self) -> None:
-        # Keep the first LOG_CAP bytes; read (and drop) the rest so that a print
-        # flood never blocks the worker.
-        out = self.proc.stdout
-        assert out is not None
-        while chunk := out.read1(1 << 16):
-            room = LOG_CAP - len(self.log)
-            self.log += chunk[: max(room, 0)]
-            self.log_dropped += max(len(chunk) - max(room, 0), 0)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def readable(self, timeout: float) -> bool:
-        return bool(select.select([self.rep_r], [], [], timeout)[0])
-
-    def kill_tree(self) -> None:
-        """SIGKILL every process of the sandbox and wait until they are gone,
-        so that files are inspected only once nothing can write them any more."""
-        pids = process_tree(self.proc.pid) if self.alive() else []
-        for pid in reversed(pids):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        self.kill()
-        deadline = time.monotonic() + 10
-        for pid in pids:
-            while time.monotonic() < deadline and _running(pid):
-                time.sleep(0.005)
-
-    def stop(self, reason: str) -> None:
-        """Kill the worker from another thread (its pipes stay open: the call
-        waiting on it sees the end of its reply pipe and reports ``reason``)."""
-        self.killed_for = reason
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
-        if self.cgroup is not None:
-            self.cgroup.close()
-            self.cgroup = None
-        for fd in (self.req_w, self.rep_r):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self.req_w = self.rep_r = -1
-        self._drain.join(timeout=2)
-
-    def _died(self, what: str) -> WorkerCrashed:
-        try:
-            code = self.proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            code = None
-        self.kill()
-        # The signal or exit status only: the submission's output (which could
-        # echo hidden inputs just before exiting) stays in the instructors' log.
-        if self.killed_for:
-            return WorkerCrashed(f"the worker was killed by the grader: {self.killed_for}")
-        return WorkerCrashed(f"the worker {_signal_name(code)} {what}")
-
-    def _read(self, n: int, deadline: float) -> bytes:
-        chunks, got = [], 0
-        while got < n:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise WorkerTimeout("no reply in time")
-            ready, _, _ = select.select([self.rep_r], [], [], left)
-            if not ready:
-                continue
-            b = os.read(self.rep_r, min(n - got, 1 << 20))
-            if not b:
-                raise self._died("before replying (did the submission exit, crash or run out of memory?)")
-            chunks.append(b)
-            got += len(b)
-        return b"".join(chunks)
-
-    def read_frame(self, deadline: float) -> bytes:
-        (n,) = _FRAME.unpack(self._read(_FRAME.size, deadline))
-        if n > self.max_reply:
-            self.kill()
-            raise ProtocolError(f"the worker announced a reply of {n} bytes (limit {self.max_reply})")
-        return self._read(n, deadline)
-
-    def write_frame(self, data: bytes, deadline: float) -> None:
-        view = memoryview(_FRAME.pack(len(data)) + data)
-        while view:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise WorkerTimeout("the worker stopped reading requests")
-            _, ready, _ = select.select([], [self.req_w], [], left)
-            if not ready:
-                continue
-            try:
-                view = view[os.write(self.req_w, view):]
-            except BlockingIOError:
-                continue
-            except (BrokenPipeError, OSError):
-                raise self._died("while receiving a request") from None
-
-    def wait_ready(self, deadline: float) -> dict[str, Any]:
-        if self.hello is None:
-            msg = _decode(self.read_frame(deadline), self)
-            if type(msg) is not dict or type(msg.get("hello")) is not dict:
-                self.kill()
-                raise ProtocolError("the worker did not start properly")
-            self.hello = msg["hello"]
-        return self.hello
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` still runs (a zombie or a vanished pid does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
-
-def _decode(data: bytes, worker: Worker) -> Any:
-    try:
-        return wire.decode(data)
-    except Exception as e:  # WireError, but also int-parsing or recursion limits
-        worker.kill()
-        raise ProtocolError(f"malformed reply from the worker: {type(e).__name__}: {str(e)[:300]}") from None
+__all__ = ["LOG_CAP", "ProblemState", "ProtocolError", "RemoteError", "RemoteImpl", "WorkerCrashed", "WorkerError",
+           "WorkerTimeout"]
 
 
 @dataclass
@@ -282,10 +79,11 @@ class RemoteImpl(ImplBase):
     def __init__(
         self, name: str, sandbox: Sandbox, work: Path, scratch: Path, *, problems: dict[str, float],
         call_timeout: float = 60.0, start_timeout: float = 120.0, max_crashes: int = 3,
-        max_reply: int = 512 << 20, config: str = "{}", processes: dict[str, int] | None = None,
+        max_reply: int = 512 << 20, config: WorkerConfig | None = None, processes: dict[str, int] | None = None,
     ) -> None:
         self.name = name
-        self._sandbox, self._work, self._scratch, self._config = sandbox, work, scratch, config
+        self._sandbox, self._work, self._scratch = sandbox, work, scratch
+        self._config = config if config is not None else WorkerConfig()
         self._order = list(problems)
         self.states = {p: ProblemState(limit) for p, limit in problems.items()}
         self.call_timeout, self.start_timeout = call_timeout, start_timeout
@@ -320,20 +118,19 @@ class RemoteImpl(ImplBase):
             st.deadline = st.started + st.time_limit
 
     def _spawn(self, processes: int = 0) -> Worker:
-        config = self._config
-        if processes:
-            config = json.dumps({**json.loads(config), "processes": processes})
+        config = replace(self._config, processes=processes) if processes else self._config
         worker = Worker(self._sandbox, self._work, self._scratch, config, self.max_reply)
         root = proctree.read(worker.proc.pid)
         if root is not None:
             self._roots.append(root)
         return worker
 
-    def _worker(self) -> tuple[Worker, bool]:
+    def _worker(self) -> Worker:
+        """The current problem's worker: its live one, else the spare, else a new one."""
         assert self.problem is not None
         w = self._workers.get(self.problem)
         if w is not None and w.alive():
-            return w, True
+            return w
         processes = self._processes.get(self.problem, 0)
         if processes:  # a worker allowed to create processes (the spare is not)
             w = self._spawn(processes)
@@ -351,13 +148,11 @@ class RemoteImpl(ImplBase):
             if self._spare is not None:
                 self._spare.kill()  # it died while waiting
             self._spare = self._spawn()
-        return w, False
+        return w
 
     def _spare_fits(self) -> bool:
         """A spare worker only when a second worker's memory limit fits the
         free memory too (else the next problem starts its worker cold)."""
-        from grader.sandbox import worker_slots
-
         return self._sandbox.gpu or worker_slots(self._sandbox.limits.memory_bytes, trusted=0) >= 2
 
     def _retire(self, problem: str) -> None:
@@ -491,7 +286,7 @@ class RemoteImpl(ImplBase):
             raise WorkerTimeout(f"{self.problem}: {st.timeout}")
         payload = wire.encode(req)  # the test's own arguments: a WireError here is a test bug
         st.calls += 1
-        worker, _warm = self._worker()
+        worker = self._worker()
         try:
             hello = worker.wait_ready(min(st.deadline, time.monotonic() + self.start_timeout))
             st.seccomp = str(hello.get("seccomp", ""))
@@ -511,7 +306,7 @@ class RemoteImpl(ImplBase):
                     if time.monotonic() >= deadline:
                         raise WorkerTimeout("no reply in time")
             try:
-                reply = _decode(worker.read_frame(deadline), worker)
+                reply = decode_reply(worker.read_frame(deadline), worker)
             finally:
                 peak = watch.stop() if watch is not None else 0
         except WorkerTimeout as e:
@@ -528,7 +323,7 @@ class RemoteImpl(ImplBase):
             self._retire(self.problem)
             st.crashes.append(f"{_describe(req)}: {e}")
             raise type(e)(f"{self.problem}: {_describe(req)}: {e}") from None
-        value = self._unpack(reply, worker, req)
+        value = self._unpack(reply, req)
         if kill_when is not None:
             return Interrupted(False, value)
         return (value, peak) if measure else value
@@ -539,26 +334,11 @@ class RemoteImpl(ImplBase):
         self.states[self.problem].crashes.append(f"{_describe(req)}: {what}")
         return ProtocolError(f"{self.problem}: {_describe(req)}: {what}")
 
-    def _unpack(self, reply: Any, worker: Worker, req: dict[str, Any]) -> Any:
-        if type(reply) is not dict or type(reply.get("ok")) is not bool:
-            raise self._garbage(req, "the worker's reply is not a reply")
-        if reply["ok"]:
-            if set(reply) != {"ok", "value"}:
-                raise self._garbage(req, "the worker's reply has unexpected fields")
-            return reply["value"]
-        kind, message = reply.get("type"), reply.get("message")
-        original, tb = reply.get("original", ""), reply.get("traceback", "")
-        if not all(type(v) is str for v in (kind, message, original, tb)):
-            raise self._garbage(req, "the worker's error reply is malformed")
-        message, tb = message[:5000], tb[-5000:]
-        cls = _BUILTIN.get(kind)
-        if kind == "NotData":
-            raise RemoteError(message, "NotData")
-        if cls is None:
-            raise RemoteError(f"{original}: {message}\n\nin the submission:\n{tb}", original)
-        if cls is KeyError:
-            raise KeyError(message)
-        raise cls(f"{message}\n\nraised in the submission ({original}):\n{tb}" if tb else message)
+    def _unpack(self, reply: Any, req: dict[str, Any]) -> Any:
+        try:
+            return reply_value(reply)
+        except MalformedReply as e:
+            raise self._garbage(req, str(e)) from None
 
 
 def _describe(req: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -58,3 +59,17 @@ def cuda_available() -> bool:
         return bool(torch.cuda.is_available())
     except Exception:
         return False
+
+
+# Terminal escape sequences (CSI, OSC up to BEL or ST, other ESC pairs), C0/C1
+# controls but newline and tab, and the bidirectional overrides that reorder
+# what a reader sees.
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]?|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[ -~]?"
+                      r"|[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` without terminal control sequences (what a submission's
+    exception message could use to rewrite a terminal or a report): escape
+    sequences and control characters are dropped, ``\\n`` and ``\\t`` kept."""
+    return _CONTROL.sub("", text.replace("\r\n", "\n"))

@@ -7,15 +7,19 @@ holds the submission's ``student/`` and the public harness (``tests/wire.py``,
 
     python -I _grader_worker.py REQUEST_FD REPLY_FD CONFIG_JSON
 
-It must not import anything of ``grader`` (which is not in the working copy).
+``CONFIG_JSON`` is a :class:`WorkerConfig` (``WorkerConfig.to_json``); the
+trusted side imports that class from here (``grader.worker``). This file must
+not import anything of ``grader`` (which is not in the working copy), and
+imports only the standard library at module level.
 
-Protocol: frames of an 8-byte little-endian length followed by
-:func:`tests.wire.encode` bytes, read from ``REQUEST_FD`` and written to
+Protocol: :mod:`tests.wire` frames (``wire.read_frame`` / ``wire.write_frame``)
+of :func:`tests.wire.encode` bytes, read from ``REQUEST_FD`` and written to
 ``REPLY_FD`` (never stdout, which is the submission's log). The first frame the
 worker writes is a hello (``{"hello": ...}``); then, for each request
 ``{"op": "call", "module", "function", "args", "kwargs"}`` or
 ``{"op": "scenario", "name", "args", "kwargs"}`` it answers
-``{"ok": True, "value": ...}`` or ``{"ok": False, "type", "message", "traceback"}``.
+``{"ok": True, "value": ...}`` or ``{"ok": False, "type", "message", "traceback"}``
+(``type``: the nearest of ``tests.wire.MAPPED_ERRORS``, else "RemoteError").
 
 Before any submission code is imported the worker lowers its own rlimits,
 asks to be killed with its parent, and (on Linux) installs a seccomp filter
@@ -38,15 +42,39 @@ import resource
 import signal
 import sys
 import traceback
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-#: Exception types reported by name; the trusted side re-raises these builtins.
-#: Anything else (AssertionError included) becomes a RemoteError there.
-_MAPPED = (
-    "NotImplementedError", "ValueError", "TypeError", "KeyError", "IndexError",
-    "ZeroDivisionError", "OverflowError", "RuntimeError", "AttributeError",
-    "FileNotFoundError", "OSError", "LookupError", "ArithmeticError",
-)
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What the trusted side tells a worker at start (on its command line).
+
+    ``rlimits``: resource names without ``RLIMIT_`` (``{"CPU": 600, "AS": ...}``)
+    and the value the worker sets as both its soft and hard limit (never above
+    an inherited hard limit). ``cuda``: whether it may report (and use) CUDA.
+    ``processes``: how many child processes it may create (0: the seccomp
+    filter refuses any). ``parent``: the pid it must die with (0: none; bwrap's
+    ``--die-with-parent`` does that job).
+    """
+
+    rlimits: dict[str, int] = field(default_factory=dict)
+    cuda: bool = False
+    processes: int = 0
+    parent: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkerConfig:
+        """The config ``to_json`` wrote; raises ValueError/TypeError on anything else."""
+        raw = json.loads(text)
+        if type(raw) is not dict or set(raw) - {"rlimits", "cuda", "processes", "parent"}:
+            raise ValueError(f"not a worker config: {text[:200]!r}")
+        rlimits = raw.get("rlimits", {})
+        return cls(rlimits={str(k): int(v) for k, v in dict(rlimits).items()}, cuda=bool(raw.get("cuda", False)),
+                   processes=int(raw.get("processes", 0)), parent=int(raw.get("parent", 0)))
 
 
 def _set_rlimits(limits: dict[str, int]) -> None:
@@ -143,10 +171,12 @@ def _forbid_processes() -> str:
 def _error(e: BaseException) -> dict[str, Any]:
     import builtins
 
+    from tests.wire import MAPPED_ERRORS
+
     # The nearest builtin base class the trusted side knows (a subclass of
     # ValueError passes ``pytest.raises(ValueError)`` locally, so here too).
     name = next((c.__name__ for c in type(e).__mro__
-                 if c.__name__ in _MAPPED and getattr(builtins, c.__name__, None) is c), "RemoteError")
+                 if c.__name__ in MAPPED_ERRORS and getattr(builtins, c.__name__, None) is c), "RemoteError")
     tb_obj = e.__traceback__
     while tb_obj is not None and tb_obj.tb_frame.f_code.co_filename == __file__:
         tb_obj = tb_obj.tb_next  # the worker's own frames are noise to students
@@ -164,7 +194,7 @@ def _lift_inherited_data_limit() -> None:
 
 
 def main() -> None:
-    in_fd, out_fd, config = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+    in_fd, out_fd, config = int(sys.argv[1]), int(sys.argv[2]), WorkerConfig.from_json(sys.argv[3])
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
     sys.dont_write_bytecode = True
@@ -172,8 +202,8 @@ def main() -> None:
 
     return_freed_memory()  # resident memory follows live data (memory checks read it from outside)
     _lift_inherited_data_limit()
-    _set_rlimits({k: int(v) for k, v in config.get("rlimits", {}).items()})
-    _die_with_parent(int(config.get("parent", 0)))
+    _set_rlimits(config.rlimits)
+    _die_with_parent(config.parent)
     import numpy  # noqa: F401  (pre-imported: a warm worker answers at once)
     import torch
 
@@ -195,10 +225,7 @@ def main() -> None:
                         and not isinstance(value, type) and not value.__name__.startswith("_"):
                     scenarios[scenario_name(value)] = value
 
-    for name in config.get("preimport", []):
-        with contextlib.suppress(Exception):  # optional: the submission will see the error itself
-            importlib.import_module(name)
-    processes = int(config.get("processes", 0))
+    processes = config.processes
     if processes:
         _limit_processes(processes + 64)  # + torch's threads
     seccomp = "off (processes allowed)" if processes else _forbid_processes()
@@ -209,14 +236,11 @@ def main() -> None:
         os._exit(71)
     wire.write_frame(out_fd, wire.encode({"hello": {
         "seccomp": seccomp, "python": sys.version.split()[0], "torch": str(torch.__version__),
-        "cuda": bool(torch.cuda.is_available()) if config.get("cuda") else False}}))
+        "cuda": bool(torch.cuda.is_available()) if config.cuda else False}}))
     lab = Modules("student")
 
     while True:
-        head = wire.read_exact(in_fd, wire.FRAME.size)
-        if head is None:
-            return
-        body = wire.read_exact(in_fd, wire.FRAME.unpack(head)[0])
+        body = wire.read_frame(in_fd)
         if body is None:
             return
         req = wire.decode(body)
@@ -244,6 +268,7 @@ def main() -> None:
         except BaseException as e:  # the submission's error, whatever it is, is data
             reply = wire.encode(_error(e))
         wire.write_frame(out_fd, reply)
+
 
 if __name__ == "__main__":
     main()

@@ -14,7 +14,6 @@ calibration, the verification) is the real thing.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Callable
@@ -27,6 +26,7 @@ import torch
 from grader import mfu, proctree
 from grader.remote import RemoteImpl
 from grader.sandbox import Limits, Sandbox, make_working_copy
+from grader.worker import WorkerConfig
 from tests.harness import ImplBase, LocalImpl
 
 REPO = Path(__file__).resolve().parent.parent
@@ -104,7 +104,7 @@ def worker_impl(student: Path, tmp: Path) -> RemoteImpl:
     scratch = tmp / "scratch"
     scratch.mkdir()
     sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30))
-    config = json.dumps({"rlimits": sandbox.limits.rlimits(False), "cuda": False, "preimport": []})
+    config = WorkerConfig(rlimits=sandbox.limits.rlimits(False), cuda=False)
     # A second, later problem: the RemoteImpl starts a spare worker for it, which must die too.
     impl = RemoteImpl("hog", sandbox, wc, scratch, problems={"mfu": 300.0, "later": 300.0}, call_timeout=120.0,
                       config=config)

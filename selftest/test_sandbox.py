@@ -4,7 +4,6 @@ crashes, garbage, resource limits, and what the worker can see."""
 
 from __future__ import annotations
 
-import json
 import textwrap
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ from grader.sandbox import (
     remove_tree,
     scratch_usage,
 )
-from grader.worker import _ARCH
+from grader.worker import _ARCH, WorkerConfig
 
 REPO = Path(__file__).resolve().parent.parent
 BWRAP = bwrap_usable()[0]
@@ -129,7 +128,7 @@ def work(tmp_path_factory):
 def make_impl(work, *, time_limit=120.0, call_timeout=20.0, memory_gib=3.0, processes=0) -> RemoteImpl:
     wc, scratch = work
     sandbox = Sandbox(limits=Limits(memory_bytes=int(memory_gib * (1 << 30))))
-    config = json.dumps({"rlimits": sandbox.limits.rlimits(False)})
+    config = WorkerConfig(rlimits=sandbox.limits.rlimits(False))
     impl = RemoteImpl("test", sandbox, wc, scratch, problems={"precision": time_limit},
                       call_timeout=call_timeout, config=config, processes={"precision": processes})
     impl.enter("precision")

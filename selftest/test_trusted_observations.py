@@ -5,7 +5,6 @@ its own high-water mark, and reads sources from its own snapshot."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import textwrap
@@ -16,6 +15,7 @@ import torch
 
 from grader.remote import RemoteImpl
 from grader.sandbox import Limits, Sandbox, make_working_copy
+from grader.worker import WorkerConfig
 from tests.scenarios import data as data_scenarios
 from tests.scenarios import training as training_scenarios
 
@@ -61,7 +61,7 @@ def impl(tmp_path_factory):
     wc = make_working_copy(pkg, root / "work")
     sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30))
     impl = RemoteImpl("test", sandbox, wc, scratch, problems={"training": 300.0, "data": 300.0},
-                      call_timeout=60, config=json.dumps({"rlimits": sandbox.limits.rlimits(False)}))
+                      call_timeout=60, config=WorkerConfig(rlimits=sandbox.limits.rlimits(False)))
     impl.scratch = scratch
     yield impl
     impl.close()

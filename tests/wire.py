@@ -21,13 +21,14 @@ import json
 import math
 import os
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["MAX_MESSAGE_BYTES", "Record", "WireError", "decode", "encode"]
+__all__ = ["FRAME", "MAPPED_ERRORS", "MAX_MESSAGE_BYTES", "FrameTooLarge", "Record", "WireError", "decode", "encode",
+           "read_exact", "read_frame", "write_frame"]
 
 MAX_DEPTH = 64
 MAX_ITEMS = 2_000_000
@@ -388,24 +389,70 @@ def decode(data: bytes | bytearray | memoryview) -> Any:
     return _Decoder(buffers).dec(head["v"], 0)
 
 
+#: Exceptions that cross the boundary by name: the worker reports the nearest
+#: of these builtins in an error's class hierarchy (grader/worker.py), and the
+#: trusted side re-raises that builtin (grader/workerproc.py); anything else
+#: (AssertionError included) becomes a ``RemoteError`` there.
+MAPPED_ERRORS = (
+    "NotImplementedError", "ValueError", "TypeError", "KeyError", "IndexError",
+    "ZeroDivisionError", "OverflowError", "RuntimeError", "AttributeError",
+    "FileNotFoundError", "OSError", "LookupError", "ArithmeticError",
+)
+
 #: Length prefix of a frame on a pipe: one unsigned 64-bit little-endian integer.
 FRAME = struct.Struct("<Q")
 
 
-def write_frame(fd: int, data: bytes) -> None:
-    """Write ``data`` to ``fd`` as one length-prefixed frame (blocking)."""
+class FrameTooLarge(WireError):
+    """A frame announced more bytes than the reader accepts."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"a frame of {size} bytes (limit {limit})")
+        self.size, self.limit = size, limit
+
+
+def write_frame(fd: int, data: bytes, wait: Callable[[], None] | None = None) -> None:
+    """Write ``data`` to ``fd`` as one length-prefixed frame.
+
+    Without ``wait`` the write blocks. With it (a non-blocking ``fd``),
+    ``wait()`` is called before each write and returns once ``fd`` is writable
+    or raises (e.g. on a deadline); a write the pipe refuses is retried.
+    """
     view = memoryview(FRAME.pack(len(data)) + data)
     while view:
-        view = view[os.write(fd, view):]
+        if wait is not None:
+            wait()
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            if wait is None:
+                raise
 
 
-def read_exact(fd: int, n: int) -> bytes | None:
-    """Exactly ``n`` bytes from ``fd``, or None at end of file."""
+def read_exact(fd: int, n: int, wait: Callable[[], None] | None = None) -> bytes | None:
+    """Exactly ``n`` bytes from ``fd``, or None at end of file; ``wait()``, when
+    given, is called before each read and returns once ``fd`` is readable (or raises)."""
     chunks, got = [], 0
     while got < n:
+        if wait is not None:
+            wait()
         b = os.read(fd, min(n - got, 1 << 20))
         if not b:
             return None
         chunks.append(b)
         got += len(b)
     return b"".join(chunks)
+
+
+def read_frame(fd: int, limit: int | None = None, wait: Callable[[], None] | None = None) -> bytes | None:
+    """The body of the next frame on ``fd``, or None at end of file (also in
+    the middle of a frame). Raises :class:`FrameTooLarge`, before reading the
+    body, when the frame announces more than ``limit`` bytes. ``wait``: as
+    for :func:`read_exact`."""
+    head = read_exact(fd, FRAME.size, wait)
+    if head is None:
+        return None
+    (n,) = FRAME.unpack(head)
+    if limit is not None and n > limit:
+        raise FrameTooLarge(n, limit)
+    return read_exact(fd, n, wait)
