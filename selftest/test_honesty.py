@@ -10,11 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.harness import HANDOUT_MODULES
 
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.timeout(1200)  # every public test, on two cores shared with the other selftests
 def test_every_public_test_fails_on_the_stubs(tmp_path):
     out = tmp_path / "outcomes.json"
     proc = subprocess.run(
