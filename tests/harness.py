@@ -37,6 +37,16 @@ The Impl methods below give tests (b) and (c): :meth:`Impl.source`,
 only travel through files), :meth:`Impl.interrupted_scenario` (the test kills
 the process itself when it sees the moment on disk) and
 :meth:`Impl.measured_scenario` (peak resident memory read from outside).
+
+**Why the harness lives in ``tests/``** (with :mod:`tests.wire` and
+``tests/scenarios/``) and not in a package of its own: it is part of what
+students receive and run. ``pytest`` in the student release needs it next to
+the public tests, with no install step; the grader's worker runs the very same
+files (copied into its working copy beside ``student/``), so a student reading
+``tests/`` reads exactly the code that calls their functions when graded. A
+separate package would be one more thing to install and version for students,
+and a second copy for the worker to keep in step. The grader (``grader/``)
+imports from here; nothing here imports ``grader``.
 """
 
 from __future__ import annotations
