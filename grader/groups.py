@@ -24,6 +24,7 @@ from grader.protocol import PLAN_ENV, Plan, ProblemPlan, RunResults, SandboxSpec
 from grader.remote import LOG_CAP
 from grader.rubric import Problem, Rubric
 from grader.sandbox import Sandbox
+from grader.scratch import BASETEMP
 from grader.util import REPO, cores
 
 
@@ -86,7 +87,7 @@ def run_pytest(rub: Rubric, base: Plan, problems: tuple[ProblemPlan, ...], run: 
     files = [f for p in problems for f in p.files]
     argv = [sys.executable, "-m", "pytest", *files, "-p", "grader.plugin", "-q", "--no-header",
             "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly", "--rootdir", str(REPO),
-            "-c", str(REPO / "pyproject.toml"), f"--basetemp={scratch / 'pytest'}",
+            "-c", str(REPO / "pyproject.toml"), f"--basetemp={scratch / BASETEMP}",
             "--hypothesis-profile", plan.profile, "--tb=no", "-o", "console_output_style=classic",
             f"--timeout={int(max(limits) + rub.settings.start_timeout + 60)}"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GRADER_", "HYPOTHESIS_"))}

@@ -29,6 +29,7 @@ from typing import Any
 from grader import proctree
 from grader.limits import worker_slots
 from grader.sandbox import Sandbox
+from grader.scratch import BASETEMP, remove_tree
 from grader.worker import WorkerConfig
 from grader.workerproc import (
     LOG_CAP,
@@ -96,6 +97,7 @@ class RemoteImpl(ImplBase):
         self._roots: list[proctree.Proc] = []  # every worker process started (live_processes)
         self._killed: list[proctree.Proc] = []  # their trees as seen just before retire_workers killed them
         self._fresh_used = False
+        self._scratch_error = ""  # set when the scratch folder could not be emptied (_clear_scratch)
         # The submission's sources, read once before any worker runs (the
         # worker never answers for them; see Impl.source).
         self._package = work / "student"
@@ -111,6 +113,8 @@ class RemoteImpl(ImplBase):
             self._retire(self.problem)  # problems run in order: free the last one's worker
         if problem != self.problem:
             self._fresh_used = False
+            if self.problem is not None:
+                self._clear_scratch()
         self.problem = problem
         st = self.states[problem]
         if not st.started:
@@ -160,6 +164,24 @@ class RemoteImpl(ImplBase):
         if w is not None:
             w.kill()
             self.states[problem].add_log(w)
+
+    def _clear_scratch(self) -> None:
+        """Empty the scratch folder between two problems, so nothing a worker of
+        the last problem wrote there (its hidden inputs, say) can reach a worker
+        of the next one, whose failure messages students read. Every worker that
+        ran submission code is gone by now (the last problem's was retired; the
+        spare has served no request). pytest's base folder stays (it holds the
+        next tests' ``tmp_path``), emptied; anything that cannot be removed makes
+        the next problem's calls fail rather than run beside it."""
+        for entry in sorted(self._scratch.iterdir()):
+            try:
+                if entry.name == BASETEMP and entry.is_dir() and not entry.is_symlink():
+                    for child in entry.iterdir():
+                        remove_tree(child)
+                else:
+                    remove_tree(entry)
+            except OSError as e:
+                self._scratch_error = f"the scratch folder could not be emptied between problems ({e.strerror})"
 
     def stop_workers(self, reason: str) -> None:
         """Kill every running worker, spare included (called by the scratch watch)."""
@@ -275,6 +297,8 @@ class RemoteImpl(ImplBase):
         if self.problem is None:
             raise RuntimeError("RemoteImpl: no problem selected (the grader plugin calls enter())")
         st = self.states[self.problem]
+        if self._scratch_error:
+            raise WorkerCrashed(f"{self.problem}: {self._scratch_error}; its calls are not run")
         if st.timeout:
             raise WorkerTimeout(f"{self.problem}: {st.timeout}; its remaining calls are not run")
         if len(st.crashes) >= self.max_crashes:

@@ -19,6 +19,11 @@ from pathlib import Path
 
 from grader.limits import Limits
 
+#: pytest's ``--basetemp`` inside the scratch folder: the tests' ``tmp_path``
+#: folders, which the workers see (grader/groups.py sets it; grader/remote.py
+#: empties it between problems).
+BASETEMP = "pytest"
+
 
 def remove_tree(path: Path | str) -> None:
     """Remove ``path`` and everything below it, iteratively and fd-relatively.

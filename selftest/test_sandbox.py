@@ -23,6 +23,7 @@ from grader.sandbox import (
     remove_tree,
     scratch_usage,
 )
+from grader.scratch import BASETEMP
 from grader.worker import _ARCH, WorkerConfig
 
 REPO = Path(__file__).resolve().parent.parent
@@ -361,3 +362,30 @@ def test_wire_refuses_views_bigger_than_what_crossed():
     assert wire.decode(frame([4, 1000], [0, 1], 1000)).shape == (4, 1000)  # an honest broadcast crosses
     x = torch.arange(12.0).reshape(3, 4)
     assert torch.equal(wire.decode(wire.encode(x.t())), x.t())
+
+
+def test_scratch_is_emptied_between_problems(work, tmp_path):
+    """What a worker of one problem leaves in the scratch folder (its hidden
+    inputs, say) is gone before the next problem's first call, links unlinked,
+    never followed; pytest's base folder stays for the next tests' tmp_path."""
+    wc, _ = work
+    scratch = tmp_path / "scratch"
+    (scratch / BASETEMP / "test_a0").mkdir(parents=True)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep")
+    sandbox = Sandbox(limits=Limits(memory_bytes=1 << 30))
+    impl = RemoteImpl("test", sandbox, wc, scratch, problems={"a": 60.0, "b": 60.0},
+                      config=WorkerConfig(rlimits=sandbox.limits.rlimits(False)))
+    impl.enter("a")
+    (scratch / BASETEMP / "test_a0" / "inputs.txt").write_text("hidden inputs of a")
+    deep = scratch / "left" / "x" / "y"
+    deep.mkdir(parents=True)
+    (deep / "z").write_text("z")
+    (scratch / "link").symlink_to(outside)
+    (scratch / BASETEMP / "link").symlink_to(tmp_path)
+    impl.enter("a")  # the same problem: nothing is touched
+    assert (scratch / "left").is_dir()
+    impl.enter("b")
+    assert [p.name for p in scratch.iterdir()] == [BASETEMP] and not list((scratch / BASETEMP).iterdir())
+    assert outside.read_text() == "keep" and tmp_path.is_dir()
+    impl.close()
