@@ -112,6 +112,13 @@ class GraderRun:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        # A feedback_only test decides on what the submission's process reports
+        # about itself: never scored (the rule in grader/README.md); its marker
+        # names what grades the property instead.
+        unscored = [it for it in items if it.get_closest_marker("feedback_only") is not None]
+        if unscored:
+            items[:] = [it for it in items if it.get_closest_marker("feedback_only") is None]
+            config.hook.pytest_deselected(items=unscored)
         items.sort(key=lambda it: self.where(it)[1:])  # stable: file order kept within a problem
 
     @pytest.hookimpl(tryfirst=True)

@@ -21,5 +21,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     for item in session.items:
         marker = item.get_closest_marker("extends")
         out[item.nodeid] = {"extends": marker.args[0] if marker is not None and marker.args else "",
-                            "gpu": item.get_closest_marker("gpu") is not None}
+                            "gpu": item.get_closest_marker("gpu") is not None,
+                            "feedback_only": item.get_closest_marker("feedback_only") is not None}
     Path(path).write_text(json.dumps(out, indent=1))

@@ -40,7 +40,7 @@ def _of(problem: Problem, collected: dict[str, dict]) -> dict[str, dict]:
 
 @pytest.mark.parametrize("problem", RUBRIC.problems, ids=[p.name for p in RUBRIC.problems])
 def test_every_public_test_counts_toward_exactly_one_item(problem, collected):
-    tests = {k: v for k, v in _of(problem, collected).items() if not is_hidden(k)}
+    tests = {k: v for k, v in _of(problem, collected).items() if not is_hidden(k) and not v["feedback_only"]}
     bad = {function_name(k): [i.name for i in problem.items_of(k)] for k in tests if len(problem.items_of(k)) != 1}
     assert not bad, f"{problem.name}: public tests in no item or in several (add or fix a pattern): {bad}"
     # a problem of hidden checks only (mfu) names, in its items, the public tests they extend
@@ -90,3 +90,20 @@ def test_malformed_items_are_refused(tmp_path, body, error):
     path.write_text('[[problem]]\nname = "views"\npoints = 10\nchecks = ["tests/test_views.py"]\n' + body)
     with pytest.raises(RubricError, match=error):
         load(path)
+
+
+def test_feedback_only_tests_are_graded_by_a_hidden_check(collected):
+    """A public test marked feedback_only is never scored (its verdict rests on
+    what the implementation's process reports): it belongs to no item, and a
+    hidden check that decides from the trusted side extends it, so its property
+    is still graded."""
+    extended = {function_name(v["extends"]) for v in collected.values() if v["extends"]}
+    for nodeid, v in collected.items():
+        if not v["feedback_only"]:
+            continue
+        name = function_name(nodeid)
+        assert not is_hidden(nodeid), f"{nodeid}: feedback_only is for public tests"
+        owners = [p.name for p in RUBRIC.problems if nodeid.split("::")[0] in p.check_files(REPO)
+                  and p.items_of(nodeid)]
+        assert not owners, f"{name} is feedback_only but counts toward an item of {owners}"
+        assert name in extended, f"{name} is feedback_only and no hidden check extends it: its property is ungraded"

@@ -481,6 +481,8 @@ def test_train_with_zero_steps_returns_no_losses(impl):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="not run on a GPU: needs CUDA")
+@pytest.mark.feedback_only("the syncs are counted inside the implementation's process, where a submission could "
+                           "forge the count; the grader's MFU problem grades the same property with its own clock")
 def test_train_on_cuda_does_not_sync_every_step(impl):
     steps = 12
     got = impl.scenario(scenarios.train_cuda_syncs, steps, "bf16")
