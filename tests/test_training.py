@@ -13,7 +13,9 @@ and are printed on failure.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import re
 import secrets
 
 import pytest
@@ -477,6 +479,43 @@ def test_train_rejects_bad_input(impl, steps, n_batches, log_every, error):
 
 def test_train_with_zero_steps_returns_no_losses(impl):
     assert impl.scenario(scenarios.train_with, 0, 0, 0) == []
+
+
+# An integer in a log message: digits not part of a longer number nor the
+# fraction of a decimal ("loss 0.3" names 0, not 3; "step 3." names 3).
+_INTEGER = re.compile(r"(?<![\d.])\d+(?!\d|\.\d)")
+
+
+@pytest.mark.parametrize(
+    ("steps", "log_every"),
+    [(7, 3), (5, 1), (6, 2), (4, 5), (6, 0), (6, None)],
+    ids=["7-every-3", "5-every-1", "6-every-2", "4-every-5", "log_every-0", "default"],
+)
+def test_train_logs_every_k_steps_naming_the_step(impl, steps, log_every):
+    """``log_every=k > 0``: exactly one INFO record through ``logging`` after
+    each step whose 1-based number is a multiple of k (steps k, 2k, ...), in
+    order, each message naming its step number as an integer; nothing else at
+    INFO or above. ``log_every=0``, the default, logs nothing at INFO or above.
+    Records of torch's own loggers are not counted."""
+    got = impl.scenario(scenarios.train_logs, steps, log_every)
+    assert got["n_losses"] == steps, f"train(steps={steps}) returned {got['n_losses']} losses"
+    records = [r for r in got["records"]
+               if r["level"] >= logging.INFO and r["logger"].partition(".")[0] != "torch"]
+    k = log_every or 0
+    expected = [s for s in range(1, steps + 1) if k and s % k == 0]
+    seen = [(logging.getLevelName(r["level"]), r["message"]) for r in records]
+    call = f"train(steps={steps}" + ("" if log_every is None else f", log_every={log_every}") + ")"
+    assert len(records) == len(expected), (
+        f"{call} should log {len(expected)} records at INFO or above (after steps {expected}), "
+        f"logged {len(records)}: {seen}"
+    )
+    for step, record in zip(expected, records, strict=True):
+        assert record["level"] == logging.INFO, f"{call}: the record for step {step} should be INFO: {seen}"
+        named = [int(m) for m in _INTEGER.findall(record["message"])]
+        assert step in named, (
+            f"{call}: the record logged after step {step} (1-based) should name the step number {step}, "
+            f"got {record['message']!r}; all records: {seen}"
+        )
 
 
 @pytest.mark.gpu
