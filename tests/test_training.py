@@ -481,6 +481,16 @@ def test_train_with_zero_steps_returns_no_losses(impl):
     assert impl.scenario(scenarios.train_with, 0, 0, 0) == []
 
 
+
+def test_train_accepts_every_argument_by_keyword(impl):
+    """The stub's signature is the contract: ``model``, ``optimizer`` and
+    ``batches`` may be passed by keyword too (not positional-only), and the
+    losses are those of a plain fp32 torch loop."""
+    batches = make_batches(3, 8, 6, seed=3)
+    got = impl.scenario(scenarios.train_by_keyword, batches)
+    losses, _ = torch_loop("mlp", 6, 2, 0, "sgd", 0.1, batches)
+    assert_losses_close(got, losses, 1e-5, 1e-7, "train(...) called with keywords")
+
 # An integer in a log message: digits not part of a longer number nor the
 # fraction of a decimal ("loss 0.3" names 0, not 3; "step 3." names 3).
 _INTEGER = re.compile(r"(?<![\d.])\d+(?!\d|\.\d)")

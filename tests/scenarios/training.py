@@ -231,6 +231,16 @@ def train_logs(lab: Any, steps: int, log_every: int | None) -> Any:
     return {"records": handler.records, "n_losses": len(losses)}
 
 
+
+def train_by_keyword(lab: Any, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    """``train`` called with every argument by keyword, as its signature allows
+    (``model=``, ``optimizer=``, ``batches=``, ``steps=``, ``precision=``,
+    ``scaler=``, ``log_every=``); report its losses."""
+    model = build_model("mlp", batches[0][0].shape[1], 2, 0)
+    opt = build_optimizer("sgd", model.parameters(), 0.1)
+    return lab.training.train(model=model, optimizer=opt, batches=iter(batches), steps=len(batches),
+                              precision="fp32", scaler=None, log_every=0)
+
 # --------------------------------------------------------------------------- checkpointing
 
 
