@@ -221,6 +221,23 @@ def test_checkpointed_forward_same_results(impl, kind, seed, num_layers, batch):
         assert_close(got["grads"][i], p.grad, what=f"gradient of parameter {i}")
 
 
+
+@pytest.mark.parametrize("kind", ["stack", "linear_stack"])
+def test_checkpointed_forward_of_a_model_without_layers(impl, kind):
+    """A Cruncher-like model whose ``layers`` is empty is still ``model(x)``:
+    ``final`` applied to ``x`` (no segment to checkpoint), same gradients."""
+    dim, seed = 5, 4
+    x = make_tensor((3, dim), torch.float32, seed)
+    got = impl.scenario(scenarios.checkpointed, kind, dim, 0, seed, x)
+    model = scenarios.build_model(kind, dim, 0, seed)
+    xr = x.clone().requires_grad_(True)
+    out = model(xr)
+    (out * torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)).sum().backward()
+    assert_close(got["out"], out.detach(), what=f"checkpointed_forward output ({kind}, no layers)")
+    assert_close(got["x_grad"], xr.grad, what="gradient of the input (no layers)")
+    for i, p in enumerate(model.parameters()):
+        assert_close(got["grads"][i], p.grad, what=f"gradient of parameter {i} (no layers)")
+
 #: (dim, layers, batch) per model kind: what model(x) saves for backward is
 #: 384 (mlp) and 480 MiB (stack), far above what else a forward and backward
 #: hold. Measured (2 CPU cores, glibc): the reference's checkpointing peaks at
