@@ -301,7 +301,11 @@ def train(
     scaler: torch.amp.GradScaler | None = None,
     log_every: int = 0,
 ) -> list[float]:
-    """Run ``steps`` steps on the first ``steps`` batches; return each step's loss."""
+    """Run ``steps`` steps on the first ``steps`` batches; return each step's loss.
+
+    With ``log_every=k > 0``, one INFO record on this module's logger after
+    each step whose 1-based number is a multiple of k, naming that step number;
+    nothing else at INFO or above (and nothing with ``log_every=0``)."""
     _check_objects(model, optimizer)
     steps = require_int("steps", steps)
     log_every = require_int("log_every", log_every)

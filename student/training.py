@@ -150,6 +150,14 @@ def train(
     losses on the device and convert them once at the end; with
     ``log_every=k > 0`` the loss is also logged (a sync) every k steps.
 
+    Logging: with ``log_every=k > 0``, after each step whose 1-based number
+    is a multiple of k (steps k, 2k, ...) ``train`` emits exactly one record
+    at level INFO through the standard ``logging`` module, on a logger that
+    propagates to the root (``logging.getLogger(__name__)`` does), and the
+    record's message names that step number as an integer (any wording, e.g.
+    ``"step 6/10: loss 0.25"``); it logs nothing else at INFO or above. With
+    ``log_every=0`` (the default) it logs nothing at INFO or above.
+
     Raises:
         TypeError: as ``train_step``, or ``steps``/``log_every`` not ints.
         ValueError: as ``train_step``; ``steps`` or ``log_every`` negative;

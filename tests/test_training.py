@@ -13,7 +13,9 @@ and are printed on failure.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import re
 import secrets
 
 import pytest
@@ -218,6 +220,23 @@ def test_checkpointed_forward_same_results(impl, kind, seed, num_layers, batch):
     for i, p in enumerate(model.parameters()):
         assert_close(got["grads"][i], p.grad, what=f"gradient of parameter {i}")
 
+
+
+@pytest.mark.parametrize("kind", ["stack", "linear_stack"])
+def test_checkpointed_forward_of_a_model_without_layers(impl, kind):
+    """A Cruncher-like model whose ``layers`` is empty is still ``model(x)``:
+    ``final`` applied to ``x`` (no segment to checkpoint), same gradients."""
+    dim, seed = 5, 4
+    x = make_tensor((3, dim), torch.float32, seed)
+    got = impl.scenario(scenarios.checkpointed, kind, dim, 0, seed, x)
+    model = scenarios.build_model(kind, dim, 0, seed)
+    xr = x.clone().requires_grad_(True)
+    out = model(xr)
+    (out * torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)).sum().backward()
+    assert_close(got["out"], out.detach(), what=f"checkpointed_forward output ({kind}, no layers)")
+    assert_close(got["x_grad"], xr.grad, what="gradient of the input (no layers)")
+    for i, p in enumerate(model.parameters()):
+        assert_close(got["grads"][i], p.grad, what=f"gradient of parameter {i} (no layers)")
 
 #: (dim, layers, batch) per model kind: what model(x) saves for backward is
 #: 384 (mlp) and 480 MiB (stack), far above what else a forward and backward
@@ -477,6 +496,53 @@ def test_train_rejects_bad_input(impl, steps, n_batches, log_every, error):
 
 def test_train_with_zero_steps_returns_no_losses(impl):
     assert impl.scenario(scenarios.train_with, 0, 0, 0) == []
+
+
+
+def test_train_accepts_every_argument_by_keyword(impl):
+    """The stub's signature is the contract: ``model``, ``optimizer`` and
+    ``batches`` may be passed by keyword too (not positional-only), and the
+    losses are those of a plain fp32 torch loop."""
+    batches = make_batches(3, 8, 6, seed=3)
+    got = impl.scenario(scenarios.train_by_keyword, batches)
+    losses, _ = torch_loop("mlp", 6, 2, 0, "sgd", 0.1, batches)
+    assert_losses_close(got, losses, 1e-5, 1e-7, "train(...) called with keywords")
+
+# An integer in a log message: digits not part of a longer number nor the
+# fraction of a decimal ("loss 0.3" names 0, not 3; "step 3." names 3).
+_INTEGER = re.compile(r"(?<![\d.])\d+(?!\d|\.\d)")
+
+
+@pytest.mark.parametrize(
+    ("steps", "log_every"),
+    [(7, 3), (5, 1), (6, 2), (4, 5), (6, 0), (6, None)],
+    ids=["7-every-3", "5-every-1", "6-every-2", "4-every-5", "log_every-0", "default"],
+)
+def test_train_logs_every_k_steps_naming_the_step(impl, steps, log_every):
+    """``log_every=k > 0``: exactly one INFO record through ``logging`` after
+    each step whose 1-based number is a multiple of k (steps k, 2k, ...), in
+    order, each message naming its step number as an integer; nothing else at
+    INFO or above. ``log_every=0``, the default, logs nothing at INFO or above.
+    Records of torch's own loggers are not counted."""
+    got = impl.scenario(scenarios.train_logs, steps, log_every)
+    assert got["n_losses"] == steps, f"train(steps={steps}) returned {got['n_losses']} losses"
+    records = [r for r in got["records"]
+               if r["level"] >= logging.INFO and r["logger"].partition(".")[0] != "torch"]
+    k = log_every or 0
+    expected = [s for s in range(1, steps + 1) if k and s % k == 0]
+    seen = [(logging.getLevelName(r["level"]), r["message"]) for r in records]
+    call = f"train(steps={steps}" + ("" if log_every is None else f", log_every={log_every}") + ")"
+    assert len(records) == len(expected), (
+        f"{call} should log {len(expected)} records at INFO or above (after steps {expected}), "
+        f"logged {len(records)}: {seen}"
+    )
+    for step, record in zip(expected, records, strict=True):
+        assert record["level"] == logging.INFO, f"{call}: the record for step {step} should be INFO: {seen}"
+        named = [int(m) for m in _INTEGER.findall(record["message"])]
+        assert step in named, (
+            f"{call}: the record logged after step {step} (1-based) should name the step number {step}, "
+            f"got {record['message']!r}; all records: {seen}"
+        )
 
 
 @pytest.mark.gpu

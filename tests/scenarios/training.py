@@ -9,6 +9,7 @@ same builders to compute their oracles with plain torch.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import random
 import tempfile
@@ -192,6 +193,53 @@ def train_with(lab: Any, steps: Any, n_batches: int, log_every: Any) -> Any:
     batches = [(torch.randn(3, 4), torch.randn(3)) for _ in range(n_batches)]
     return lab.training.train(model, opt, iter(batches), steps=steps, log_every=log_every)
 
+
+class _Records(logging.Handler):
+    """Keeps every record that reaches the root logger, as plain data."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.NOTSET)
+        self.records: list[dict[str, Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception as e:  # a bad format string is the implementation's bug: report it as text
+            message = f"<unformattable record {record.msg!r}: {type(e).__name__}>"
+        self.records.append({"logger": record.name, "level": record.levelno, "message": message})
+
+
+def train_logs(lab: Any, steps: int, log_every: int | None) -> Any:
+    """``train`` for ``steps`` steps with ``log_every`` (left out, i.e. the
+    default, when None) while a handler on the root logger, with the root at
+    INFO, records what reaches it; report those records (logger name, level,
+    formatted message) and how many losses ``train`` returned."""
+    model = build_model("mlp", 4, 1, 0)
+    opt = build_optimizer("sgd", model.parameters(), 0.1)
+    gen = torch.Generator().manual_seed(steps)
+    batches = [(torch.randn(3, 4, generator=gen), torch.randn(3, generator=gen)) for _ in range(steps)]
+    kwargs = {} if log_every is None else {"log_every": log_every}
+    root, handler = logging.getLogger(), _Records()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        losses = lab.training.train(model, opt, iter(batches), steps=steps, **kwargs)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    return {"records": handler.records, "n_losses": len(losses)}
+
+
+
+def train_by_keyword(lab: Any, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    """``train`` called with every argument by keyword, as its signature allows
+    (``model=``, ``optimizer=``, ``batches=``, ``steps=``, ``precision=``,
+    ``scaler=``, ``log_every=``); report its losses."""
+    model = build_model("mlp", batches[0][0].shape[1], 2, 0)
+    opt = build_optimizer("sgd", model.parameters(), 0.1)
+    return lab.training.train(model=model, optimizer=opt, batches=iter(batches), steps=len(batches),
+                              precision="fp32", scaler=None, log_every=0)
 
 # --------------------------------------------------------------------------- checkpointing
 
