@@ -467,9 +467,9 @@ def test_jobs_and_worker_memory_fit_the_free_memory(monkeypatch):
 
 def test_jobs_share_one_worker_budget(monkeypatch):
     """jobs x problems at once never exceeds min(cores, memory slots)."""
-    from grader import engine, sandbox
+    from grader import sandbox, util
 
-    monkeypatch.setattr(engine, "cores", lambda: 4)
+    monkeypatch.setattr(util, "cores", lambda: 4)
     monkeypatch.setattr(sandbox, "worker_slots", lambda memory_bytes: 3)
     assert batch.share_budget(1) == (1, 3)
     assert batch.share_budget(2) == (2, 1)
