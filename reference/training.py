@@ -214,7 +214,8 @@ def save_checkpoint(
     iteration: int,
     **extra: Any,
 ) -> None:
-    """Atomically write model, optimizer, ``iteration``, RNG states and ``extra`` to ``path``."""
+    """Atomically write model, optimizer, ``iteration``, RNG states and ``extra`` to ``path``
+    (a save that raises removes its temporary file: the folder is left as it was)."""
     _check_objects(model, optimizer)
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")

@@ -96,7 +96,9 @@ def save_checkpoint(
 
     Atomic: write a temporary file in the same directory, flush and
     ``os.fsync`` it, then ``os.replace`` it onto ``path``. A crash at any moment
-    leaves the previous file at ``path`` intact.
+    leaves the previous file at ``path`` intact; a save that raises (the
+    state cannot be written) also removes its temporary file before the
+    exception propagates, leaving the folder as it was.
 
     Raises:
         TypeError: ``path`` is not a str/PathLike, ``model``/``optimizer`` are

@@ -173,6 +173,15 @@ def test_train_step_rejects_bad_input(impl, precision, use_scaler, y_shape, erro
         impl.scenario(scenarios.step_with, precision, use_scaler, y_shape)
 
 
+@pytest.mark.parametrize("which", ["x", "y"])
+def test_train_step_rejects_a_batch_that_is_not_tensors(impl, which):
+    """The docstring: TypeError when ``x`` or ``y`` is not a tensor (a list of
+    floats included: without the check, a list ``y`` fails inside the loss with
+    another error)."""
+    with pytest.raises(TypeError):
+        impl.scenario(scenarios.step_with, "fp32", False, [3], which)
+
+
 # --------------------------------------------------------------------------- checkpointed_forward
 
 
@@ -460,6 +469,23 @@ def test_load_refuses_files_that_would_run_code(impl, tmp_path):
 def test_save_rejects_bad_input(impl, iteration, extra_kind, error):
     with pytest.raises(error):
         impl.scenario(scenarios.save_with, iteration, extra_kind)
+
+
+def test_save_that_fails_leaves_the_folder_as_it_was(impl, tmp_path):
+    """A save that raises (here: a state pickle refuses, as a full disk would
+    fail it) leaves the previous checkpoint at ``path`` byte for byte and no
+    temporary file beside it. Observed from outside, after the call."""
+    path = tmp_path / "ckpt.pt"
+    impl.scenario(scenarios.save_linear, str(path), 1, 4, 4, 2)
+    before = path.read_bytes()
+    with pytest.raises(Exception) as e:
+        impl.scenario(scenarios.save_unsaveable, str(path))
+    assert not isinstance(e.value, NotImplementedError), e.value
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"], (
+        f"a failed save left {sorted(p.name for p in tmp_path.iterdir())}: remove the temporary file when the "
+        "write fails, then re-raise"
+    )
+    assert path.read_bytes() == before, "a failed save changed the previous checkpoint"
 
 
 # --------------------------------------------------------------------------- train

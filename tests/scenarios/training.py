@@ -147,14 +147,17 @@ def fp16_step(
     }
 
 
-def step_with(lab: Any, precision: Any, use_scaler: bool, y_shape: list[int]) -> Any:
+def step_with(lab: Any, precision: Any, use_scaler: bool, y_shape: list[int], as_list: str = "") -> Any:
     """``train_step`` with the given precision/scaler and a target of ``y_shape``
-    (for the bad-input checks)."""
+    (for the bad-input checks); ``as_list`` ("x" or "y") passes that one as a
+    nested Python list instead of a tensor."""
     model = build_model("mlp", 4, 1, 0)
     opt = build_optimizer("sgd", model.parameters(), 0.1)
     scaler = torch.amp.GradScaler("cpu") if use_scaler else None
     x, y = torch.randn(3, 4), torch.randn(*y_shape)
-    return lab.training.train_step(model, opt, x, y, precision=precision, scaler=scaler)
+    x_arg: Any = x.tolist() if as_list == "x" else x
+    y_arg: Any = y.tolist() if as_list == "y" else y
+    return lab.training.train_step(model, opt, x_arg, y_arg, precision=precision, scaler=scaler)
 
 
 # --------------------------------------------------------------------------- the loop
@@ -425,6 +428,25 @@ def save_linear(lab: Any, path: str, seed: int, d_in: int, d_out: int, iteration
     model = nn.Linear(d_in, d_out)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     lab.training.save_checkpoint(path, model, opt, iteration)
+
+
+class _UnsaveableLinear(nn.Linear):
+    """A Linear whose ``state_dict()`` holds a value pickle refuses (a lambda):
+    saving it fails midway, the way a full disk would."""
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        sd = super().state_dict(*args, **kwargs)
+        sd["unsaveable"] = lambda: None
+        return sd
+
+
+def save_unsaveable(lab: Any, path: str) -> None:
+    """``save_checkpoint(path, ...)`` of a model whose state cannot be pickled:
+    the call must fail (the test then looks at the folder from outside)."""
+    torch.manual_seed(0)
+    model = _UnsaveableLinear(4, 4)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    lab.training.save_checkpoint(path, model, opt, 3)
 
 
 def linear_digest(model: nn.Module) -> str:
