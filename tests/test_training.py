@@ -218,16 +218,21 @@ def test_checkpointed_forward_same_results(impl, kind, seed, num_layers, batch):
     dim = 8
     x = make_tensor((batch, dim), torch.float32, seed)
     got = impl.scenario(scenarios.checkpointed, kind, dim, num_layers, seed, x)
+    assert_checkpointed_is_the_model(got, scenarios.build_model(kind, dim, num_layers, seed), x,
+                                     f"{kind}, {num_layers} layers")
 
-    model = scenarios.build_model(kind, dim, num_layers, seed)
+
+def assert_checkpointed_is_the_model(got: dict, model: torch.nn.Module, x: torch.Tensor, label: str) -> None:
+    """``got`` (what ``scenarios.checkpointed`` returns) has the output, input
+    gradient and parameter gradients of ``model(x)`` under the same weighted
+    sum (the oracle: ``model`` itself, run here)."""
     xr = x.clone().requires_grad_(True)
     out = model(xr)
     (out * torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)).sum().backward()
-
-    assert_close(got["out"], out.detach(), what=f"checkpointed_forward output ({kind}, {num_layers} layers)")
-    assert_close(got["x_grad"], xr.grad, what="gradient of the input")
+    assert_close(got["out"], out.detach(), what=f"checkpointed_forward output ({label})")
+    assert_close(got["x_grad"], xr.grad, what=f"gradient of the input ({label})")
     for i, p in enumerate(model.parameters()):
-        assert_close(got["grads"][i], p.grad, what=f"gradient of parameter {i}")
+        assert_close(got["grads"][i], p.grad, what=f"gradient of parameter {i} ({label})")
 
 
 
@@ -238,14 +243,7 @@ def test_checkpointed_forward_of_a_model_without_layers(impl, kind):
     dim, seed = 5, 4
     x = make_tensor((3, dim), torch.float32, seed)
     got = impl.scenario(scenarios.checkpointed, kind, dim, 0, seed, x)
-    model = scenarios.build_model(kind, dim, 0, seed)
-    xr = x.clone().requires_grad_(True)
-    out = model(xr)
-    (out * torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)).sum().backward()
-    assert_close(got["out"], out.detach(), what=f"checkpointed_forward output ({kind}, no layers)")
-    assert_close(got["x_grad"], xr.grad, what="gradient of the input (no layers)")
-    for i, p in enumerate(model.parameters()):
-        assert_close(got["grads"][i], p.grad, what=f"gradient of parameter {i} (no layers)")
+    assert_checkpointed_is_the_model(got, scenarios.build_model(kind, dim, 0, seed), x, f"{kind}, no layers")
 
 #: (dim, layers, batch) per model kind: what model(x) saves for backward is
 #: 384 (mlp) and 480 MiB (stack), far above what else a forward and backward

@@ -15,7 +15,13 @@ from hypothesis import strategies as st
 from grader.hidden.conftest import input_kind
 from tests.scenarios import training as scenarios
 from tests.strategies import make_tensor, seeds
-from tests.test_training import assert_losses_close, checkpoint_layers, resumed_run, torch_loop
+from tests.test_training import (
+    assert_checkpointed_is_the_model,
+    assert_losses_close,
+    checkpoint_layers,
+    resumed_run,
+    torch_loop,
+)
 from tests.tolerances import assert_close
 
 
@@ -101,13 +107,7 @@ def test_checkpointed_forward_other_depths_and_widths(impl, kind, layers, dim, b
     num_layers = checkpoint_layers(model)
     input_kind(model=kind, layers=str(num_layers), width="1 to 16", batch="1 to 7")
     got = impl.scenario(scenarios.checkpointed, kind, dim, layers, seed, x)
-    xr = x.clone().requires_grad_(True)
-    out = model(xr)
-    (out * torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)).sum().backward()
-    assert_close(got["out"], out.detach(), what=f"checkpointed_forward output ({kind}, {num_layers} layers)")
-    assert_close(got["x_grad"], xr.grad, what="input gradient")
-    for i, p in enumerate(model.parameters()):
-        assert_close(got["grads"][i], p.grad, what=f"gradient of parameter {i}")
+    assert_checkpointed_is_the_model(got, model, x, f"{kind}, {num_layers} layers")
 
 
 @pytest.mark.extends("tests/test_training.py::test_resumed_run_equals_the_uninterrupted_run_bit_for_bit")
