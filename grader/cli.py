@@ -20,8 +20,7 @@ from pathlib import Path
 
 from grader import engine, report
 from grader.rubric import DEFAULT_RUBRIC, RubricError
-from grader.sandbox import printable
-from grader.util import PROFILES
+from grader.util import PROFILES, printable
 
 
 def _env_int(name: str) -> int | None:

@@ -35,12 +35,11 @@ from grader.sandbox import (
     SubmissionError,
     fitted_memory_limit,
     make_working_copy,
-    printable,
     remove_tree,
 )
 from grader.scoring import score_problem, strip_controls, total, unavailable
 from grader.submission import locate
-from grader.util import PROFILES, REPO, cuda_available
+from grader.util import PROFILES, REPO, cuda_available, printable
 
 __all__ = ["STUDENT_RELEASE_CHECKS", "Options", "grade", "hidden_available"]
 

@@ -50,14 +50,14 @@ from grader.limits import (
     worker_slots,
 )
 from grader.scratch import ScratchWatch, remove_tree, scratch_usage
-from grader.util import REPO, printable
+from grader.util import REPO
 from grader.workcopy import MAX_BYTES, MAX_DEPTH, MAX_FILES, WORKER_SCRIPT, SubmissionError, make_working_copy
 from grader.worker import WorkerConfig
 
 __all__ = [
     "MAX_BYTES", "MAX_DEPTH", "MAX_FILES", "MIN_WORKER_BYTES", "MOUNT", "TRUSTED_MEMORY_BYTES",
     "TRUSTED_SHARE_BYTES", "WORKER_SCRIPT", "Limits", "PidsCgroup", "Sandbox", "ScratchWatch", "SubmissionError",
-    "bwrap_usable", "fitted_memory_limit", "make_working_copy", "pids_limit", "plan_jobs", "printable",
+    "bwrap_usable", "fitted_memory_limit", "make_working_copy", "pids_limit", "plan_jobs",
     "remove_tree", "scratch_usage", "worker_slots",
 ]
 

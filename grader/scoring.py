@@ -32,8 +32,7 @@ from grader.results import (
     item_text,
 )
 from grader.rubric import Item, Problem, function_name, is_hidden
-from grader.sandbox import printable
-from grader.util import REPO
+from grader.util import REPO, printable
 
 _IMPORT_ERRORS = {"remote:SyntaxError", "remote:ImportError", "remote:ModuleNotFoundError",
                   "remote:IndentationError", "remote:SystemExit"}

@@ -26,8 +26,7 @@ from typing import Any
 from grader.instructor.discovery import Submission
 from grader.instructor.precheck import precheck
 from grader.instructor.records import new_record, valid_result
-from grader.sandbox import printable
-from grader.util import REPO
+from grader.util import REPO, printable
 
 __all__ = ["GRADER_ENV", "REPO", "grade_submission", "grader_command"]
 

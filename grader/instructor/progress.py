@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from grader.sandbox import printable
+from grader.util import printable
 
 __all__ = ["Progress"]
 
