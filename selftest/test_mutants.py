@@ -71,3 +71,24 @@ def test_summary_counts_timeouts_as_killed_and_leaves_out_equivalents():
             enumerate(["killed", "timeout", "survived", "equivalent"])]
     assert mutants.summary(outs) == (2, 3, 1)
     assert "survived  k2" in mutants.table({"views": outs})
+
+
+def test_a_mutant_meets_only_the_tests_that_execute_its_line():
+    """The coverage baseline narrows a mutant to the tests that run its line: they
+    kill it, while tests that never run the line cannot (so the narrowing is
+    sound, and a narrowed run that passes still falls back to the whole file)."""
+    base = mutants.baseline("views")
+    assert base.seconds and all(t.startswith("tests/test_views.py::") for t in base.seconds)
+    killed = _mutant("views:ReplaceBinaryOperator_Add_Sub:0")
+    assert killed.line in mutants.function_body_lines((REPO / "reference" / "views.py").read_text())
+    tests = base.tests_for(killed.line)
+    assert tests and len(tests) < len(base.seconds)
+    assert [base.seconds[t] for t in tests] == sorted(base.seconds[t] for t in tests), "cheapest first"
+    assert mutants.run_mutant(killed, select=tests, timeout=300)[0] == "killed"
+    elsewhere = [t for t in sorted(base.seconds, key=base.seconds.get) if t not in tests][:5]
+    assert mutants.run_mutant(killed, select=elsewhere, timeout=300)[0] == "survived"
+
+
+def test_module_level_lines_are_never_narrowed():
+    source = "X = 1\n\n@dec\ndef f(a=2):\n    y = a\n    return y + X\n"
+    assert mutants.function_body_lines(source) == {5, 6}

@@ -1,7 +1,8 @@
 """``python -m grader mutants``: how many small bugs in ``reference/`` the public tests catch.
 
     python -m grader mutants [--problems a,b] [--max N] [--operators a,b] [--jobs J]
-                             [--profile detect] [--timeout S] [--list] [--json FILE]
+                             [--profile detect] [--timeout S] [--whole-file] [--corpus]
+                             [--list] [--json FILE]
 
 For each problem, every mutant of ``reference/<problem>.py`` (one small syntactic
 change, made by cosmic-ray's mutation operators) is written into a temporary
@@ -13,6 +14,19 @@ problem's public tests run on it::
 A failing run kills the mutant; a run that passes lets it survive; a run past the
 timeout counts as killed (an infinite loop is caught by the grader's timeouts).
 ``reference/`` itself is never modified.
+
+Most of a run's time would go to tests that never execute the mutated line, so
+each problem starts with one baseline run of its public tests on the reference
+under coverage.py (``grader/instructor/mutant_plugin.py``), recording which test
+executes which line and how long it takes. A mutant inside a function body then
+first meets only the tests that execute its line, cheapest first; if they all
+pass, the whole file runs, so "survived" always means the whole file passed. A
+mutant of a module-level line (a constant, a decorator, a default argument) or
+of a line no test executes runs the whole file at once.
+
+``--corpus`` runs the same way over the realistic mistakes of
+``grader/corpus/wrong`` (each the reference with one patch written the way
+students err) instead of the tool's mutants: "killed" then means "caught".
 
 Mutants that cannot change behaviour are *equivalent* and left out of the rate:
 those that only touch annotations or docstrings (found automatically: with
@@ -44,6 +58,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grader.compat import tomllib
+from grader.corpus import WrongSubmission
 from grader.util import REPO
 
 EQUIVALENT_FILE = REPO / "grader" / "corpus" / "equivalent_mutants.toml"
@@ -99,6 +114,7 @@ class Outcome:
     status: str  # killed | survived | timeout | equivalent
     seconds: float
     reason: str = ""
+    narrowed: bool = False  # killed by the tests that execute its line, without running the whole file
 
 
 def _code_shape(source: str) -> str:
@@ -177,26 +193,89 @@ def equivalence(m: Mutant, listed: dict[str, str], original: str) -> str | None:
     return None
 
 
+@dataclass
+class Baseline:
+    """The public tests on the unmutated reference: per line, the node ids of the
+    tests that execute it; per node id, its seconds."""
+
+    lines: dict[int, list[str]]
+    seconds: dict[str, float]
+    wall: float
+
+    def tests_for(self, line: int) -> list[str]:
+        """The tests that execute ``line``, cheapest first (empty: run the whole file)."""
+        return sorted(self.lines.get(line, []), key=lambda t: (self.seconds.get(t, 0.0), t))
+
+
+def _submission_copy(tmp: str, problem: str, source: str | None) -> Path:
+    pkg = Path(tmp) / "student"
+    shutil.copytree(REPO / "reference", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    if source is not None:
+        (pkg / f"{problem}.py").write_text(source)
+    return pkg
+
+
+def _pytest(problem: str, impl: str, tests: list[str] | None, profile: str, python: str,
+            timeout: float, env: dict[str, str]) -> tuple[int | None, float]:
+    """(pytest's exit code or None past the timeout, seconds)."""
+    cmd = [python, "-m", "pytest", *(tests or [f"tests/test_{problem}.py"]), f"--impl={impl}", "-x", "-q",
+           "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "grader.instructor.mutant_plugin",
+           "--hypothesis-profile", profile]
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **env})
+    except subprocess.TimeoutExpired:
+        return None, time.monotonic() - start
+    return proc.returncode, time.monotonic() - start
+
+
+def baseline(problem: str, *, profile: str = "detect", timeout: float = 1800.0,
+             python: str = sys.executable) -> Baseline:
+    """Run the problem's public tests on the reference under coverage.py.
+
+    Raises RuntimeError when they do not all pass: a mutant run means nothing then."""
+    with tempfile.TemporaryDirectory(prefix=f"mutant-{problem}-base-") as tmp:
+        pkg = _submission_copy(tmp, problem, None)
+        out = Path(tmp) / "baseline.json"
+        code, wall = _pytest(problem, tmp, None, profile, python, timeout,
+                             {"GRADER_MUTANTS_TRACE": str(pkg / f"{problem}.py"), "GRADER_MUTANTS_BASELINE": str(out)})
+        if code != 0 or not out.is_file():
+            raise RuntimeError(f"the public tests of {problem} do not pass on reference/ "
+                               f"(pytest exit {code}): fix that before measuring mutants")
+        doc = json.loads(out.read_text())
+    return Baseline({int(k): v for k, v in doc["lines"].items()}, doc["seconds"], wall)
+
+
+def function_body_lines(source: str) -> set[int]:
+    """Lines inside a function's body: they run only when a test calls the function
+    (everything else runs at import, in whichever test imports the module first)."""
+    lines: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            lines.update(range(node.body[0].lineno, (node.body[-1].end_lineno or node.body[-1].lineno) + 1))
+    return lines
+
+
 def run_mutant(m: Mutant, *, profile: str = "detect", timeout: float = 600.0,
-               python: str = sys.executable, tests: list[str] | None = None) -> tuple[str, float]:
-    """Run the problem's public tests (or the pytest node ids ``tests``) on
-    ``m``: ``("killed"|"survived"|"timeout", seconds)``."""
+               python: str = sys.executable, tests: list[str] | None = None,
+               select: list[str] | None = None) -> tuple[str, float]:
+    """Run the problem's public tests (or the pytest node ids ``tests``, or only
+    the collected tests ``select``, in that order) on ``m``:
+    ``("killed"|"survived"|"timeout", seconds)``."""
     with tempfile.TemporaryDirectory(prefix=f"mutant-{m.problem}-") as tmp:
-        pkg = Path(tmp) / "student"
-        shutil.copytree(REPO / "reference", pkg, ignore=shutil.ignore_patterns("__pycache__"))
-        (pkg / f"{m.problem}.py").write_text(m.source)
-        cmd = [python, "-m", "pytest", *(tests or [f"tests/test_{m.problem}.py"]), f"--impl={tmp}", "-x", "-q",
-               "-p", "no:cacheprovider", "-p", "no:xdist", "--hypothesis-profile", profile]
-        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-        start = time.monotonic()
-        try:
-            proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
-        except subprocess.TimeoutExpired:
-            return "timeout", time.monotonic() - start
-        seconds = time.monotonic() - start
+        _submission_copy(tmp, m.problem, m.source)
+        env = {}
+        if select is not None:
+            chosen = Path(tmp) / "select.json"
+            chosen.write_text(json.dumps(select))
+            env["GRADER_MUTANTS_SELECT"] = str(chosen)
+        code, seconds = _pytest(m.problem, tmp, tests, profile, python, timeout, env)
+    if code is None:
+        return "timeout", seconds
     # pytest: 0 all passed, 1 some failed, 2+ interrupted/usage/collection errors
     # (a mutant that breaks the import is killed as surely as a failing test).
-    return ("survived" if proc.returncode == 0 else "killed"), seconds
+    return ("survived" if code == 0 else "killed"), seconds
 
 
 def sample(items: list[Mutant], n: int | None) -> list[Mutant]:
@@ -209,7 +288,8 @@ def sample(items: list[Mutant], n: int | None) -> list[Mutant]:
 
 def mutate_problem(problem: str, *, max_mutants: int | None = None, operators: tuple[str, ...] = DEFAULT_OPERATORS,
                    profile: str = "detect", timeout: float = 600.0, jobs: int = 1,
-                   equivalent: dict[str, str] | None = None, progress: bool = True) -> list[Outcome]:
+                   equivalent: dict[str, str] | None = None, progress: bool = True,
+                   narrow: bool = True) -> list[Outcome]:
     original = (REPO / "reference" / f"{problem}.py").read_text()
     listed = load_equivalent() if equivalent is None else equivalent
     outcomes: list[Outcome] = []
@@ -221,16 +301,48 @@ def mutate_problem(problem: str, *, max_mutants: int | None = None, operators: t
         else:
             to_run.append(m)
     chosen = sample(to_run, max_mutants)
+    base = baseline(problem, profile=profile) if chosen and narrow else None
+    if base is not None and progress:
+        print(f"  baseline  {base.wall:6.1f}s  {len(base.seconds)} tests, {len(base.lines)} lines executed",
+              file=sys.stderr, flush=True)
+    in_bodies = function_body_lines(original)
 
     def one(m: Mutant) -> Outcome:
-        status, secs = run_mutant(m, profile=profile, timeout=timeout)
+        status, secs, narrowed = "survived", 0.0, False
+        if base is not None and m.line in in_bodies and base.tests_for(m.line):
+            status, secs = run_mutant(m, profile=profile, timeout=timeout, select=base.tests_for(m.line))
+            narrowed = status != "survived"
+        if not narrowed:
+            status, more = run_mutant(m, profile=profile, timeout=timeout)
+            secs += more
         if progress:
             print(f"  {status:9s} {secs:6.1f}s  {m.key}  line {m.line}: {m.after}", file=sys.stderr, flush=True)
-        return Outcome(m.key, problem, m.line, m.before, m.after, status, secs)
+        return Outcome(m.key, problem, m.line, m.before, m.after, status, secs, narrowed=narrowed)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         outcomes.extend(pool.map(one, chosen))
     return outcomes
+
+
+def corpus_problem(problem: str, *, profile: str = "detect", timeout: float = 600.0, jobs: int = 1,
+                   progress: bool = True) -> list[Outcome]:
+    """The public tests of ``problem`` on each of its realistic mistakes in
+    ``grader/corpus/wrong`` (whole file, stopped at the first failure): "killed"
+    means caught."""
+    from grader.corpus import build_wrong, wrong_submissions
+
+    def one(sub: WrongSubmission) -> Outcome:
+        with tempfile.TemporaryDirectory(prefix=f"wrong-{problem}-") as tmp:
+            folder = build_wrong(sub, Path(tmp))
+            code, secs = _pytest(problem, str(folder), None, profile, sys.executable, timeout, {})
+        status = "timeout" if code is None else "survived" if code == 0 else "killed"
+        if progress:
+            print(f"  {status:9s} {secs:6.1f}s  {sub.name}", file=sys.stderr, flush=True)
+        return Outcome(sub.name, problem, 0, "", sub.description, status, secs)
+
+    entries = [s for s in wrong_submissions() if s.problem == problem]
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, entries))
 
 
 def summary(outcomes: list[Outcome]) -> tuple[int, int, int]:
@@ -250,7 +362,8 @@ def table(results: dict[str, list[Outcome]]) -> str:
     for outs in results.values():
         for o in outs:
             if o.status == "survived":
-                lines.append(f"survived  {o.key}  line {o.line}: {o.before!r} -> {o.after!r}")
+                lines.append(f"survived  {o.key}  line {o.line}: {o.before!r} -> {o.after!r}" if o.line
+                             else f"survived  {o.key}: {o.after}")
     return "\n".join(lines) + "\n"
 
 
@@ -263,6 +376,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--profile", default="detect", help="hypothesis profile for the public tests (default: detect)")
     ap.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per mutant (past it: killed)")
     ap.add_argument("--jobs", type=int, default=1, help="mutants run at once (default: 1)")
+    ap.add_argument("--whole-file", action="store_true",
+                    help="run every mutant against the whole test file (no coverage baseline); slower, same verdicts")
+    ap.add_argument("--corpus", action="store_true",
+                    help="run grader/corpus/wrong's realistic mistakes instead of cosmic-ray's mutants")
     ap.add_argument("--list", action="store_true", help="list the mutants (and equivalents) without running them")
     ap.add_argument("--json", metavar="FILE", help="write every outcome as JSON")
     return ap
@@ -293,8 +410,12 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[Outcome]] = {}
     for problem in problems:
         print(f"{problem}:", file=sys.stderr, flush=True)
+        if args.corpus:
+            results[problem] = corpus_problem(problem, profile=args.profile, timeout=args.timeout, jobs=args.jobs)
+            continue
         results[problem] = mutate_problem(problem, max_mutants=args.max, operators=operators,
-                                          profile=args.profile, timeout=args.timeout, jobs=args.jobs)
+                                          profile=args.profile, timeout=args.timeout, jobs=args.jobs,
+                                          narrow=not args.whole_file)
     sys.stdout.write(table(results))
     if args.json:
         Path(args.json).write_text(json.dumps({p: [asdict(o) for o in outs] for p, outs in results.items()}, indent=1))
