@@ -532,6 +532,40 @@ def test_train_accepts_every_argument_by_keyword(impl):
     losses, _ = torch_loop("mlp", 6, 2, 0, "sgd", 0.1, batches)
     assert_losses_close(got, losses, 1e-5, 1e-7, "train(...) called with keywords")
 
+def _by_keyword(impl, function: str) -> None:
+    got = impl.scenario(scenarios.by_keyword, function)
+    kw, pos = got["keyword"], got["positional"]
+    assert type(kw["returned"]) is type(pos["returned"]), (
+        f"{function} by keyword returned {type(kw['returned']).__name__}, positionally "
+        f"{type(pos['returned']).__name__}")
+    if isinstance(pos["returned"], torch.Tensor):
+        assert torch.equal(kw["returned"], pos["returned"]), f"{function} by keyword returned another tensor"
+    else:
+        assert kw["returned"] == pos["returned"], (
+            f"{function} by keyword returned {kw['returned']!r}, positionally {pos['returned']!r}")
+    for i, (a, b) in enumerate(zip(kw["params"], pos["params"], strict=True)):
+        assert torch.equal(a, b), f"{function} by keyword: parameter {i} differs from the positional call"
+
+
+def test_train_step_accepts_every_argument_by_keyword(impl):
+    """Signatures are contracts (handout, "How the tests reach your code"):
+    ``train_step(model=, optimizer=, x=, y=, precision=, scaler=)`` does what
+    the positional call does."""
+    _by_keyword(impl, "train_step")
+
+
+def test_checkpointed_forward_accepts_every_argument_by_keyword(impl):
+    """``checkpointed_forward(model=, x=)`` returns what the positional call returns."""
+    _by_keyword(impl, "checkpointed_forward")
+
+
+def test_save_and_load_accept_every_argument_by_keyword(impl):
+    """``save_checkpoint(path=, model=, optimizer=, iteration=, **extra)`` then
+    ``load_checkpoint(path=, model=, optimizer=, extra=)`` restore what the
+    positional calls restore, and return the same iteration and extras."""
+    _by_keyword(impl, "save_checkpoint")
+
+
 # An integer in a log message: digits not part of a longer number nor the
 # fraction of a decimal ("loss 0.3" names 0, not 3; "step 3." names 3).
 _INTEGER = re.compile(r"(?<![\d.])\d+(?!\d|\.\d)")

@@ -244,6 +244,41 @@ def train_by_keyword(lab: Any, batches: list[tuple[torch.Tensor, torch.Tensor]])
     return lab.training.train(model=model, optimizer=opt, batches=iter(batches), steps=len(batches),
                               precision="fp32", scaler=None, log_every=0)
 
+def by_keyword(lab: Any, function: str) -> Any:
+    """``function`` of the training module called with every argument by keyword,
+    as its stub's signature allows, beside the same call made positionally on
+    an identical model: ``{"keyword": ..., "positional": ...}``, each holding
+    what the call returned and the parameters afterwards."""
+
+    def run(keywords: bool) -> dict[str, Any]:
+        model = build_model("mlp", 6, 2, 11)
+        opt = build_optimizer("adamw", model.parameters(), 1e-2)
+        x, y = torch.randn(5, 6, generator=torch.Generator().manual_seed(4)), torch.zeros(5)
+        t = lab.training
+        if function == "train_step":
+            out: Any = (t.train_step(model=model, optimizer=opt, x=x, y=y, precision="fp32", scaler=None)
+                        if keywords else t.train_step(model, opt, x, y))
+        elif function == "checkpointed_forward":
+            out = t.checkpointed_forward(model=model, x=x) if keywords else t.checkpointed_forward(model, x)
+            out = out.detach()
+        else:  # save_checkpoint then load_checkpoint into a fresh model
+            with tempfile.TemporaryDirectory() as d:
+                path = os.path.join(d, "ckpt.pt")
+                extra: dict[str, Any] = {}
+                fresh = build_model("mlp", 6, 2, 12)
+                fresh_opt = build_optimizer("adamw", fresh.parameters(), 1e-2)
+                if keywords:
+                    t.save_checkpoint(path=path, model=model, optimizer=opt, iteration=3, note="kw")
+                    it = t.load_checkpoint(path=path, model=fresh, optimizer=fresh_opt, extra=extra)
+                else:
+                    t.save_checkpoint(path, model, opt, 3, note="kw")
+                    it = t.load_checkpoint(path, fresh, fresh_opt, extra=extra)
+                out, model = {"iteration": it, "extra": extra}, fresh
+        return {"returned": out, "params": [q.detach().clone() for q in model.parameters()]}
+
+    return {"keyword": run(True), "positional": run(False)}
+
+
 # --------------------------------------------------------------------------- checkpointing
 
 
