@@ -62,7 +62,8 @@ def checkpointed_forward(model: nn.Module, x: Tensor) -> Tensor:
     tensors are saved for backward, and backward recomputes them.
 
     ``x`` may or may not require grad (the parameters get their gradients
-    either way). Dropout layers draw their masks once: with torch's RNG seeded
+    either way), and may have several leading dimensions (``(batch, seq,
+    dim)``): the output has ``model(x)``'s shape. Dropout layers draw their masks once: with torch's RNG seeded
     alike before the call, output and gradients equal ``model(x)``'s.
 
     Supported models: an ``nn.Sequential`` (its children in order), or a
@@ -77,7 +78,8 @@ def checkpointed_forward(model: nn.Module, x: Tensor) -> Tensor:
     layer alone does not.
 
     Raises:
-        TypeError: ``model`` has neither structure, or ``x`` is not a tensor.
+        TypeError: ``model`` has neither structure (also when it has only one of
+            ``layers`` and ``final``), or ``x`` is not a tensor.
     """
     raise NotImplementedError("checkpointed_forward: see handout §6")
 
@@ -119,7 +121,9 @@ def load_checkpoint(
     """Load a checkpoint written by ``save_checkpoint`` with
     ``torch.load(..., weights_only=True)`` (never unpickle arbitrary objects),
     restore the model, the optimizer and every RNG state, fill ``extra`` (when
-    given) with the saved extras, and return the saved iteration. Continuing
+    given) with the saved extras, and return the saved iteration. A checkpoint
+    written where CUDA is absent loads where it is available, and the other
+    way round (CUDA's generators are restored only where both have CUDA). Continuing
     from here reproduces an uninterrupted run bit for bit on the CPU.
 
     Raises:

@@ -245,6 +245,19 @@ def test_checkpointed_forward_of_a_model_without_layers(impl, kind):
     got = impl.scenario(scenarios.checkpointed, kind, dim, 0, seed, x)
     assert_checkpointed_is_the_model(got, scenarios.build_model(kind, dim, 0, seed), x, f"{kind}, no layers")
 
+@settings(max_examples=6)
+@given(kind=st.sampled_from(KINDS), seed=seeds, num_layers=st.integers(1, 5),
+       lead=st.lists(st.integers(1, 4), min_size=2, max_size=3))
+def test_checkpointed_forward_of_inputs_with_more_dimensions(impl, kind, seed, num_layers, lead):
+    """``x`` of shape ``(*lead, dim)`` with two or three leading dimensions (a
+    batch of sequences): still ``model(x)``'s output, of ``model(x)``'s shape,
+    and its gradients."""
+    dim = 5
+    x = make_tensor((*lead, dim), torch.float32, seed)
+    got = impl.scenario(scenarios.checkpointed, kind, dim, num_layers, seed, x)
+    assert_checkpointed_is_the_model(got, scenarios.build_model(kind, dim, num_layers, seed), x,
+                                     f"{kind}, x of shape {tuple(x.shape)}")
+
 #: (dim, layers, batch) per model kind: what model(x) saves for backward is
 #: 384 (mlp) and 480 MiB (stack), far above what else a forward and backward
 #: hold. Measured (2 CPU cores, glibc): the reference's checkpointing peaks at
@@ -277,9 +290,13 @@ def test_checkpointed_forward_holds_fewer_activations(impl, kind):
                              f"(dim {dim}, batch {batch})")
 
 
-def test_checkpointed_forward_rejects_unsupported_models(impl):
+@pytest.mark.parametrize("kind", ["linear", "layers_without_final", "final_without_layers"])
+def test_checkpointed_forward_rejects_unsupported_models(impl, kind):
+    """A model that is neither an ``nn.Sequential`` nor has both a ``layers``
+    ModuleList and a ``final`` module raises TypeError, also when it has one
+    of the two."""
     with pytest.raises(TypeError):
-        impl.scenario(scenarios.checkpointed_unsupported)
+        impl.scenario(scenarios.checkpointed_unsupported, kind)
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -461,10 +478,15 @@ def test_load_refuses_files_that_would_run_code(impl, tmp_path):
 @pytest.mark.parametrize(
     ("iteration", "extra_kind", "error"),
     [(-1, None, ValueError), ("3", None, TypeError), (2.0, None, TypeError),
-     (3, "object", TypeError), (3, "module", TypeError)],
-    ids=["negative", "str", "float", "extra-object", "extra-module"],
+     (3, "object", TypeError), (3, "module", TypeError), (3, "list-with-object", TypeError),
+     (3, "dict-with-module", TypeError), (3, "nested-object", TypeError)],
+    ids=["negative", "str", "float", "extra-object", "extra-module", "extra-list-with-object",
+         "extra-dict-with-module", "extra-nested-object"],
 )
 def test_save_rejects_bad_input(impl, iteration, extra_kind, error):
+    """Bad iterations, and extras that are not plain data at any depth (the
+    docstring: tensors, numbers, strings, None, lists/tuples/dicts of those),
+    are refused when saving, not found out when loading."""
     with pytest.raises(error):
         impl.scenario(scenarios.save_with, iteration, extra_kind)
 
@@ -711,6 +733,59 @@ def test_load_into_a_model_with_other_keys_is_a_value_error(impl, change):
     layer fewer, other names) does not fit it: ValueError, never a partial load."""
     with pytest.raises(ValueError):
         impl.scenario(scenarios.load_into_other_model, change)
+
+
+@pytest.mark.parametrize("saved_with_cuda", [False, True], ids=["saved-on-cpu", "saved-with-cuda"])
+def test_checkpoint_round_trip_between_cpu_and_cuda_machines(impl, saved_with_cuda):
+    """A checkpoint moves between machines (CUDA faked on the CPU, like the CUDA
+    RNG test): one written where CUDA is absent loads where it is available,
+    and one holding CUDA generator states loads where CUDA is absent. The model
+    and the iteration come back."""
+    got = impl.scenario(scenarios.checkpoint_across_machines, saved_with_cuda, 3)
+    where = "saved with CUDA, loaded without" if saved_with_cuda else "saved without CUDA, loaded with it"
+    assert got["iteration"] == 9, f"{where}: load_checkpoint returned {got['iteration']!r}, not 9"
+    assert got["params_restored"], f"{where}: the parameters were not restored"
+
+
+def _plain_leaves() -> st.SearchStrategy:
+    return (st.none() | st.booleans() | st.integers(-(2**40), 2**40)
+            | st.floats(allow_nan=False, width=64) | st.text(max_size=6)
+            | st.builds(lambda n, k: torch.arange(n, dtype=torch.float32) * k, st.integers(0, 4), st.integers(-3, 3)))
+
+
+def _plain_data() -> st.SearchStrategy:
+    """What the docstring allows in ``extra``: tensors, numbers, strings, None,
+    and lists/tuples/dicts (str keys) of those, nested."""
+    return st.recursive(
+        _plain_leaves(),
+        lambda inner: (st.lists(inner, max_size=3) | st.tuples(inner, inner)
+                       | st.dictionaries(st.text(min_size=1, max_size=4), inner, max_size=3)),
+        max_leaves=8,
+    )
+
+
+def _same_data(a, b) -> bool:
+    """Equal values; a tuple may come back as a list and the other way round."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
+                and torch.equal(a, b))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same_data(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_data(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+@settings(max_examples=10)
+@given(extras=st.dictionaries(st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True), _plain_data(),
+                              min_size=1, max_size=3))
+def test_checkpoint_round_trip_of_nested_extras(impl, extras):
+    """Every extra the docstring allows, nested lists, tuples and dicts
+    included, is read back by ``load_checkpoint(..., extra=...)`` with its
+    values and types (a tuple may come back as a list)."""
+    got = impl.scenario(scenarios.extras_round_trip, extras)
+    assert got["iteration"] == 2
+    assert _same_data(got["extra"], extras), f"extras saved {extras!r}, read back {got['extra']!r}"
 
 
 @given(seed=seeds)

@@ -336,8 +336,18 @@ def checkpointed_memory(lab: Any, kind: str, dim: int, num_layers: int, seed: in
     return {"out": out.detach().clone(), "x_grad": x.grad.clone() if x.grad is not None else None}
 
 
-def checkpointed_unsupported(lab: Any) -> Any:
-    model = nn.Linear(3, 3)
+def checkpointed_unsupported(lab: Any, kind: str) -> Any:
+    """``checkpointed_forward`` of a model it does not support: a plain
+    ``nn.Linear``, or a module with only one of ``layers`` and ``final``."""
+    model: nn.Module
+    if kind == "linear":
+        model = nn.Linear(3, 3)
+    else:
+        model = nn.Module()
+        if kind == "layers_without_final":
+            model.layers = nn.ModuleList([nn.Linear(3, 3)])
+        else:
+            model.final = nn.Linear(3, 1)
     return lab.training.checkpointed_forward(model, torch.randn(2, 3))
 
 
@@ -569,7 +579,14 @@ def save_with(lab: Any, iteration: Any, extra_kind: str | None) -> Any:
     with tempfile.TemporaryDirectory() as d:
         model = build_model("mlp", 4, 1, 0)
         opt = build_optimizer("sgd", model.parameters(), 0.1)
-        extra = {} if extra_kind is None else {"thing": {"object": object(), "module": nn.Linear(1, 1)}[extra_kind]}
+        odd = {
+            "object": lambda: object(),
+            "module": lambda: nn.Linear(1, 1),
+            "list-with-object": lambda: [1, "a", object()],
+            "dict-with-module": lambda: {"lr": 0.1, "layer": nn.Linear(1, 1)},
+            "nested-object": lambda: {"a": [(1, 2), {"b": (3, object())}]},
+        }
+        extra = {} if extra_kind is None else {"thing": odd[extra_kind]()}
         return lab.training.save_checkpoint(os.path.join(d, "c.pt"), model, opt, iteration, **extra)
 
 
@@ -701,6 +718,70 @@ def checkpoint_with_fake_cuda(lab: Any, seed: int) -> Any:
         for name, fn in saved.items():
             setattr(torch.cuda, name, fn)
     return {"restored": set_calls[-1] if set_calls else None}
+
+
+def _fake_cuda(available: bool, set_calls: list[torch.Tensor]) -> dict[str, Any]:
+    """Replacements for ``torch.cuda``'s RNG functions: one device with a fixed
+    generator state when ``available``, none otherwise; states set are recorded."""
+
+    def set_state(state: torch.Tensor, device: Any = "cuda") -> None:
+        set_calls.append(torch.as_tensor(state).clone())
+
+    def get_state(device: Any = "cuda") -> torch.Tensor:
+        if not available:
+            raise RuntimeError("no CUDA device (fake)")
+        return torch.tensor([5, 6, 7, 8], dtype=torch.uint8)
+
+    return {
+        "is_available": lambda: available,
+        "device_count": lambda: int(available),
+        "get_rng_state": get_state,
+        "get_rng_state_all": lambda: [get_state()] if available else [],
+        "set_rng_state": set_state,
+        "set_rng_state_all": lambda states: [set_state(s) for s in states],
+    }
+
+
+def checkpoint_across_machines(lab: Any, saved_with_cuda: bool, seed: int) -> Any:
+    """Save where CUDA is (``saved_with_cuda``) or is not available, then load
+    into a fresh model on a machine of the other kind (both faked inside this
+    scenario). Report the iteration and whether the parameters came back."""
+    set_calls: list[torch.Tensor] = []
+    saved = {name: getattr(torch.cuda, name) for name in _fake_cuda(True, set_calls)}
+
+    def machine(cuda: bool) -> None:
+        for name, fn in _fake_cuda(cuda, set_calls).items():
+            setattr(torch.cuda, name, fn)
+
+    try:
+        model = build_model("mlp", 4, 1, seed)
+        opt = build_optimizer("adamw", model.parameters(), 0.1)
+        fresh = build_model("mlp", 4, 1, seed + 1)
+        fresh_opt = build_optimizer("adamw", fresh.parameters(), 0.1)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "ckpt.pt")
+            machine(saved_with_cuda)
+            lab.training.save_checkpoint(path, model, opt, 9)
+            machine(not saved_with_cuda)
+            iteration = lab.training.load_checkpoint(path, fresh, fresh_opt)
+    finally:
+        for name, fn in saved.items():
+            setattr(torch.cuda, name, fn)
+    same = all(torch.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters(), strict=True))
+    return {"iteration": iteration, "params_restored": same}
+
+
+def extras_round_trip(lab: Any, extras: dict[str, Any]) -> Any:
+    """``save_checkpoint(..., **extras)`` then ``load_checkpoint(..., extra=got)``:
+    report ``got`` and the iteration."""
+    model = build_model("mlp", 4, 1, 0)
+    opt = build_optimizer("sgd", model.parameters(), 0.1)
+    got: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "ckpt.pt")
+        lab.training.save_checkpoint(path, model, opt, 2, **extras)
+        iteration = lab.training.load_checkpoint(path, model, opt, extra=got)
+    return {"iteration": iteration, "extra": got}
 
 
 def run_steps_on(lab: Any, device: str, precision: str, seed: int,
