@@ -217,3 +217,40 @@ def test_float_results_are_python_floats_even_for_int_arguments(impl, n, t, devi
          impl.flops.training_days(n, t, devices, peak, utilisation)),
     ):
         assert type(got) is float, f"{call} should return a float, got {type(got).__name__} {got!r}"
+
+
+@given(n=st.floats(1e6, 1e12), t=st.floats(1e6, 1e13), devices=st.integers(1, 100_000), peak=st.floats(1e12, 1e16))
+def test_training_days_accepts_full_utilisation(impl, n, t, devices, peak):
+    """``mfu`` may be anything in (0, 1]: the closed end, 1 (every peak FLOP
+    spent on the model), is a valid utilisation, not an error."""
+    got = impl.flops.training_days(n, t, devices, peak, 1.0)
+    expected = 6 * n * t / (devices * peak) / 86400
+    assert math.isclose(got, expected, rel_tol=1e-9), (
+        f"training_days({n}, {t}, {devices}, {peak}, mfu=1.0): expected {expected}, got {got!r}"
+    )
+
+
+@pytest.mark.parametrize("value", [-1e-9, -0.5, -1.0, -3e12], ids=str)
+@pytest.mark.parametrize(
+    ("function", "position"),
+    [("training_flops", 0), ("training_flops", 1), ("mfu", 0), ("training_days", 0), ("training_days", 1)],
+    ids=lambda v: v if isinstance(v, str) else f"arg{v}",
+)
+def test_bad_input_any_negative_count(impl, function, position, value):
+    """A negative count (parameters, tokens, model FLOPs) is a ValueError
+    however small its magnitude: the bound is 0, not -1."""
+    args = {"training_flops": [70e9, 15e12], "mfu": [6e15, 10.0, 989.5e12],
+            "training_days": [70e9, 15e12, 1024, 989.5e12, 0.5]}[function]
+    args[position] = value
+    with pytest.raises(ValueError):
+        result = getattr(impl.flops, function)(*args)
+        pytest.fail(f"{function}{tuple(args)} should raise ValueError, returned {result!r}")
+
+
+@pytest.mark.parametrize("utilisation", [1.0000001, 1.5, 2.0, 100.0], ids=str)
+def test_bad_input_utilisation_above_one(impl, utilisation):
+    """``mfu`` is a fraction of peak: anything above 1, however slightly, is a ValueError."""
+    with pytest.raises(ValueError):
+        result = impl.flops.training_days(70e9, 15e12, 1024, 989.5e12, utilisation)
+        pytest.fail(f"training_days(70e9, 15e12, 1024, 989.5e12, {utilisation}) should raise ValueError, "
+                    f"returned {result!r}")
