@@ -337,6 +337,20 @@ def test_cuda_batch_equals_the_cpu_batch(impl):
     )
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="not run on a GPU: needs CUDA")
+def test_get_batch_rejects_a_cuda_device_that_does_not_exist(impl):
+    """With N CUDA devices, cuda:0 .. cuda:N-1 exist: cuda:N is a bad device
+    (ValueError), however the failure would otherwise show up later."""
+    n = torch.cuda.device_count()
+    tokens = position_coded(3000)
+    with pytest.raises(ValueError):
+        impl.data.get_batch(tokens, 2, 4, f"cuda:{n}")
+        pytest.fail(f"get_batch(..., 'cuda:{n}') on a machine with {n} CUDA device(s) should raise ValueError")
+    x, _ = impl.data.get_batch(tokens, 2, 4, f"cuda:{n - 1}")
+    check_tensor(x, dtype=torch.int64, shape=(2, 4), device=f"cuda:{n - 1}", what="x")
+
+
 # --------------------------------------------------------------------------- more inputs (issue 16)
 
 
@@ -376,3 +390,18 @@ def test_a_cpu_tensor_of_tokens_gives_the_batch_of_the_array(impl, tokens, batch
     from_tensor = impl.scenario(scenarios.batch_with_seed, torch.from_numpy(array), batch_size, context_length, seed)
     for name, a, t in zip("xy", from_array, from_tensor, strict=True):
         assert torch.equal(a, t), f"get_batch on a CPU tensor of tokens: {name} differs from the NumPy array's {name}"
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16", "int32", "int64"])
+@given(data=st.data())
+def test_load_tokens_of_a_file_holding_one_token(impl, dtype, data):
+    """A file of exactly one token (1 byte for uint8) is a valid token file:
+    ``load_tokens`` maps it as one token, whatever the dtype's width."""
+    info = np.iinfo(dtype)
+    token = data.draw(st.integers(int(info.min), int(info.max)), label="token")
+    got = impl.scenario(scenarios.load_written, np.array([token], dtype=dtype).tobytes(), dtype)
+    assert got["is_memmap"], f"load_tokens of a one-token {dtype} file returned a {got['type']}, not an np.memmap"
+    assert got["shape"] == (1,) and got["values"].tolist() == [token], (
+        f"load_tokens of a file holding the single {dtype} token {token}: expected shape (1,) and [{token}], "
+        f"got shape {got['shape']} and {got['values'].tolist()}"
+    )
