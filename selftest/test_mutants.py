@@ -89,6 +89,25 @@ def test_a_mutant_meets_only_the_tests_that_execute_its_line():
     assert mutants.run_mutant(killed, select=elsewhere, timeout=300)[0] == "survived"
 
 
+def test_cuda_only_mutants_are_left_out_without_cuda_and_run_with_it():
+    """A mutant listed in cuda_only_mutants.toml is reported as cuda-only (not
+    run, in neither count) on a machine without CUDA, and runs like any other
+    where CUDA is available."""
+    cuda_only = mutants.load_equivalent(mutants.CUDA_ONLY_FILE)
+    assert cuda_only, "cuda_only_mutants.toml lists no mutant"
+    ops = ("ReplaceTrueWithFalse",)
+    without = mutants.mutate_problem("data", operators=ops, max_mutants=0, progress=False, cuda=False)
+    marked = {o.key for o in without if o.status == "cuda-only"}
+    assert marked and marked <= set(cuda_only), marked
+    assert all(o.reason for o in without if o.status == "cuda-only")
+    with_cuda = mutants.mutate_problem("data", operators=ops, max_mutants=0, progress=False, cuda=True)
+    assert not any(o.status == "cuda-only" for o in with_cuda), "with CUDA, CUDA-only mutants must run"
+    outs = [*without, mutants.Outcome("k", "data", 1, "", "", "killed", 0.0)]
+    killed, run, _ = mutants.summary(outs)
+    assert (killed, run) == (1, 1), "cuda-only mutants count neither as run nor as killed"
+    assert "cuda" in mutants.table({"data": outs}).splitlines()[0]
+
+
 def test_module_level_lines_are_never_narrowed():
     source = "X = 1\n\n@dec\ndef f(a=2):\n    y = a\n    return y + X\n"
     assert mutants.function_body_lines(source) == {5, 6}

@@ -31,7 +31,12 @@ students err) instead of the tool's mutants: "killed" then means "caught".
 Mutants that cannot change behaviour are *equivalent* and left out of the rate:
 those that only touch annotations or docstrings (found automatically: with
 ``from __future__ import annotations`` an annotation is never evaluated), and the
-ones listed with a reason in ``grader/corpus/equivalent_mutants.toml``.
+ones listed with a reason in ``grader/corpus/equivalent_mutants.toml``. Mutants
+that change behaviour only on a CUDA device (a pinned host buffer, a device
+index check) are listed with the GPU test that catches them in
+``grader/corpus/cuda_only_mutants.toml``: where CUDA is available they run like
+any other; elsewhere they are reported as ``cuda-only`` and left out of the
+rate, since no test on that machine can see them.
 
 Why cosmic-ray's operators and not its runner (or mutmut): both runners assume the
 tests import the mutated module from where it lies (cosmic-ray rewrites the file in
@@ -62,6 +67,7 @@ from grader.corpus import WrongSubmission
 from grader.util import REPO
 
 EQUIVALENT_FILE = REPO / "grader" / "corpus" / "equivalent_mutants.toml"
+CUDA_ONLY_FILE = REPO / "grader" / "corpus" / "cuda_only_mutants.toml"
 
 #: The handout problems whose reference module is mutated (tests/test_<p>.py kills).
 PROBLEMS = ("precision", "views", "memory", "einops_ops", "flops", "model", "optimizers", "data", "training")
@@ -111,7 +117,7 @@ class Outcome:
     line: int
     before: str
     after: str
-    status: str  # killed | survived | timeout | equivalent
+    status: str  # killed | survived | timeout | equivalent | cuda-only
     seconds: float
     reason: str = ""
     narrowed: bool = False  # killed by the tests that execute its line, without running the whole file
@@ -168,7 +174,8 @@ def generate(problem: str, operators: tuple[str, ...] = DEFAULT_OPERATORS,
 
 
 def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[str, str]:
-    """``{mutant key: reason}`` from the equivalent-mutants file. An entry also
+    """``{mutant key: reason}`` from the equivalent-mutants file (or, with
+    ``path=CUDA_ONLY_FILE``, the CUDA-only one: same format). An entry also
     names the source line it was written for; when the reference changed under
     it (the line differs), the entry no longer applies and the mutant counts."""
     if not path.is_file():
@@ -178,6 +185,16 @@ def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[str, str]:
             for e in spec.get("mutant", [])}
 
 
+def listed_reason(m: Mutant, listed: dict[str, str]) -> str | None:
+    """The reason ``listed`` gives for ``m``, if its entry was written for ``m``'s line."""
+    entry = listed.get(m.key)
+    if entry is not None:
+        line, reason = entry.split("\x00", 1)
+        if line.strip() == m.before:
+            return reason
+    return None
+
+
 def equivalence(m: Mutant, listed: dict[str, str], original: str) -> str | None:
     """Why ``m`` is equivalent, or None."""
     try:
@@ -185,12 +202,13 @@ def equivalence(m: Mutant, listed: dict[str, str], original: str) -> str | None:
             return "changes only an annotation or a docstring"
     except SyntaxError:
         return None
-    entry = listed.get(m.key)
-    if entry is not None:
-        line, reason = entry.split("\x00", 1)
-        if line.strip() == m.before:
-            return reason
-    return None
+    return listed_reason(m, listed)
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 @dataclass
@@ -282,6 +300,8 @@ def sample(items: list[Mutant], n: int | None) -> list[Mutant]:
     """At most ``n`` mutants spread evenly over the module (deterministic)."""
     if n is None or len(items) <= n:
         return items
+    if n <= 0:
+        return []
     step = len(items) / n
     return [items[int(i * step)] for i in range(n)]
 
@@ -289,15 +309,22 @@ def sample(items: list[Mutant], n: int | None) -> list[Mutant]:
 def mutate_problem(problem: str, *, max_mutants: int | None = None, operators: tuple[str, ...] = DEFAULT_OPERATORS,
                    profile: str = "detect", timeout: float = 600.0, jobs: int = 1,
                    equivalent: dict[str, str] | None = None, progress: bool = True,
-                   narrow: bool = True) -> list[Outcome]:
+                   narrow: bool = True, cuda: bool | None = None) -> list[Outcome]:
+    """Every mutant of ``reference/<problem>.py`` (or ``max_mutants`` of them)
+    against the problem's public tests. ``cuda`` (default: whether torch sees a
+    CUDA device) says whether the CUDA-only mutants run or are left out."""
     original = (REPO / "reference" / f"{problem}.py").read_text()
     listed = load_equivalent() if equivalent is None else equivalent
+    cuda_only = {} if (_cuda_available() if cuda is None else cuda) else load_equivalent(CUDA_ONLY_FILE)
     outcomes: list[Outcome] = []
     to_run: list[Mutant] = []
     for m in generate(problem, operators):
         why = equivalence(m, listed, original)
+        gpu = listed_reason(m, cuda_only) if why is None else None
         if why is not None:
             outcomes.append(Outcome(m.key, problem, m.line, m.before, m.after, "equivalent", 0.0, why))
+        elif gpu is not None:
+            outcomes.append(Outcome(m.key, problem, m.line, m.before, m.after, "cuda-only", 0.0, gpu))
         else:
             to_run.append(m)
     chosen = sample(to_run, max_mutants)
@@ -346,19 +373,21 @@ def corpus_problem(problem: str, *, profile: str = "detect", timeout: float = 60
 
 
 def summary(outcomes: list[Outcome]) -> tuple[int, int, int]:
-    """(killed, non-equivalent run, equivalent); a timeout counts as killed."""
+    """(killed, non-equivalent run, equivalent); a timeout counts as killed, and
+    CUDA-only mutants left out on a machine without CUDA are in neither count."""
     killed = sum(o.status in ("killed", "timeout") for o in outcomes)
-    run = sum(o.status != "equivalent" for o in outcomes)
+    run = sum(o.status not in ("equivalent", "cuda-only") for o in outcomes)
     return killed, run, sum(o.status == "equivalent" for o in outcomes)
 
 
 def table(results: dict[str, list[Outcome]]) -> str:
-    """Killed, run, kill rate and equivalent mutants per problem, as text."""
-    lines = [f"{'problem':12s} {'killed':>7s} {'run':>5s} {'rate':>7s} {'equiv':>6s}"]
+    """Killed, run, kill rate, equivalent and CUDA-only (not run) mutants per problem, as text."""
+    lines = [f"{'problem':12s} {'killed':>7s} {'run':>5s} {'rate':>7s} {'equiv':>6s} {'cuda':>5s}"]
     for problem, outs in results.items():
         k, n, e = summary(outs)
         rate = f"{100 * k / n:6.1f}%" if n else "    n/a"
-        lines.append(f"{problem:12s} {k:7d} {n:5d} {rate} {e:6d}")
+        c = sum(o.status == "cuda-only" for o in outs)
+        lines.append(f"{problem:12s} {k:7d} {n:5d} {rate} {e:6d} {c:5d}")
     for outs in results.values():
         for o in outs:
             if o.status == "survived":
@@ -400,12 +429,13 @@ def main(argv: list[str] | None = None) -> int:
         print("grader mutants: needs cosmic-ray (pip install -e '.[dev]')", file=sys.stderr)
         return 1
     if args.list:
-        listed = load_equivalent()
+        listed, cuda_only = load_equivalent(), load_equivalent(CUDA_ONLY_FILE)
         for problem in problems:
             original = (REPO / "reference" / f"{problem}.py").read_text()
             for m in generate(problem, operators):
-                why = equivalence(m, listed, original)
-                print(f"{m.key}  line {m.line}: {m.after}" + (f"   [equivalent: {why}]" if why else ""))
+                why, gpu = equivalence(m, listed, original), listed_reason(m, cuda_only)
+                note = f"   [equivalent: {why}]" if why else f"   [cuda-only: {gpu}]" if gpu else ""
+                print(f"{m.key}  line {m.line}: {m.after}{note}")
         return 0
     results: dict[str, list[Outcome]] = {}
     for problem in problems:
