@@ -42,6 +42,31 @@ def test_tied_weights_count_once(impl):
     assert got == 25, f"a weight shared by two layers counts once: expected 25, got {got!r}"
 
 
+@given(dims=widths, bias=st.booleans(), data=st.data())
+def test_count_parameters_counts_frozen_parameters_and_no_buffers(impl, dims, bias, data):
+    """Every parameter counts, frozen (``requires_grad=False``) or not, and
+    nothing else does: a BatchNorm's running statistics are buffers."""
+    n_params = len(list(scenarios.build_model(dims, bias, False).parameters()))
+    frozen = data.draw(st.lists(st.booleans(), min_size=n_params, max_size=n_params), label="frozen")
+    buffers = data.draw(st.booleans(), label="buffers")
+    model = scenarios.frozen_model_with_buffers(dims, bias, frozen, buffers)
+    expected = sum(p.numel() for p in model.parameters())
+    got = impl.scenario(scenarios.count_parameters_of_frozen, dims, bias, frozen, buffers)
+    assert got == expected, (
+        f"count_parameters(MLP {dims}, bias={bias}, frozen={frozen}, with BatchNorm buffers={buffers}): "
+        f"expected {expected} (every parameter, frozen ones included; buffers are not parameters), got {got!r}"
+    )
+
+
+@pytest.mark.parametrize("buffers", [False, True], ids=["frozen", "frozen+buffers"])
+def test_count_parameters_of_a_frozen_model(impl, buffers):
+    """A fully frozen 4 -> 3 -> 2 MLP with biases still has 4*3 + 3 + 3*2 + 2 = 23 parameters."""
+    got = impl.scenario(scenarios.count_parameters_of_frozen, [4, 3, 2], True, [True] * 4, buffers)
+    assert got == 23, (
+        f"count_parameters of a frozen 4 -> 3 -> 2 MLP with biases (buffers={buffers}): expected 23, got {got!r}"
+    )
+
+
 def _measure_step(name: str, dims: list[int], dtype: torch.dtype, batch: int):
     """Bytes held after one real step: params, grads, per-parameter state, activations."""
     torch.manual_seed(0)

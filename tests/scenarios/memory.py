@@ -27,5 +27,22 @@ def count_parameters_of(lab: Any, dims: list[int], bias: bool, tie: bool) -> Any
     return lab.memory.count_parameters(build_model(dims, bias, tie))
 
 
+def frozen_model_with_buffers(dims: list[int], bias: bool, frozen: list[bool], buffers: bool) -> nn.Module:
+    """``build_model(dims, bias, tie=False)`` with the i-th parameter frozen
+    (``requires_grad=False``) where ``frozen[i]`` is true, and, with ``buffers``,
+    a BatchNorm's running statistics (buffers, not parameters) after it."""
+    model = build_model(dims, bias, False)
+    for p, f in zip(model.parameters(), frozen, strict=False):
+        p.requires_grad_(not f)
+    if buffers:
+        model.append(nn.BatchNorm1d(dims[-1], affine=False))
+    return model
+
+
+def count_parameters_of_frozen(lab: Any, dims: list[int], bias: bool, frozen: list[bool], buffers: bool) -> Any:
+    """What the implementation's count_parameters says of ``frozen_model_with_buffers(...)``."""
+    return lab.memory.count_parameters(frozen_model_with_buffers(dims, bias, frozen, buffers))
+
+
 def count_parameters_of_non_module(lab: Any) -> Any:
     return lab.memory.count_parameters([torch.zeros(3, requires_grad=True)])
