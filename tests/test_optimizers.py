@@ -385,6 +385,8 @@ BAD_HYPERPARAMETERS = [
     ("SGDMomentum", {"momentum": -0.9}, ValueError, "momentum"),
     ("SGDMomentum", {"momentum": 1.5}, ValueError, "momentum"),
     ("SGDMomentum", {"dampening": 2.0}, ValueError, "dampening"),
+    ("SGDMomentum", {"momentum": 0.0}, ValueError, "momentum"),
+    ("SGDMomentum", {"momentum": 1.0}, ValueError, "momentum"),
     ("AdaGrad", {"eps": 0.0}, ValueError, "eps"),
     ("AdaGrad", {"lr_decay": -0.5}, ValueError, "lr_decay"),
     ("AdaGrad", {"initial_accumulator_value": -1.0}, ValueError, "initial_accumulator_value"),
@@ -395,6 +397,7 @@ BAD_HYPERPARAMETERS = [
     ("Adam", {"lr": -1e-3}, ValueError, "lr"),
     ("AdamW", {"eps": 0.0}, ValueError, "eps"),
     ("AdamW", {"betas": (0.9, 0.999, 0.5)}, ValueError, "betas"),
+    ("Adam", {"betas": 0.9}, TypeError, "betas"),
     ("AdamW", {"weight_decay": -0.1}, ValueError, "weight_decay"),
     ("AdamW", {"lr": None}, TypeError, "lr"),
 ]
@@ -413,6 +416,28 @@ def test_bad_group_hyperparameters_are_rejected(impl, name, hp, error, argument)
     """A param group's own hyperparameters are checked like the constructor's."""
     with pytest.raises(error, match=argument):
         impl.scenario(scenarios.construct, name, {}, hp)
+
+
+#: hyperparameters at the closed ends of their stated ranges: valid, so accepted
+EDGE_HYPERPARAMETERS = [
+    ("SGD", {"lr": 0.0, "weight_decay": 0.0}),
+    ("SGDMomentum", {"dampening": 1.0}),
+    ("SGDMomentum", {"dampening": 0.0, "momentum": 0.999}),
+    ("AdaGrad", {"lr_decay": 0.0, "initial_accumulator_value": 0.0, "eps": 1e-30}),
+    ("RMSProp", {"alpha": 0.0}),
+    ("Adam", {"betas": (0.0, 0.0)}),
+    ("AdamW", {"betas": [0.0, 0.5], "weight_decay": 0.0}),
+]
+
+
+@pytest.mark.parametrize(("name", "hp"), EDGE_HYPERPARAMETERS,
+                         ids=[f"{n}-{','.join(f'{k}={v!r}' for k, v in h.items())}" for n, h in EDGE_HYPERPARAMETERS])
+def test_hyperparameters_at_the_ends_of_their_ranges_are_accepted(impl, name, hp):
+    """The ranges are those the docstrings state: dampening in [0, 1] takes 1,
+    decay rates in [0, 1) take 0, lr and weight decay take 0; an optimizer
+    built with them, as its defaults or as a group's own, raises nothing."""
+    impl.scenario(scenarios.construct, name, hp)
+    impl.scenario(scenarios.construct, name, {}, hp)
 
 
 # --------------------------------------------------------------------------- more inputs (issue 16)
