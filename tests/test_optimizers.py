@@ -387,6 +387,7 @@ BAD_HYPERPARAMETERS = [
     ("SGDMomentum", {"dampening": 2.0}, ValueError, "dampening"),
     ("SGDMomentum", {"momentum": 0.0}, ValueError, "momentum"),
     ("SGDMomentum", {"momentum": 1.0}, ValueError, "momentum"),
+    ("SGDMomentum", {"dampening": -0.5}, ValueError, "dampening"),
     ("AdaGrad", {"eps": 0.0}, ValueError, "eps"),
     ("AdaGrad", {"lr_decay": -0.5}, ValueError, "lr_decay"),
     ("AdaGrad", {"initial_accumulator_value": -1.0}, ValueError, "initial_accumulator_value"),
