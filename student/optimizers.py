@@ -20,6 +20,10 @@ Rules shared by all six (see the handout for the update rules):
   ``closure()``'s value (evaluated with grad enabled) or None.
 * ``step`` reads ``p.grad`` and never modifies it (weight decay and the other
   terms go into new tensors): ``p.grad`` after a step is the gradient before it.
+  Nor does the state keep ``p.grad`` itself (copy it): training loops write the
+  next gradient into the same ``.grad`` tensor.
+* ``params`` is any iterable of tensors or of param-group dicts, a generator
+  such as ``model.parameters()`` included (it can be read only once).
 * Bad hyperparameters, given to the constructor or in a param group, raise a
   ValueError (a TypeError for a non-number) that names the hyperparameter:
   ``lr < 0``, ``weight_decay < 0``, ``eps <= 0``, betas / alpha outside

@@ -134,7 +134,7 @@ class Expected:
 def _torch_run(
     name: str, params: list[torch.Tensor], groups: list[tuple[list[int], dict[str, Any]]],
     defaults: dict[str, Any], grads: list[list[torch.Tensor | None]], lrs: list[list[float]] | None,
-    dtype: torch.dtype, foreach: bool,
+    dtype: torch.dtype, foreach: bool, in_place: bool = False,
 ) -> list[list[torch.Tensor]]:
     ps = [nn.Parameter(p.to(dtype, copy=True)) for p in params]
     opt = TORCH[name](
@@ -142,20 +142,23 @@ def _torch_run(
         **{**TORCH_DEFAULTS.get(name, {}), **defaults, "foreach": foreach},
     )
     cast = [[None if g is None else g.to(dtype) for g in step] for step in grads]
-    return scenarios.run_steps(opt, ps, cast, lrs)
+    return scenarios.run_steps(opt, ps, cast, lrs, in_place=in_place)
 
 
 def torch_trajectory(
     name: str, params: list[torch.Tensor], groups: list[tuple[list[int], dict[str, Any]]],
     defaults: dict[str, Any], grads: list[list[torch.Tensor | None]], lrs: list[list[float]] | None = None,
+    in_place: bool = False,
 ) -> Expected:
     """The oracle: the same run with torch.optim (default flags), in float64,
     and in the params' dtype with both of torch's code paths (float32 for a
-    float64 run) to measure how much rounding moves this run."""
+    float64 run) to measure how much rounding moves this run (``in_place``:
+    gradients written into one ``.grad`` per param, see ``scenarios.run_steps``)."""
     dtype = params[0].dtype
     probe = torch.float32 if dtype == torch.float64 else dtype
-    exact = _torch_run(name, params, groups, defaults, grads, lrs, torch.float64, foreach=False)
-    runs = [_torch_run(name, params, groups, defaults, grads, lrs, probe, foreach=f) for f in (False, True)]
+    exact = _torch_run(name, params, groups, defaults, grads, lrs, torch.float64, foreach=False, in_place=in_place)
+    runs = [_torch_run(name, params, groups, defaults, grads, lrs, probe, foreach=f, in_place=in_place)
+            for f in (False, True)]
     error = [[oracle_error(e, [r[k][i] for r in runs], dtype) for i, e in enumerate(step)]
              for k, step in enumerate(exact)]
     magnitude, total = [], [p.double().abs() for p in params]
@@ -518,3 +521,63 @@ def test_large_parameters_match_torch(impl, name, data):
     expected = torch_trajectory(name, params, groups, hp, grads)
     got = impl.scenario(scenarios.trajectory, name, params, groups, hp, grads)
     assert_same_trajectory(got, expected, f"{name} with parameters of {sizes} elements")
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=25)
+@given(data=st.data())
+def test_trajectory_with_gradients_written_in_place_matches_torch(impl, name, data):
+    """Training loops reuse each ``.grad`` tensor (``zero_grad(set_to_none=False)``
+    then ``backward()`` write into it): the state must not alias the gradient,
+    so rewriting ``p.grad`` in place between steps leaves the run equal to
+    torch.optim's. No weight decay, so the update reads ``p.grad`` itself."""
+    run = data.draw(runs(name, min_steps=2, none_grads=False, weight_decay=st.just(0.0)))
+    args = (*_run_args(run), None)
+    expected = torch_trajectory(name, *args, in_place=True)
+    got = impl.scenario(scenarios.trajectory, name, *args, True)
+    assert_same_trajectory(got, expected, name + " (gradients written into the same .grad tensors)")
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=10)
+@given(data=st.data())
+def test_optimizer_built_from_a_generator_of_params(impl, name, data):
+    """``Opt(model.parameters())`` passes a generator, which can be read only
+    once: the optimizer still holds every param and steps like torch.optim."""
+    run = data.draw(runs(name, max_groups=1, none_grads=False))
+    one_group = [(list(range(len(run["params"]))), {})]
+    expected = torch_trajectory(name, run["params"], one_group, run["defaults"], run["grads"])
+    got = impl.scenario(scenarios.trajectory_from_a_generator, name, run["params"], run["defaults"], run["grads"])
+    assert_same_trajectory(got, expected, name + " (built from a generator of params)")
+
+
+#: per hyperparameter, values outside the range the docstring states (ValueError)
+OUT_OF_RANGE: dict[str, tuple[Any, ...]] = {
+    "lr": (-1e-3,),
+    "weight_decay": (-1e-4,),
+    "eps": (0.0, -1e-8),
+    "betas": ((1.0, 0.999), (0.9, -0.1)),
+    "alpha": (1.0, -0.1),
+    "momentum": (0.0, 1.0, -0.5),
+    "dampening": (-0.1, 1.1),
+    "lr_decay": (-1e-3,),
+    "initial_accumulator_value": (-0.1,),
+}
+EVERY_BAD_VALUE = [(name, hp, v) for name in NAMES for hp in HYPERPARAMETERS[name] for v in OUT_OF_RANGE[hp]]
+
+
+@pytest.mark.parametrize(("name", "hp", "value"), EVERY_BAD_VALUE,
+                         ids=[f"{n}-{h}={v!r}" for n, h, v in EVERY_BAD_VALUE])
+def test_bad_values_of_every_optimizers_hyperparameters_are_rejected(impl, name, hp, value):
+    """Every optimizer checks every hyperparameter it takes against the ranges
+    the docstring states (lr < 0, weight_decay < 0, eps <= 0, betas / alpha
+    outside [0, 1), momentum outside (0, 1), dampening outside [0, 1],
+    lr_decay < 0, initial_accumulator_value < 0): a ValueError naming it, from
+    the constructor and from a param group."""
+    with pytest.raises(ValueError, match=hp):
+        impl.scenario(scenarios.construct, name, {hp: value})
+        pytest.fail(f"{name}({hp}={value!r}) should raise ValueError naming {hp}")
+    if hp != "initial_accumulator_value":  # read from the constructor only, as torch.optim.Adagrad does
+        with pytest.raises(ValueError, match=hp):
+            impl.scenario(scenarios.construct, name, {}, {hp: value})
+            pytest.fail(f"{name} with a param group's {hp}={value!r} should raise ValueError naming {hp}")

@@ -35,17 +35,25 @@ def build(lab: Any, name: str, params: list[torch.Tensor], groups: Groups, defau
 
 
 def run_steps(opt: Any, params: list[torch.Tensor], grads_per_step: Grads, lrs: list[list[float]] | None,
-              first_step: int = 0) -> list[list[torch.Tensor]]:
+              first_step: int = 0, in_place: bool = False) -> list[list[torch.Tensor]]:
     """Step ``opt`` once per entry of ``grads_per_step`` (None: no grad), setting the
-    groups' lrs first when ``lrs`` is given; the params after each step. The tests'
-    torch.optim oracle is driven by this same loop."""
+    groups' lrs first when ``lrs`` is given; the params after each step. With
+    ``in_place`` each param keeps one ``.grad`` tensor that every step's gradient
+    is written into (as ``zero_grad(set_to_none=False)`` and ``backward()`` do);
+    otherwise each step gets fresh gradient tensors. The tests' torch.optim
+    oracle is driven by this same loop."""
     out = []
     for k, grads in enumerate(grads_per_step):
         if lrs is not None:
             for group, lr in zip(opt.param_groups, lrs[first_step + k], strict=True):
                 group["lr"] = lr
         for p, g in zip(params, grads, strict=True):
-            p.grad = None if g is None else g.clone()
+            if g is None:
+                p.grad = None
+            elif in_place and p.grad is not None:
+                p.grad.copy_(g)
+            else:
+                p.grad = g.clone()
         opt.step()
         out.append([p.detach().clone() for p in params])
     return out
@@ -57,12 +65,22 @@ def _parameters(values: list[torch.Tensor]) -> list[torch.Tensor]:
 
 def trajectory(
     lab: Any, name: str, params: list[torch.Tensor], groups: Groups, defaults: dict[str, Any],
-    grads_per_step: Grads, lrs: list[list[float]] | None = None,
+    grads_per_step: Grads, lrs: list[list[float]] | None = None, in_place: bool = False,
 ) -> list[list[torch.Tensor]]:
-    """The parameters after each step: ``result[step][param]``."""
+    """The parameters after each step: ``result[step][param]`` (``in_place``: see :func:`run_steps`)."""
     ps = _parameters(params)
     opt = build(lab, name, ps, groups, defaults)
-    return run_steps(opt, ps, grads_per_step, lrs)
+    return run_steps(opt, ps, grads_per_step, lrs, in_place=in_place)
+
+
+def trajectory_from_a_generator(
+    lab: Any, name: str, params: list[torch.Tensor], defaults: dict[str, Any], grads_per_step: Grads,
+) -> list[list[torch.Tensor]]:
+    """The parameters after each step of ``name`` built from a generator of
+    params (as ``Opt(model.parameters())`` passes them), one group."""
+    ps = _parameters(params)
+    opt = getattr(lab.optimizers, name)((p for p in ps), **defaults)
+    return run_steps(opt, ps, grads_per_step, None)
 
 
 def resumed_trajectory(
