@@ -405,3 +405,64 @@ def test_load_tokens_of_a_file_holding_one_token(impl, dtype, data):
         f"load_tokens of a file holding the single {dtype} token {token}: expected shape (1,) and [{token}], "
         f"got shape {got['shape']} and {got['values'].tolist()}"
     )
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16", "uint32", "int32"])
+@pytest.mark.parametrize("end", ["above", "below"])
+def test_save_tokens_refuses_ids_that_do_not_fit_any_dtype(impl, dtype, end):
+    """"a token does not fit in ``dtype``" is a ValueError for every integer
+    dtype, not only uint16: one past its largest or smallest value would wrap."""
+    info = np.iinfo(dtype)
+    bad = int(info.max) + 1 if end == "above" else int(info.min) - 1
+    tokens = np.array([0, bad, 1], dtype=np.int64)
+    with pytest.raises(ValueError):
+        got = impl.scenario(scenarios.save_and_read_back, tokens, dtype)
+        pytest.fail(f"save_tokens([0, {bad}, 1], {dtype}) should raise ValueError ({bad} does not fit), "
+                    f"wrote {got!r:.200}")
+
+
+@given(n_extra=st.integers(1, 100), context_length=st.integers(1, 12), batch_size=st.integers(1, 9), seed=seeds,
+       step=st.integers(2, 3), as_tensor=st.booleans())
+def test_rows_are_windows_of_a_strided_view_of_the_tokens(impl, n_extra, context_length, batch_size, seed, step,
+                                                          as_tensor):
+    """``tokens`` may be any 1-D array or CPU tensor, a non-contiguous view
+    (``tokens[::2]``) included: rows are still its windows, drawn as stated."""
+    tokens = position_coded(step * (context_length + n_extra))
+    x, y = impl.scenario(scenarios.batch_of_a_strided_view, tokens, step, batch_size, context_length, seed,
+                         as_tensor)
+    view = tokens[::step]
+    check_windows(view, x, y, batch_size, context_length)
+    want_x, _ = expected_batch(view, batch_size, context_length, seed)
+    assert torch.equal(x, want_x), (
+        f"get_batch(tokens[::{step}] as a {'tensor' if as_tensor else 'NumPy'} view, {batch_size}, "
+        f"{context_length}) with a generator seeded {seed}: the rows start at {x[:, 0].tolist()}, "
+        f"the stated draw at {want_x[:, 0].tolist()}"
+    )
+
+
+@given(n_extra=st.integers(1, 200), context_length=st.integers(1, 16), batch_size=st.integers(1, 12), seed=seeds)
+def test_a_seed_gives_the_batch_of_the_stated_draw_from_the_global_rng(impl, n_extra, context_length, batch_size,
+                                                                       seed):
+    """With ``generator=None`` the draw is the same ``torch.randint`` call on the
+    global torch RNG: after ``torch.manual_seed(s)`` it gives the batch a
+    generator seeded ``s`` gives."""
+    tokens = position_coded(context_length + n_extra)
+    x, y = impl.scenario(scenarios.batch_after_manual_seed, tokens, batch_size, context_length, seed)
+    want_x, want_y = expected_batch(tokens, batch_size, context_length, seed)
+    for what, got, want in (("x", x, want_x), ("y", y, want_y)):
+        check_tensor(got, dtype=torch.int64, shape=tuple(want.shape), device="cpu", what=what)
+        assert torch.equal(got, want), (
+            f"get_batch({len(tokens)} tokens, {batch_size}, {context_length}) after torch.manual_seed({seed}): "
+            f"{what} differs from the windows at the starts of torch.randint({len(tokens) - context_length}, "
+            f"({batch_size},)) on the global RNG: their first tokens {want[:, 0].tolist()}, got {got[:, 0].tolist()}"
+        )
+
+
+@pytest.mark.parametrize(("dtype", "offset"), [(np.int64, 2**40), (np.int64, 2**62), (np.uint32, 2**32 - 2**16)],
+                         ids=["int64-2**40", "int64-2**62", "uint32-top"])
+def test_batches_hold_large_token_ids_exactly(impl, dtype, offset):
+    """Token ids beyond int32's range (int64 ids, uint32 ids near 2**32) come
+    back exactly, as int64: no cast through a narrower type on the way."""
+    tokens = position_coded(3000).astype(dtype) + dtype(offset)
+    x, y = impl.scenario(scenarios.batch_with_seed, tokens, 8, 16, 11)
+    check_windows(tokens, x, y, 8, 16)

@@ -125,3 +125,17 @@ def save_twice(lab: Any, first: Any, second: Any, dtype_name: str | None) -> Any
         values = np.array(mm)
         del mm
         return {"bytes": raw, "values": values, "files": sorted(os.listdir(d))}
+
+
+def batch_of_a_strided_view(lab: Any, tokens: Any, step: int, batch_size: int, context_length: int, seed: int,
+                            as_tensor: bool) -> Any:
+    """``get_batch`` on ``tokens[::step]`` (a NumPy view, or with ``as_tensor`` a
+    tensor view, neither contiguous), with a generator seeded ``seed``."""
+    view = torch.from_numpy(np.asarray(tokens).astype(np.int64))[::step] if as_tensor else np.asarray(tokens)[::step]
+    return lab.data.get_batch(view, batch_size, context_length, "cpu", torch.Generator().manual_seed(seed))
+
+
+def batch_after_manual_seed(lab: Any, tokens: Any, batch_size: int, context_length: int, seed: int) -> Any:
+    """``get_batch`` with ``generator=None`` right after ``torch.manual_seed(seed)``."""
+    torch.manual_seed(seed)
+    return lab.data.get_batch(tokens, batch_size, context_length, "cpu")
