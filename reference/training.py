@@ -267,6 +267,19 @@ def _read(path: str) -> dict[str, Any]:
     return payload
 
 
+def _check_fits(path: str, model: nn.Module, state: Any) -> None:
+    """ValueError unless ``state`` has exactly ``model``'s state-dict keys, with the same shapes."""
+    own = model.state_dict()
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} does not fit this model: its model state is a {type(state).__name__}")
+    missing, unexpected = sorted(own.keys() - state.keys()), sorted(state.keys() - own.keys())
+    reshaped = sorted(k for k in own.keys() & state.keys()
+                      if not isinstance(state[k], Tensor) or state[k].shape != own[k].shape)
+    if missing or unexpected or reshaped:
+        raise ValueError(f"{path} does not fit this model: missing keys {missing[:5]}, unexpected keys "
+                         f"{unexpected[:5]}, other shapes {reshaped[:5]}")
+
+
 def load_checkpoint(
     path: str | os.PathLike[str],
     model: nn.Module,
@@ -281,9 +294,13 @@ def load_checkpoint(
     if extra is not None and not isinstance(extra, dict):
         raise TypeError(f"extra must be a dict or None, got {type(extra).__name__}")
     payload = _read(os.fspath(path))
+    # load_state_dict copies every matching key before it raises on the others,
+    # so a checkpoint that does not fit is refused before anything is loaded;
+    # the optimizer's load checks its groups before it changes anything.
+    _check_fits(os.fspath(path), model, payload["model"])
     try:
-        model.load_state_dict(payload["model"])
         optimizer.load_state_dict(payload["optimizer"])
+        model.load_state_dict(payload["model"])
     except (RuntimeError, ValueError, KeyError) as e:
         raise ValueError(f"{os.fspath(path)} does not fit this model/optimizer: {e}") from e
     _set_rng_state(payload["rng"])

@@ -100,7 +100,11 @@ def save_checkpoint(
     ``os.fsync`` it, then ``os.replace`` it onto ``path``. A crash at any moment
     leaves the previous file at ``path`` intact; a save that raises (the
     state cannot be written) also removes its temporary file before the
-    exception propagates, leaving the folder as it was.
+    exception propagates, leaving the folder as it was. For a bare file name
+    (``"ckpt.pt"``) the same directory is the working directory.
+
+    Saving only reads: the model keeps its train/eval mode, and its
+    parameters, the optimizer's state and the RNG states are unchanged.
 
     Raises:
         TypeError: ``path`` is not a str/PathLike, ``model``/``optimizer`` are
@@ -124,7 +128,10 @@ def load_checkpoint(
     given) with the saved extras, and return the saved iteration. A checkpoint
     written where CUDA is absent loads where it is available, and the other
     way round (CUDA's generators are restored only where both have CUDA). Continuing
-    from here reproduces an uninterrupted run bit for bit on the CPU.
+    from here reproduces an uninterrupted run bit for bit on the CPU. A
+    checkpoint that does not fit ``model`` (other keys or shapes) raises before
+    anything is loaded: the model, the optimizer and the RNG states stay as
+    they were (``load_state_dict`` alone would copy the matching keys first).
 
     Raises:
         FileNotFoundError: there is no file at ``path``.
@@ -150,7 +157,8 @@ def train(
     """Run ``steps`` training steps (as ``train_step``) and return the list of
     their losses.
 
-    Draws exactly one ``(x, y)`` from ``batches`` just before each step (no
+    ``batches`` is any iterable of ``(x, y)``, a list included, iterated
+    once. Draws exactly one ``(x, y)`` from it just before each step (no
     read-ahead, so the RNG states a checkpoint saves between two calls are
     those of the next batch). No per-step host synchronisation: keep the
     losses on the device and convert them once at the end; with

@@ -848,3 +848,56 @@ def test_precision_defaults_to_fp32(impl, seed, steps):
     assert got["forward_dtypes"] == ["float32"], f"without precision the layers ran in {got['forward_dtypes']}"
     assert_losses_close(got["step"], losses, 1e-5, 1e-7, "train_step(...) without precision")
     assert_losses_close(got["train"], losses, 1e-5, 1e-7, "train(...) without precision")
+
+
+@pytest.mark.parametrize("kind", ["mlp", "linear_stack"])
+def test_train_draws_from_one_iterator_over_a_list_of_batches(impl, kind):
+    """``batches`` is any iterable, a list included: train draws the next
+    batch before each step (batch k at step k), as over an iterator."""
+    batches = make_batches(7, 8, 6, seed=8)
+    got = impl.scenario(scenarios.train_losses_from_a_list, kind, 6, 2, 1, 1e-2, batches, 5)
+    losses, params = torch_loop(kind, 6, 2, 1, "adamw", 1e-2, batches[:5])
+    assert_losses_close(got["losses"], losses, 1e-5, 1e-7, f"train losses over a list of batches ({kind})")
+    for i, (g, e) in enumerate(zip(got["params"], params, strict=True)):
+        assert_close(g, e, scale=10, what=f"parameter {i} after train(list of batches, steps=5)")
+
+
+def test_save_to_a_bare_file_name_writes_beside_it(impl, tmp_path):
+    """"write a temporary file in the same directory": for ``"ckpt.pt"`` that
+    is the working directory (``os.path.dirname`` is ""), never the system's
+    temp folder, which may be another filesystem (here it does not exist).
+    Observed from outside: the folder holds the checkpoint and nothing else."""
+    impl.scenario(scenarios.save_to_a_bare_file_name, str(tmp_path), 6)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["ckpt.pt"], f"save_checkpoint('ckpt.pt') from {tmp_path} left {left}, expected ['ckpt.pt']"
+    got = impl.scenario(scenarios.load_iteration, str(tmp_path / "ckpt.pt"))
+    assert got == 6, f"loading the checkpoint saved as 'ckpt.pt' at iteration 6 returned {got!r}"
+
+
+@pytest.mark.parametrize("train_mode", [True, False], ids=["train-mode", "eval-mode"])
+def test_save_checkpoint_changes_nothing(impl, train_mode):
+    """Saving only reads: the model keeps its mode (dropout in training mode
+    stays in training mode), and its parameters, the optimizer's state and
+    torch's RNG state are as they were."""
+    got = impl.scenario(scenarios.modes_after_save, train_mode)
+    assert got["modes"] == [train_mode] * len(got["modes"]), (
+        f"a model in {'training' if train_mode else 'eval'} mode came out of save_checkpoint with modes "
+        f"{got['modes']}: saving must not call .eval() or .train()"
+    )
+    for what in ("params", "state", "rng"):
+        assert got[f"same_{what}"], f"save_checkpoint changed the {what.replace('params', 'parameters')}"
+
+
+@pytest.mark.parametrize("change", ["extra_layer", "missing_layer", "renamed", "wider"])
+def test_load_that_does_not_fit_changes_nothing(impl, change):
+    """A checkpoint that does not fit the model (other keys, other shapes) is
+    a ValueError raised before anything is loaded: the model's parameters, the
+    optimizer and the RNG states are as they were (``load_state_dict`` alone
+    copies the matching keys before it raises)."""
+    got = impl.scenario(scenarios.failed_load_into_other_model, change)
+    assert got["error"] == "ValueError", f"load_checkpoint into a model with a {change} change raised {got['error']}"
+    assert got["same_params"], (
+        f"a load that raised ValueError ({change}) still overwrote some of the model's parameters"
+    )
+    assert got["lrs"] == [0.5], f"a load that raised ValueError ({change}) changed the optimizer: lrs {got['lrs']}"
+    assert got["same_rng"], f"a load that raised ValueError ({change}) changed torch's RNG state"

@@ -827,3 +827,94 @@ def default_precision_run(lab: Any, batches: list[tuple[torch.Tensor, torch.Tens
     for h in handles:
         h.remove()
     return {"step": step_losses, "train": train_losses, "forward_dtypes": sorted(set(seen))}
+
+
+def train_losses_from_a_list(lab: Any, kind: str, dim: int, num_layers: int, seed: int, lr: float,
+                             batches: list[tuple[torch.Tensor, torch.Tensor]], steps: int) -> Any:
+    """``train`` given the list ``batches`` itself (an iterable, not an
+    iterator); report its losses and the parameters."""
+    model = build_model(kind, dim, num_layers, seed)
+    opt = build_optimizer("adamw", model.parameters(), lr)
+    losses = lab.training.train(model, opt, batches, steps=steps, precision="fp32")
+    return {"losses": losses, "params": [p.detach().clone() for p in model.parameters()]}
+
+
+def save_to_a_bare_file_name(lab: Any, folder: str, iteration: int) -> None:
+    """``save_checkpoint("ckpt.pt", ...)``, a path with no folder part, from
+    inside ``folder`` as the working directory, while tempfile's default
+    folder does not exist: a temporary file must go beside the target (in
+    the working directory), not to the system's temp folder."""
+    torch.manual_seed(iteration)
+    model = nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    cwd, tempdir = os.getcwd(), tempfile.tempdir
+    os.chdir(folder)
+    tempfile.tempdir = os.path.join(folder, "no-such-folder", "tmp")
+    try:
+        lab.training.save_checkpoint("ckpt.pt", model, opt, iteration)
+    finally:
+        os.chdir(cwd)
+        tempfile.tempdir = tempdir
+
+
+def load_iteration(lab: Any, path: str) -> Any:
+    """The iteration ``load_checkpoint(path, ...)`` returns into a fresh ``nn.Linear(3, 2)`` and AdamW."""
+    model = nn.Linear(3, 2)
+    return lab.training.load_checkpoint(path, model, torch.optim.AdamW(model.parameters(), lr=1e-3))
+
+
+def modes_after_save(lab: Any, train_mode: bool) -> Any:
+    """Save a model with dropout set to training (or eval) mode; report every
+    submodule's ``training`` flag after the save, and whether the parameters,
+    the optimizer's state and torch's RNG state are the same as before it."""
+    model = build_dropout_model(4, 2, 0.5, 0)
+    model.train(train_mode)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    params = [p.detach().clone() for p in model.parameters()]
+    state = [{k: v.clone() for k, v in opt.state[p].items()} for p in model.parameters()]
+    rng = torch.get_rng_state()
+    with tempfile.TemporaryDirectory() as d:
+        lab.training.save_checkpoint(os.path.join(d, "ckpt.pt"), model, opt, 1)
+    same_state = all(
+        set(st) == set(opt.state[p]) and all(torch.equal(v, opt.state[p][k]) for k, v in st.items())
+        for st, p in zip(state, model.parameters(), strict=True)
+    )
+    return {
+        "modes": [m.training for m in model.modules()],
+        "same_params": all(torch.equal(a, b) for a, b in zip(params, model.parameters(), strict=True)),
+        "same_state": same_state,
+        "same_rng": torch.equal(rng, torch.get_rng_state()),
+    }
+
+
+def failed_load_into_other_model(lab: Any, change: str) -> Any:
+    """``load_into_other_model``'s checkpoint and models (and ``"wider"``: the
+    same keys with other shapes), the error caught: report its type, and
+    whether the model's parameters, the optimizer's hyperparameters and torch's
+    RNG state are still what they were before the load."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "ckpt.pt")
+        torch.manual_seed(5)
+        model = build_model("mlp", 4, 2, 0)
+        lab.training.save_checkpoint(path, model, build_optimizer("sgd", model.parameters(), 0.1), 3)
+        other = {"extra_layer": lambda: build_model("mlp", 4, 3, 1),
+                 "missing_layer": lambda: build_model("mlp", 4, 1, 1),
+                 "renamed": lambda: Stack(4, 2, block=False),
+                 "wider": lambda: build_model("mlp", 5, 2, 1)}[change]()
+        other_opt = build_optimizer("sgd", other.parameters(), 0.5)
+        params = [p.detach().clone() for p in other.parameters()]
+        torch.manual_seed(9)
+        rng = torch.get_rng_state()
+        error = None
+        try:
+            lab.training.load_checkpoint(path, other, other_opt)
+        except Exception as e:  # the test checks the type
+            error = type(e).__name__
+        return {
+            "error": error,
+            "same_params": all(torch.equal(a, b) for a, b in zip(params, other.parameters(), strict=True)),
+            "lrs": [g["lr"] for g in other_opt.param_groups],
+            "same_rng": torch.equal(rng, torch.get_rng_state()),
+        }
