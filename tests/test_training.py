@@ -888,7 +888,7 @@ def test_save_checkpoint_changes_nothing(impl, train_mode):
         assert got[f"same_{what}"], f"save_checkpoint changed the {what.replace('params', 'parameters')}"
 
 
-@pytest.mark.parametrize("change", ["extra_layer", "missing_layer", "renamed", "wider"])
+@pytest.mark.parametrize("change", ["extra_layer", "missing_layer", "renamed", "wider", "buffers"])
 def test_load_that_does_not_fit_changes_nothing(impl, change):
     """A checkpoint that does not fit the model (other keys, other shapes) is
     a ValueError raised before anything is loaded: the model's parameters, the

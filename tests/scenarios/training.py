@@ -891,18 +891,24 @@ def modes_after_save(lab: Any, train_mode: bool) -> Any:
 
 def failed_load_into_other_model(lab: Any, change: str) -> Any:
     """``load_into_other_model``'s checkpoint and models (and ``"wider"``: the
-    same keys with other shapes), the error caught: report its type, and
-    whether the model's parameters, the optimizer's hyperparameters and torch's
-    RNG state are still what they were before the load."""
+    same keys with other shapes; ``"buffers"``: the same parameters, but the
+    checkpoint also holds a BatchNorm's running statistics, which the model
+    lacks, so only the model's keys differ and the optimizer fits), the error
+    caught: report its type, and whether the model's parameters, the
+    optimizer's hyperparameters and torch's RNG state are still what they
+    were before the load."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "ckpt.pt")
         torch.manual_seed(5)
         model = build_model("mlp", 4, 2, 0)
+        if change == "buffers":
+            model.append(nn.BatchNorm1d(1, affine=False))
         lab.training.save_checkpoint(path, model, build_optimizer("sgd", model.parameters(), 0.1), 3)
         other = {"extra_layer": lambda: build_model("mlp", 4, 3, 1),
                  "missing_layer": lambda: build_model("mlp", 4, 1, 1),
                  "renamed": lambda: Stack(4, 2, block=False),
-                 "wider": lambda: build_model("mlp", 5, 2, 1)}[change]()
+                 "wider": lambda: build_model("mlp", 5, 2, 1),
+                 "buffers": lambda: build_model("mlp", 4, 2, 1)}[change]()
         other_opt = build_optimizer("sgd", other.parameters(), 0.5)
         params = [p.detach().clone() for p in other.parameters()]
         torch.manual_seed(9)
