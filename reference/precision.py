@@ -80,7 +80,8 @@ def underflows(value: float, dtype: torch.dtype) -> bool:
     """Whether the non-zero finite ``value`` becomes zero when cast to ``dtype``.
 
     Round-to-nearest-even sends everything up to half the smallest subnormal
-    (the tie included, since zero is even) to zero.
+    (the tie included, since zero is even) to zero. ``value`` (a float64) is
+    taken exactly and rounded once, straight to ``dtype`` (float64 included).
     """
     v = abs(require_number("value", value))
     _, e, m, _ = _layout(dtype)
@@ -90,7 +91,9 @@ def underflows(value: float, dtype: torch.dtype) -> bool:
 
 def overflows(value: float, dtype: torch.dtype) -> bool:
     """Whether the finite ``value`` rounds to something beyond ``dtype``'s range
-    (inf for IEEE formats; NaN or saturation for e4m3fn, which has no inf)."""
+    (inf for IEEE formats; NaN or saturation for e4m3fn, which has no inf).
+    ``value`` (a float64) is taken exactly and rounded once, straight to
+    ``dtype`` (float64 included)."""
     v = abs(require_number("value", value))
     fmt = float_format(dtype)
     # frexp gives max's binary exponent exactly (log2 would round up for float64).

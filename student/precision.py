@@ -69,7 +69,11 @@ def underflows(value: float, dtype: torch.dtype) -> bool:
     """Whether the finite, non-zero ``value`` becomes 0 when cast to ``dtype``
     (round to nearest, ties to even). 1e-8 underflows in float16, not in bfloat16.
     Values below the smallest normal become subnormals first: only those that
-    round below the smallest subnormal become 0.
+    round below the smallest subnormal become 0. ``value`` (a Python float is a
+    float64) is taken as the exact number it holds and rounded once, straight
+    to ``dtype``, for every format of the handout's table, float64 included
+    (torch's own casts from float64 may round twice, through float32: see the
+    handout).
 
     Raises:
         TypeError: ``value`` is not a real number, or ``dtype`` not a dtype.
@@ -81,7 +85,10 @@ def underflows(value: float, dtype: torch.dtype) -> bool:
 def overflows(value: float, dtype: torch.dtype) -> bool:
     """Whether the finite ``value`` rounds beyond ``dtype``'s largest finite value
     when cast (to inf for IEEE formats; e4m3fn, which has no inf, cannot
-    represent it). 70000.0 overflows in float16, not in bfloat16.
+    represent it). 70000.0 overflows in float16, not in bfloat16. ``value`` (a
+    Python float is a float64) is taken as the exact number it holds and rounded
+    once, straight to ``dtype``, for every format of the handout's table,
+    float64 included.
 
     Raises:
         TypeError: ``value`` is not a real number, or ``dtype`` not a dtype.

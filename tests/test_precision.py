@@ -6,6 +6,7 @@ Oracles: ``Tensor.element_size()``, ``torch.finfo`` and real casts.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import pytest
 import torch
@@ -212,3 +213,152 @@ def test_overflows_near_the_largest_value(impl, case):
         f"overflows({value!r}, {dtype}): a real cast gives {_cast(value, dtype)!r} (max {torch.finfo(dtype).max!r}), "
         f"so expected {expected}, got {got!r}"
     )
+
+
+# --------------------------------------------------------------------------- float64 values, rounded once
+
+#: (exponent bits, mantissa bits, IEEE) of each format, from the handout's table;
+#: IEEE formats reserve the all-ones exponent for inf/NaN, e4m3fn does not.
+HANDOUT_LAYOUT = {
+    torch.float64: (11, 52, True), torch.float32: (8, 23, True), torch.float16: (5, 10, True),
+    torch.bfloat16: (8, 7, True), torch.float8_e4m3fn: (4, 3, False), torch.float8_e5m2: (5, 2, True),
+}
+
+
+def _handout_thresholds(dtype: torch.dtype) -> tuple[Fraction, Fraction, bool]:
+    """(half the smallest subnormal, max + ulp/2, whether that tie overflows), exactly,
+    from the handout's formulas: bias b = 2^(e-1) - 1, smallest subnormal 2^(1-b-m),
+    IEEE max (2 - 2^-m) * 2^(2^e - 2 - b), e4m3fn max 1.75 * 2^8 = 448."""
+    e, m, ieee = HANDOUT_LAYOUT[dtype]
+    b = 2 ** (e - 1) - 1
+    top = 2**e - 2 - b if ieee else 2**e - 1 - b  # max's binary exponent
+    largest = (2 - Fraction(1, 2**m)) * Fraction(2) ** top if ieee else Fraction(7, 4) * Fraction(2) ** top
+    info = torch.finfo(dtype)  # the formulas agree with torch (a check of the oracle itself)
+    assert largest == Fraction(info.max) and Fraction(2) ** (1 - b - m) == Fraction(info.smallest_normal * info.eps)
+    return Fraction(2) ** (1 - b - m) / 2, largest + Fraction(2) ** (top - m) / 2, ieee
+
+
+def _exact_underflows(value: float, dtype: torch.dtype) -> bool:
+    """At or below half the smallest subnormal (the tie rounds to even: zero)."""
+    return 0 < abs(Fraction(value)) <= _handout_thresholds(dtype)[0]
+
+
+def _exact_overflows(value: float, dtype: torch.dtype) -> bool:
+    """At or above max + ulp/2 for IEEE formats (the tie rounds to inf); beyond it for e4m3fn."""
+    _, limit, ieee = _handout_thresholds(dtype)
+    x = abs(Fraction(value))
+    return x >= limit if ieee else x > limit
+
+
+def _is_power_of_two(q: Fraction) -> bool:
+    return q > 0 and q.numerator & (q.numerator - 1) == 0 and q.denominator & (q.denominator - 1) == 0
+
+
+def _show(q: Fraction) -> str:
+    """A threshold, exactly: 2^k, or 2^a - 2^c (every max + ulp/2 is one), with its float where it is one."""
+    if _is_power_of_two(q):
+        text = f"2^{q.numerator.bit_length() - q.denominator.bit_length()}"
+    else:
+        a = q.numerator.bit_length()
+        rest = 2**a - q
+        text = f"2^{a} - 2^{rest.numerator.bit_length() - 1}" if _is_power_of_two(rest) else str(q)
+    try:
+        return f"{text} = {float(q)!r}" if float(q) == q else text
+    except OverflowError:
+        return text
+
+
+def _check_rounded_once(impl, function: str, value: float, dtype: torch.dtype) -> None:
+    tiny, limit, ieee = _handout_thresholds(dtype)
+    if function == "underflows":
+        expected = _exact_underflows(value, dtype)
+        rule = f"it underflows iff 0 < |value| <= {_show(tiny)} (half the smallest subnormal)"
+    else:
+        expected = _exact_overflows(value, dtype)
+        rule = f"it overflows iff |value| {'>=' if ieee else '>'} {_show(limit)} (max + ulp/2)"
+    got = getattr(impl.precision, function)(value, dtype)
+    if got is expected:
+        return
+    as_float32 = torch.tensor(value, dtype=torch.float32).item()
+    hint = (f" (through float32 it would be {as_float32!r} first: round once, straight to {dtype})"
+            if as_float32 != value else "")
+    raise AssertionError(
+        f"{function}({value!r}, {dtype}): the float64 value is exactly {value.hex()} and {rule}, "
+        f"so expected {expected}, got {got!r}{hint}"
+    )
+
+
+def _a_hair_from(threshold: Fraction, below: bool, j: int) -> float:
+    """threshold * (1 -/+ 2^-j): within float32's half-ulp of the threshold, so a
+    cast through float32 rounds it onto the threshold."""
+    return float(threshold * (1 + (-1 if below else 1) * Fraction(1, 2**j)))
+
+
+def _rounded_once_cases() -> list[tuple[str, float, torch.dtype]]:
+    cases: list[tuple[str, float, torch.dtype]] = []
+    for dtype in (torch.float16, torch.bfloat16, *FP8_DTYPES):
+        tiny, limit, _ = _handout_thresholds(dtype)
+        for below in (False, True):
+            cases.append(("underflows", _a_hair_from(tiny, below, 40), dtype))
+            cases.append(("overflows", _a_hair_from(limit, below, 40), dtype))
+    # Nothing finite and non-zero underflows or overflows float64 (nor these
+    # values, float32).
+    for value in (1e-50, -1e-300, 5e-324, 1e-46):
+        cases.append(("underflows", value, torch.float64))
+    for value in (1e300, -1.7e308, 3.5e38, 1e39):
+        cases.append(("overflows", value, torch.float64))
+    for below in (False, True):
+        cases.append(("underflows", _a_hair_from(_handout_thresholds(torch.float32)[0], below, 40), torch.float32))
+    return cases
+
+
+@pytest.mark.parametrize(("function", "value", "dtype"), _rounded_once_cases(), ids=str)
+def test_underflows_and_overflows_round_float64_values_once(impl, function, value, dtype):
+    """The handout: "``underflows`` and ``overflows`` take ``value`` (a Python
+    float, that is a float64) as the exact number it holds and round it once,
+    straight to ``dtype``, float64 included", by its rule ("Casting rounds to
+    nearest, ties to even. [...] A value **underflows** when it rounds to zero: at
+    or below half the smallest subnormal ``2^(1-b-m)`` [...] A value
+    **overflows** when it rounds beyond max: at or above ``max + ulp/2`` in IEEE
+    formats"). A hair past a threshold (2^-40 of it) is on the other side of
+    it, though float32 cannot tell the two apart."""
+    _check_rounded_once(impl, function, value, dtype)
+
+
+@st.composite
+def _float64_near_a_threshold(draw: st.DrawFn) -> tuple[str, float, torch.dtype]:
+    """A float64 value a hair (2^-25 to 2^-52 of it) either side of one of a
+    format's two thresholds, or on it; float64 values beyond float32's range
+    for float64 itself."""
+    function = draw(st.sampled_from(["underflows", "overflows"]))
+    dtype = draw(st.sampled_from(FORMATS))
+    if dtype is torch.float64:
+        # below float32's smallest subnormal, or above float32's max
+        value = draw(st.floats(5e-324, 2.0**-150) if function == "underflows" else st.floats(3.5e38, 1.7e308))
+    else:
+        tiny, limit, _ = _handout_thresholds(dtype)
+        threshold = tiny if function == "underflows" else limit
+        side = draw(st.sampled_from(["below", "on", "above"]))
+        j = draw(st.integers(25, 52))
+        value = float(threshold) if side == "on" else _a_hair_from(threshold, side == "below", j)
+    return function, (-value if draw(st.booleans()) else value), dtype
+
+
+@given(_float64_near_a_threshold())
+def test_underflows_and_overflows_of_float64_values_near_a_threshold(impl, case):
+    """The handout's thresholds, exactly (``fractions.Fraction``), for float64
+    values that are not float32-exact: "A value **underflows** when it rounds to
+    zero: at or below half the smallest subnormal ``2^(1-b-m)`` [...] A value
+    **overflows** when it rounds beyond max: at or above ``max + ulp/2`` in IEEE
+    formats [...] in e4m3fn the tie 464 rounds to 448 [...], and anything larger
+    is unrepresentable". The value is rounded once, straight to ``dtype``."""
+    _check_rounded_once(impl, *case)
+
+
+@given(value=st.floats(allow_nan=False, allow_infinity=False).filter(lambda v: v != 0),
+       dtype=st.sampled_from(FORMATS))
+def test_underflows_and_overflows_of_any_float64_value(impl, value, dtype):
+    """Any finite non-zero float64, any format of the table (float64 included):
+    the handout's thresholds applied to the exact value."""
+    _check_rounded_once(impl, "underflows", value, dtype)
+    _check_rounded_once(impl, "overflows", value, dtype)
