@@ -58,7 +58,8 @@ def is_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
 
 
 def same_storage(a: Shaped[Tensor, ...], b: Shaped[Tensor, ...]) -> bool:
-    """Whether ``a`` and ``b`` are views of one storage (whatever their offsets)."""
+    """Whether ``a`` and ``b`` are views of one storage (whatever their offsets
+    and their dtype)."""
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")

@@ -46,7 +46,8 @@ def is_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
 
 def same_storage(a: Shaped[Tensor, ...], b: Shaped[Tensor, ...]) -> bool:
     """Whether ``a`` and ``b`` are views of the same storage, e.g. ``x`` and
-    ``x[1]``. (Comparing ``data_ptr()`` is wrong: it is where a view *starts*.)
+    ``x[1]``, for tensors of any dtype. (Comparing ``data_ptr()`` is wrong: it
+    is where a view *starts*.)
 
     Raises:
         TypeError: ``a`` or ``b`` is not a tensor.

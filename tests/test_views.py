@@ -160,3 +160,36 @@ def test_storage_index_without_offset_starts_at_zero(impl, case):
     expected = sum(i * s for i, s in zip(index, t.stride(), strict=True))
     got = impl.views.storage_index(index, t.stride())
     assert got == expected, f"storage_index({index}, {t.stride()}) without an offset: expected {expected}, got {got!r}"
+
+
+#: views of a (4, 6) tensor, each with a name for the messages
+VIEWS = {
+    "x": lambda t: t,
+    "x[1]": lambda t: t[1],
+    "x[2:, 1:]": lambda t: t[2:, 1:],
+    "x.T": lambda t: t.T,
+    "x.view(-1)[5:]": lambda t: t.view(-1)[5:],
+    "x[:, 3]": lambda t: t[:, 3],
+    "x[3, 5:]": lambda t: t[3, 5:],
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+                                   torch.uint8, torch.bool], ids=str)
+def test_same_storage_of_views_of_any_dtype(impl, dtype):
+    """The docstring: "Whether ``a`` and ``b`` are views of the same storage,
+    e.g. ``x`` and ``x[1]``, for tensors of any dtype"; the handout: "a storage
+    offset counts elements, and an element's size in bytes depends on the
+    dtype". Every pair of these views, of one tensor or of two equal ones."""
+    base = (torch.arange(24) % 7).reshape(4, 6).to(dtype)
+    other = base.clone()  # equal values, another storage
+    for a_name, make_a in VIEWS.items():
+        for b_name, make_b in VIEWS.items():
+            for shared in (True, False):
+                a, b = make_a(base), make_b(base if shared else other)
+                got = impl.views.same_storage(a, b)
+                assert got is shared, (
+                    f"same_storage({a_name}, {b_name} of {'the same' if shared else 'another'} {dtype} tensor x "
+                    f"of shape (4, 6); storage offsets {a.storage_offset()} and {b.storage_offset()}, "
+                    f"{a.element_size()} bytes per element): expected {shared}, got {got!r}"
+                )
