@@ -274,3 +274,17 @@ def test_max_trainable_parameters_is_exact_for_large_memories(impl, memory, per)
     assert type(got) is int and got * per <= memory < (got + 1) * per, (
         f"max_trainable_parameters({memory}, {per}) = {got!r}: the most that fit is {memory // per}"
     )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [(float("inf"), 16), (8e11, float("inf")), (float("nan"), 16), (8e11, float("nan")),
+     (float("-inf"), 16), (float("inf"), float("inf"))],
+    ids=str,
+)
+def test_bad_input_not_finite(impl, args):
+    """"ValueError: a negative or non-finite argument": infinities and NaN
+    are refused with a ValueError (not an OverflowError from the arithmetic)."""
+    with pytest.raises(ValueError):
+        result = impl.memory.max_trainable_parameters(*args)
+        pytest.fail(f"max_trainable_parameters{args} should raise ValueError, returned {result!r}")
