@@ -5,7 +5,8 @@ jaxtyping binds the named dimensions of the annotations (``batch``, ``d_in``,
 ``*batch``...) across all arguments and the return value, and raises its
 ``TypeCheckError`` (a ``TypeError``) when a tensor's shape or dtype disagrees.
 Checks that annotations cannot express (``heads`` must divide the last
-dimension) raise ``ValueError`` naming the argument.
+dimension) raise ``ValueError`` naming the argument. Results have the inputs'
+dtype and are computed in it: float64 inputs give float64-accurate results.
 """
 
 from __future__ import annotations

@@ -9,9 +9,12 @@ signature. To have them checked at every call, decorate each function with
 ``from beartype import beartype``): a mismatch then raises jaxtyping's
 ``TypeCheckError``, which is a ``TypeError``.
 
-Inputs are floating-point tensors, contiguous or not. A tensor whose shape
-disagrees with the annotations must raise ``TypeError`` or ``ValueError``:
-torch's and einops' own errors (``RuntimeError``) do not count.
+Inputs are floating-point tensors, contiguous or not. Results have the
+inputs' dtype and are computed in it: float64 inputs give float64-accurate
+results (computing in float32 and casting back keeps only float32's
+precision). A tensor whose shape disagrees with the annotations must raise
+``TypeError`` or ``ValueError``: torch's and einops' own errors
+(``RuntimeError``) do not count.
 """
 
 from __future__ import annotations

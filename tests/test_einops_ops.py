@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.strategies import compute_dtypes, dims, make_tensor, shapes, tensors
-from tests.tolerances import assert_close
+from tests.tolerances import assert_close, check_tensor
 
 #: leading ("...") dimensions: none up to three
 leading = shapes(min_dims=0, max_dims=3, max_side=4)
@@ -143,3 +143,88 @@ def test_split_heads_rejects_a_non_divisor_at_any_rank(impl, lead, heads, data):
     with pytest.raises(ValueError):
         result = impl.einops_ops.split_heads(x, heads)
         pytest.fail(f"split_heads(x of shape {tuple(x.shape)}, {heads}) should raise ValueError, got {result!r:.100}")
+
+
+# --------------------------------------------------------------------------- float64 accuracy
+
+F64 = torch.float64
+#: a float64 computation of n terms is off by at most about n * eps(float64) = n * 2.2e-16
+#: of the sum of the terms' magnitudes, whatever the order it adds them in: this allows
+#: 4500 times that. Rounding the inputs to float32 alone moves each term by ~6e-8 of
+#: itself, tens to thousands of times this bound for the sizes drawn here (up to 128).
+F64_ROUNDING_PER_TERM = 1e-12
+
+
+def _assert_float64_accurate(got, expected: torch.Tensor, magnitude: torch.Tensor, n: int, what: str) -> None:
+    """|got - expected| <= 1e-12 * n * magnitude elementwise, where ``magnitude``
+    sums the absolute values of the n terms behind each element (so a
+    cancelling sum is not held to a tolerance relative to its small result)."""
+    check_tensor(got, dtype=F64, shape=tuple(expected.shape), what=what)
+    bound = F64_ROUNDING_PER_TERM * n * magnitude + torch.finfo(F64).smallest_normal
+    diff = (got.double() - expected).abs()
+    bad = ~(diff <= bound)
+    if not bool(bad.any()):
+        return
+    excess = torch.where(bad, (diff / bound).nan_to_num(float("inf")), torch.zeros_like(diff))
+    idx = tuple(int(i) for i in torch.unravel_index(excess.argmax(), excess.shape)) if excess.dim() else ()
+    raise AssertionError(
+        f"{what}: float64 inputs must give a float64-accurate result (computed in float64, not in float32 and "
+        f"cast back): at index {idx} expected {expected[idx].item()!r}, got {got[idx].item()!r}, off by "
+        f"{diff[idx].item():.3g} where float64 rounding over {n} terms of total magnitude "
+        f"{magnitude[idx].item():.3g} allows {bound[idx].item():.3g} ({int(bad.sum())} of {bad.numel()} elements off)"
+    )
+
+
+@st.composite
+def _linear_inputs(draw: st.DrawFn) -> tuple[torch.Tensor, torch.Tensor]:
+    batch, d_in, d_out = draw(shapes(min_dims=0, max_dims=2, max_side=3)), draw(dims(96)), draw(dims(6))
+    return draw(tensors((*batch, d_in), F64), label="x"), draw(tensors((d_out, d_in), F64), label="w")
+
+
+@given(_linear_inputs())
+@example((make_tensor((3, 64), F64, 1), make_tensor((5, 64), F64, 2)))
+@example((make_tensor((2, 2, 128), F64, 3).transpose(0, 1), make_tensor((4, 128), F64, 4)))
+def test_apply_linear_is_float64_accurate(impl, case):
+    """The module docstring: "Results have the inputs' dtype and are computed in
+    it: float64 inputs give float64-accurate results". Oracle: ``x @ w.T`` in
+    float64, within float64's rounding over ``d_in`` terms."""
+    x, w = case
+    got = impl.einops_ops.apply_linear(x, w)
+    _assert_float64_accurate(got, x @ w.T, x.abs() @ w.abs().T, x.shape[-1],
+                             f"apply_linear(x {tuple(x.shape)} float64, w {tuple(w.shape)} float64)")
+
+
+@st.composite
+def _pairwise_inputs(draw: st.DrawFn) -> tuple[torch.Tensor, torch.Tensor]:
+    b, s1, s2, h = draw(dims(3)), draw(dims(4)), draw(dims(4)), draw(dims(96))
+    return draw(tensors((b, s1, h), F64), label="x"), draw(tensors((b, s2, h), F64), label="y")
+
+
+@given(_pairwise_inputs())
+@example((make_tensor((2, 3, 64), F64, 5), make_tensor((2, 4, 64), F64, 6)))
+def test_pairwise_scores_is_float64_accurate(impl, case):
+    """The module docstring: "float64 inputs give float64-accurate results".
+    Oracle: ``x @ y.transpose(-1, -2)`` in float64, within float64's rounding
+    over ``hidden`` terms."""
+    x, y = case
+    got = impl.einops_ops.pairwise_scores(x, y)
+    _assert_float64_accurate(got, x @ y.transpose(-1, -2), x.abs() @ y.abs().transpose(-1, -2), x.shape[-1],
+                             f"pairwise_scores(x {tuple(x.shape)} float64, y {tuple(y.shape)} float64)")
+
+
+@st.composite
+def _hidden_inputs(draw: st.DrawFn) -> torch.Tensor:
+    return draw(tensors((*draw(shapes(min_dims=0, max_dims=2, max_side=3)), draw(dims(128))), F64), label="x")
+
+
+@given(_hidden_inputs())
+@example(make_tensor((3, 64), F64, 7))
+@example(make_tensor((2, 200), F64, 8)[:, ::2])
+def test_sum_and_mean_hidden_are_float64_accurate(impl, x):
+    """The module docstring: "float64 inputs give float64-accurate results".
+    Oracles: ``x.sum(-1)`` and ``x.mean(-1)`` in float64, within float64's
+    rounding over ``hidden`` terms (one more for the mean's division)."""
+    n = x.shape[-1]
+    what = f"(x {tuple(x.shape)} float64)"
+    _assert_float64_accurate(impl.einops_ops.sum_hidden(x), x.sum(-1), x.abs().sum(-1), n, "sum_hidden" + what)
+    _assert_float64_accurate(impl.einops_ops.mean_hidden(x), x.mean(-1), x.abs().mean(-1), n + 1, "mean_hidden" + what)
