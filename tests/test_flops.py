@@ -254,3 +254,27 @@ def test_bad_input_utilisation_above_one(impl, utilisation):
         result = impl.flops.training_days(70e9, 15e12, 1024, 989.5e12, utilisation)
         pytest.fail(f"training_days(70e9, 15e12, 1024, 989.5e12, {utilisation}) should raise ValueError, "
                     f"returned {result!r}")
+
+
+@pytest.mark.parametrize(
+    ("function", "args"),
+    [
+        ("training_flops", (math.inf, 15e12)),
+        ("training_flops", (70e9, math.inf)),
+        ("training_flops", (math.nan, 15e12)),
+        ("training_flops", (70e9, math.nan)),
+        ("training_flops", (math.inf, 0.0)),
+        ("mfu", (math.inf, 10.0, 989.5e12)),
+        ("mfu", (6e15, math.inf, 989.5e12)),
+        ("mfu", (6e15, 10.0, math.inf)),
+        ("mfu", (math.nan, 10.0, 989.5e12)),
+    ],
+    ids=str,
+)
+def test_bad_input_not_finite(impl, function, args):
+    """``training_flops`` and ``mfu``: "ValueError: an argument is negative or
+    not finite" / "or an argument is not finite". Infinities and NaN are
+    refused, not turned into an infinite or NaN count."""
+    with pytest.raises(ValueError):
+        result = getattr(impl.flops, function)(*args)
+        pytest.fail(f"{function}{args} should raise ValueError (an argument is not finite), returned {result!r}")
