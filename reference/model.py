@@ -23,7 +23,9 @@ def _require_generator(generator: torch.Generator | None) -> torch.Generator | N
 
 def xavier_init(d_in: int, d_out: int, generator: torch.Generator | None = None) -> Float[Tensor, "d_in d_out"]:
     """A float32 (d_in, d_out) weight drawn from a normal with std 1/sqrt(d_in),
-    truncated at ±3 std, so that ``x @ w`` keeps the variance of ``x``."""
+    truncated at ±3 std, so that ``x @ w`` keeps the variance of ``x``. Draws
+    from ``generator``, else from torch's global generator, which each call
+    advances (two calls after one ``torch.manual_seed`` differ)."""
     d_in = require_int("d_in", d_in, minimum=1)
     d_out = require_int("d_out", d_out, minimum=1)
     std = 1 / math.sqrt(d_in)

@@ -16,7 +16,8 @@ def xavier_init(d_in: int, d_out: int, generator: torch.Generator | None = None)
     mean 0 and std 1/sqrt(d_in), truncated at ±3 std (values beyond are
     redrawn, not clipped: ``torch.nn.init.trunc_normal_`` does this).
     Draws only from ``generator`` when one is given, else from torch's
-    global generator.
+    global generator, which each call advances: two calls after one
+    ``torch.manual_seed`` give different weights.
 
     Raises:
         TypeError: ``d_in`` or ``d_out`` is not an int, or ``generator`` is

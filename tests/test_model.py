@@ -325,3 +325,48 @@ def test_seed_everything_seeds_the_cuda_generator(impl):
     torch.manual_seed(1234)
     expected = torch.rand(8, device="cuda").cpu()
     assert torch.equal(got, expected), "seed_everything(1234) did not seed the CUDA generator as torch.manual_seed does"
+
+
+@pytest.mark.parametrize("global_seed", [0, 5, 2**31 - 1])
+def test_xavier_init_without_generator_advances_the_global_one(impl, global_seed):
+    """The docstring: "else from torch's global generator, which each call
+    advances: two calls after one ``torch.manual_seed`` give different
+    weights". (A generator of its own seeded from ``torch.initial_seed()``
+    would give the same weights at every call.)"""
+    got = impl.scenario(scenarios.xavier_twice_from_global, 16, 8, global_seed)
+    first, second = got["weights"]
+    for i, w in enumerate((first, second)):
+        check_tensor(w, dtype=torch.float32, shape=(16, 8), what=f"xavier_init(16, 8) call {i + 1}")
+    assert not torch.equal(first, second), (
+        f"after torch.manual_seed({global_seed}), two calls of xavier_init(16, 8) without a generator gave the "
+        "same weights: expected different ones, drawn one after the other from torch's global generator"
+    )
+    for i in range(2):
+        assert not torch.equal(got["states"][i], got["states"][i + 1]), (
+            f"after torch.manual_seed({global_seed}), xavier_init(16, 8) call {i + 1} without a generator left "
+            "torch's global RNG state (torch.get_rng_state()) unchanged: expected it to draw from it, advancing it"
+        )
+
+
+@pytest.mark.parametrize(("dim", "num_layers"), [(8, 3), (1, 2)])
+def test_cruncher_layers_differ_without_a_generator(impl, dim, num_layers):
+    """The handout: "without one it draws from the global generator, which each
+    call advances: two calls after one ``torch.manual_seed`` give different
+    weights, and so do the layers of one ``Cruncher``"; the global state
+    advances."""
+    got = impl.scenario(scenarios.cruncher_from_global, dim, num_layers, 3)
+    names = [f"layers.{i}.weight" for i in range(num_layers)]
+    assert all(n in got["state"] for n in names), (
+        f"Cruncher({dim}, {num_layers}) state dict keys: expected {names} and final.weight, got {list(got['state'])}"
+    )
+    for i in range(num_layers):
+        for j in range(i + 1, num_layers):
+            assert not torch.equal(got["state"][names[i]], got["state"][names[j]]), (
+                f"Cruncher({dim}, {num_layers}) built after torch.manual_seed(3) without a generator: {names[i]} and "
+                f"{names[j]} are equal ({got['state'][names[i]].flatten()[:4].tolist()}...): expected different "
+                "draws, one after the other, from torch's global generator"
+            )
+    assert not torch.equal(got["before"], got["after"]), (
+        f"Cruncher({dim}, {num_layers}) without a generator left torch's global RNG state unchanged: expected its "
+        "layers to draw from torch's global generator"
+    )

@@ -130,3 +130,24 @@ def seeded_cuda_draws(lab: Any, seed: int) -> Any:
     """Draws from the CUDA generator right after ``seed_everything(seed)``."""
     lab.model.seed_everything(seed)
     return torch.rand(8, device="cuda").cpu()
+
+
+def xavier_twice_from_global(lab: Any, d_in: int, d_out: int, global_seed: int) -> Any:
+    """After ``torch.manual_seed(global_seed)``: two ``xavier_init`` calls without
+    a generator, and torch's global RNG state before, between and after them."""
+    torch.manual_seed(global_seed)
+    states = [torch.get_rng_state()]
+    weights = []
+    for _ in range(2):
+        weights.append(lab.model.xavier_init(d_in, d_out))
+        states.append(torch.get_rng_state())
+    return {"weights": weights, "states": states}
+
+
+def cruncher_from_global(lab: Any, dim: int, num_layers: int, global_seed: int) -> Any:
+    """A Cruncher's state dict built without a generator right after
+    ``torch.manual_seed(global_seed)``, and the global RNG state before and after."""
+    torch.manual_seed(global_seed)
+    before = torch.get_rng_state()
+    state = _state(lab.model.Cruncher(dim, num_layers))
+    return {"state": state, "before": before, "after": torch.get_rng_state()}
