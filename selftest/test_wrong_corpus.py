@@ -40,7 +40,8 @@ def test_public_tests_catch_the_bug(sub, tmp_path):
     folder = build_wrong(sub, tmp_path)
     results = _outcomes(folder, tmp_path, [f"tests/test_{sub.problem}.py"])
     assert results, f"{sub.name}: no test ran"
-    failed = [k for k, r in results.items() if r["outcome"] != "passed"]
+    # A GPU test skipped on this machine neither catches nor misses the bug.
+    failed = [k for k, r in results.items() if r["outcome"] not in ("passed", "skipped")]
     assert failed, f"{sub.name} ({sub.description}) passes every public test of {sub.problem}"
     assert not any(r["outcome"] == "collect-error" for r in results.values()), results
     if sub.breaks:
