@@ -140,6 +140,20 @@ def expected_batch(tokens: np.ndarray, batch_size: int, context_length: int, see
     return w[:, :-1], w[:, 1:]
 
 
+def assert_stated_draw(x, y, tokens: np.ndarray, batch_size: int, context_length: int, seed: int,
+                       seeded: str, rng: str) -> None:
+    """x and y are the batch of :func:`expected_batch` for ``seed`` (``seeded``
+    and ``rng`` say how the implementation was seeded, for the message)."""
+    want_x, want_y = expected_batch(tokens, batch_size, context_length, seed)
+    for what, got, want in (("x", x, want_x), ("y", y, want_y)):
+        check_tensor(got, dtype=torch.int64, shape=tuple(want.shape), device="cpu", what=what)
+        assert torch.equal(got, want), (
+            f"get_batch({len(tokens)} tokens, {batch_size}, {context_length}) {seeded} {seed}: {what} differs "
+            f"from the windows at the starts of torch.randint({len(tokens) - context_length}, ({batch_size},), "
+            f"{rng}): their first tokens {want[:, 0].tolist()}, got {got[:, 0].tolist()}"
+        )
+
+
 @given(
     n_extra=st.integers(1, 200),
     context_length=st.integers(1, 16),
@@ -151,14 +165,7 @@ def test_a_seed_gives_the_batch_of_the_stated_draw(impl, n_extra, context_length
     batch in every correct implementation (and after a checkpoint resume)."""
     tokens = position_coded(context_length + n_extra)
     x, y = impl.scenario(scenarios.batch_with_seed, tokens, batch_size, context_length, seed)
-    want_x, want_y = expected_batch(tokens, batch_size, context_length, seed)
-    for what, got, want in (("x", x, want_x), ("y", y, want_y)):
-        check_tensor(got, dtype=torch.int64, shape=tuple(want.shape), device="cpu", what=what)
-        assert torch.equal(got, want), (
-            f"get_batch({len(tokens)} tokens, {batch_size}, {context_length}) with a generator seeded {seed}: "
-            f"{what} differs from the windows at the starts of torch.randint({len(tokens) - context_length}, "
-            f"({batch_size},), generator=...): their first tokens {want[:, 0].tolist()}, got {got[:, 0].tolist()}"
-        )
+    assert_stated_draw(x, y, tokens, batch_size, context_length, seed, "with a generator seeded", "generator=...")
 
 
 @pytest.mark.parametrize("dtype", [np.uint16, np.int32, np.int64, np.uint8], ids=lambda d: d.__name__)
@@ -448,14 +455,7 @@ def test_a_seed_gives_the_batch_of_the_stated_draw_from_the_global_rng(impl, n_e
     generator seeded ``s`` gives."""
     tokens = position_coded(context_length + n_extra)
     x, y = impl.scenario(scenarios.batch_after_manual_seed, tokens, batch_size, context_length, seed)
-    want_x, want_y = expected_batch(tokens, batch_size, context_length, seed)
-    for what, got, want in (("x", x, want_x), ("y", y, want_y)):
-        check_tensor(got, dtype=torch.int64, shape=tuple(want.shape), device="cpu", what=what)
-        assert torch.equal(got, want), (
-            f"get_batch({len(tokens)} tokens, {batch_size}, {context_length}) after torch.manual_seed({seed}): "
-            f"{what} differs from the windows at the starts of torch.randint({len(tokens) - context_length}, "
-            f"({batch_size},)) on the global RNG: their first tokens {want[:, 0].tolist()}, got {got[:, 0].tolist()}"
-        )
+    assert_stated_draw(x, y, tokens, batch_size, context_length, seed, "after torch.manual_seed", "the global RNG")
 
 
 @pytest.mark.parametrize(("dtype", "offset"), [(np.int64, 2**40), (np.int64, 2**62), (np.uint32, 2**32 - 2**16)],

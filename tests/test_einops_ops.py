@@ -13,7 +13,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.strategies import compute_dtypes, dims, make_tensor, shapes, tensors
-from tests.tolerances import assert_close, check_tensor
+from tests.tolerances import assert_close, assert_close_to_exact
 
 #: leading ("...") dimensions: none up to three
 leading = shapes(min_dims=0, max_dims=3, max_side=4)
@@ -158,20 +158,13 @@ F64_ROUNDING_PER_TERM = 1e-12
 def _assert_float64_accurate(got, expected: torch.Tensor, magnitude: torch.Tensor, n: int, what: str) -> None:
     """|got - expected| <= 1e-12 * n * magnitude elementwise, where ``magnitude``
     sums the absolute values of the n terms behind each element (so a
-    cancelling sum is not held to a tolerance relative to its small result)."""
-    check_tensor(got, dtype=F64, shape=tuple(expected.shape), what=what)
-    bound = F64_ROUNDING_PER_TERM * n * magnitude + torch.finfo(F64).smallest_normal
-    diff = (got.double() - expected).abs()
-    bad = ~(diff <= bound)
-    if not bool(bad.any()):
-        return
-    excess = torch.where(bad, (diff / bound).nan_to_num(float("inf")), torch.zeros_like(diff))
-    idx = tuple(int(i) for i in torch.unravel_index(excess.argmax(), excess.shape)) if excess.dim() else ()
-    raise AssertionError(
-        f"{what}: float64 inputs must give a float64-accurate result (computed in float64, not in float32 and "
-        f"cast back): at index {idx} expected {expected[idx].item()!r}, got {got[idx].item()!r}, off by "
-        f"{diff[idx].item():.3g} where float64 rounding over {n} terms of total magnitude "
-        f"{magnitude[idx].item():.3g} allows {bound[idx].item():.3g} ({int(bad.sum())} of {bad.numel()} elements off)"
+    cancelling sum is not held to a tolerance relative to its small result):
+    ``assert_close_to_exact`` with that bound and no oracle-error term."""
+    assert_close_to_exact(
+        got, expected, dtype=F64, error=torch.zeros_like(expected), magnitude=n * magnitude,
+        factor=0.0, ulps=F64_ROUNDING_PER_TERM / torch.finfo(F64).eps,
+        what=f"{what} (float64 inputs must give a float64-accurate result: computed in float64, not in float32 "
+             f"and cast back)",
     )
 
 
