@@ -657,27 +657,51 @@ def train_fp16_losses(lab: Any, kind: str, dim: int, num_layers: int, seed: int,
     }
 
 
+#: what ``load_into_other_model`` loads into: ``"extra_layer"`` one layer more,
+#: ``"missing_layer"`` one fewer, ``"renamed"`` the same weights under other
+#: names, ``"wider"`` the same keys with other shapes, ``"buffers"`` the same
+#: parameters while the checkpoint also holds a BatchNorm's running statistics
+#: (only the model's keys differ; the optimizer fits)
+OTHER_MODELS = ("extra_layer", "missing_layer", "renamed", "wider", "buffers")
+
+#: the seed of torch's global RNG just before the load
+LOAD_SEED = 9
+
+
+def other_model(change: str) -> nn.Module:
+    """The model of ``change`` (see ``OTHER_MODELS``), built after ``torch.manual_seed(1)``: the same every time."""
+    torch.manual_seed(1)
+    builders = {"extra_layer": lambda: build_model("mlp", 4, 3, 1),
+                "missing_layer": lambda: build_model("mlp", 4, 1, 1),
+                "renamed": lambda: Stack(4, 2, block=False),
+                "wider": lambda: build_model("mlp", 5, 2, 1),
+                "buffers": lambda: build_model("mlp", 4, 2, 1)}
+    return builders[change]()
+
+
 def load_into_other_model(lab: Any, change: str) -> Any:
-    """Save a checkpoint of a 2-layer MLP, then load it into a model whose
-    state-dict keys differ (``"extra_layer"``: one layer more; ``"renamed"``: the
-    same weights under other names; ``"missing_layer"``: one layer fewer). Let
-    the loader's error propagate; report the fresh model's weights otherwise."""
+    """Save a checkpoint of a 2-layer MLP (with a BatchNorm's buffers for
+    ``"buffers"``), then load it into ``other_model(change)`` and an SGD of lr
+    0.5, right after ``torch.manual_seed(LOAD_SEED)``. Report the error's type
+    (None without one) and, as data, that model's parameters, the optimizer's
+    lrs and torch's RNG state after the call: the test compares them with its
+    own build of the same model."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "ckpt.pt")
         model = build_model("mlp", 4, 2, 0)
-        opt = build_optimizer("sgd", model.parameters(), 0.1)
-        lab.training.save_checkpoint(path, model, opt, 3)
-        if change == "extra_layer":
-            other = build_model("mlp", 4, 3, 1)
-        elif change == "missing_layer":
-            other = build_model("mlp", 4, 1, 1)
-        elif change == "renamed":
-            other = Stack(4, 2, block=False)
-        else:
-            raise ValueError(change)
-        other_opt = build_optimizer("sgd", other.parameters(), 0.1)
-        lab.training.load_checkpoint(path, other, other_opt)
-        return [p.detach().clone() for p in other.parameters()]
+        if change == "buffers":
+            model.append(nn.BatchNorm1d(1, affine=False))
+        lab.training.save_checkpoint(path, model, build_optimizer("sgd", model.parameters(), 0.1), 3)
+        other = other_model(change)
+        other_opt = build_optimizer("sgd", other.parameters(), 0.5)
+        torch.manual_seed(LOAD_SEED)
+        error = None
+        try:
+            lab.training.load_checkpoint(path, other, other_opt)
+        except Exception as e:  # the test checks the type
+            error = type(e).__name__
+        return {"error": error, "params": [p.detach().clone() for p in other.parameters()],
+                "lrs": [g["lr"] for g in other_opt.param_groups], "rng": torch.get_rng_state()}
 
 
 def checkpoint_with_fake_cuda(lab: Any, seed: int) -> Any:
@@ -863,64 +887,29 @@ def load_iteration(lab: Any, path: str) -> Any:
     return lab.training.load_checkpoint(path, model, torch.optim.AdamW(model.parameters(), lr=1e-3))
 
 
-def modes_after_save(lab: Any, train_mode: bool) -> Any:
-    """Save a model with dropout set to training (or eval) mode; report every
-    submodule's ``training`` flag after the save, and whether the parameters,
-    the optimizer's state and torch's RNG state are the same as before it."""
+def stepped_dropout_model(train_mode: bool) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """A model with dropout after one AdamW step, left in training (or eval)
+    mode: the same parameters, state and global RNG state every time."""
     model = build_dropout_model(4, 2, 0.5, 0)
-    model.train(train_mode)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model(torch.randn(3, 4)).sum().backward()
     opt.step()
-    params = [p.detach().clone() for p in model.parameters()]
-    state = [{k: v.clone() for k, v in opt.state[p].items()} for p in model.parameters()]
-    rng = torch.get_rng_state()
+    model.train(train_mode)
+    return model, opt
+
+
+def after_save(model: nn.Module, opt: torch.optim.Optimizer) -> dict[str, Any]:
+    """Every submodule's mode, the parameters, the optimizer's state and torch's RNG state, as data."""
+    return {"modes": [m.training for m in model.modules()],
+            "params": [p.detach().clone() for p in model.parameters()],
+            "state": [{k: v.clone() for k, v in sorted(opt.state[p].items())} for p in model.parameters()],
+            "rng": torch.get_rng_state()}
+
+
+def modes_after_save(lab: Any, train_mode: bool) -> Any:
+    """``save_checkpoint`` of ``stepped_dropout_model(train_mode)``; ``after_save`` of it afterwards."""
+    model, opt = stepped_dropout_model(train_mode)
     with tempfile.TemporaryDirectory() as d:
         lab.training.save_checkpoint(os.path.join(d, "ckpt.pt"), model, opt, 1)
-    same_state = all(
-        set(st) == set(opt.state[p]) and all(torch.equal(v, opt.state[p][k]) for k, v in st.items())
-        for st, p in zip(state, model.parameters(), strict=True)
-    )
-    return {
-        "modes": [m.training for m in model.modules()],
-        "same_params": all(torch.equal(a, b) for a, b in zip(params, model.parameters(), strict=True)),
-        "same_state": same_state,
-        "same_rng": torch.equal(rng, torch.get_rng_state()),
-    }
+    return after_save(model, opt)
 
-
-def failed_load_into_other_model(lab: Any, change: str) -> Any:
-    """``load_into_other_model``'s checkpoint and models (and ``"wider"``: the
-    same keys with other shapes; ``"buffers"``: the same parameters, but the
-    checkpoint also holds a BatchNorm's running statistics, which the model
-    lacks, so only the model's keys differ and the optimizer fits), the error
-    caught: report its type, and whether the model's parameters, the
-    optimizer's hyperparameters and torch's RNG state are still what they
-    were before the load."""
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "ckpt.pt")
-        torch.manual_seed(5)
-        model = build_model("mlp", 4, 2, 0)
-        if change == "buffers":
-            model.append(nn.BatchNorm1d(1, affine=False))
-        lab.training.save_checkpoint(path, model, build_optimizer("sgd", model.parameters(), 0.1), 3)
-        other = {"extra_layer": lambda: build_model("mlp", 4, 3, 1),
-                 "missing_layer": lambda: build_model("mlp", 4, 1, 1),
-                 "renamed": lambda: Stack(4, 2, block=False),
-                 "wider": lambda: build_model("mlp", 5, 2, 1),
-                 "buffers": lambda: build_model("mlp", 4, 2, 1)}[change]()
-        other_opt = build_optimizer("sgd", other.parameters(), 0.5)
-        params = [p.detach().clone() for p in other.parameters()]
-        torch.manual_seed(9)
-        rng = torch.get_rng_state()
-        error = None
-        try:
-            lab.training.load_checkpoint(path, other, other_opt)
-        except Exception as e:  # the test checks the type
-            error = type(e).__name__
-        return {
-            "error": error,
-            "same_params": all(torch.equal(a, b) for a, b in zip(params, other.parameters(), strict=True)),
-            "lrs": [g["lr"] for g in other_opt.param_groups],
-            "same_rng": torch.equal(rng, torch.get_rng_state()),
-        }
