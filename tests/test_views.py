@@ -79,21 +79,25 @@ def test_size_one_strides_do_not_matter(impl):
     assert impl.views.is_contiguous((2, 3), (1, 2)) is False
 
 
+#: views of a (4, 6) tensor, each with a name for the messages
+VIEWS = {
+    "x": lambda t: t,
+    "x[1]": lambda t: t[1],
+    "x[2:, 1:]": lambda t: t[2:, 1:],
+    "x.T": lambda t: t.T,
+    "x.view(-1)[5:]": lambda t: t.view(-1)[5:],
+    "x[:, 3]": lambda t: t[:, 3],
+    "x[3, 5:]": lambda t: t[3, 5:],
+}
+
+
 @st.composite
 def view_pairs(draw):
     base = torch.arange(24.0).reshape(4, 6)
     other = torch.arange(24.0).reshape(4, 6)  # equal values, different storage
-    make = {
-        "x": lambda t: t,
-        "x[1]": lambda t: t[1],
-        "x[2:, 1:]": lambda t: t[2:, 1:],
-        "x.T": lambda t: t.T,
-        "x.view(-1)[5:]": lambda t: t.view(-1)[5:],
-        "x[:, 3]": lambda t: t[:, 3],
-    }
-    a_name, b_name = draw(st.sampled_from(sorted(make))), draw(st.sampled_from(sorted(make)))
+    a_name, b_name = draw(st.sampled_from(sorted(VIEWS))), draw(st.sampled_from(sorted(VIEWS)))
     shared = draw(st.booleans())
-    return make[a_name](base), make[b_name](base if shared else other), shared, (a_name, b_name)
+    return VIEWS[a_name](base), VIEWS[b_name](base if shared else other), shared, (a_name, b_name)
 
 
 @given(view_pairs())
@@ -160,18 +164,6 @@ def test_storage_index_without_offset_starts_at_zero(impl, case):
     expected = sum(i * s for i, s in zip(index, t.stride(), strict=True))
     got = impl.views.storage_index(index, t.stride())
     assert got == expected, f"storage_index({index}, {t.stride()}) without an offset: expected {expected}, got {got!r}"
-
-
-#: views of a (4, 6) tensor, each with a name for the messages
-VIEWS = {
-    "x": lambda t: t,
-    "x[1]": lambda t: t[1],
-    "x[2:, 1:]": lambda t: t[2:, 1:],
-    "x.T": lambda t: t.T,
-    "x.view(-1)[5:]": lambda t: t.view(-1)[5:],
-    "x[:, 3]": lambda t: t[:, 3],
-    "x[3, 5:]": lambda t: t[3, 5:],
-}
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
