@@ -4,6 +4,7 @@ example prints a small reproducible recipe rather than a wall of numbers."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -25,6 +26,9 @@ def dims(max_side: int = 8, min_side: int = 1) -> st.SearchStrategy[int]:
     return st.integers(min_side, max_side)
 
 
+# Strategies are immutable: one object per argument tuple, so that a composite
+# drawing shapes many times does not build (and validate) a new one each time.
+@functools.cache
 def shapes(
     min_dims: int = 0, max_dims: int = 4, min_side: int = 1, max_side: int = 6
 ) -> st.SearchStrategy[tuple[int, ...]]:
@@ -43,6 +47,19 @@ def make_tensor(
     if dtype is torch.bool:
         return torch.randint(0, 2, shape, generator=g).bool()
     return torch.randint(0, 100, shape, generator=g).to(dtype)
+
+
+def make_tensors(
+    shapes: list[tuple[int, ...]], dtype: torch.dtype = torch.float32, seed: int = 0
+) -> list[torch.Tensor]:
+    """Reproducible normal tensors of the given shapes, one per shape, from a
+    single draw of ``seed``'s generator (much cheaper than one generator each);
+    each tensor has its own storage."""
+    import math
+
+    sizes = [math.prod(s) for s in shapes]
+    flat = torch.randn(sum(sizes), generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(dtype)
+    return [chunk.reshape(s).clone() for chunk, s in zip(flat.split(sizes), shapes, strict=True)]
 
 
 @st.composite
@@ -77,15 +94,21 @@ def _strided(
     return big[..., ::2] if shape else big[0]
 
 
-def hyperparameters(**overrides: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
-    """Optimizer hyperparameters in the ranges torch.optim accepts."""
-    base: dict[str, st.SearchStrategy[Any]] = {
-        "lr": st.sampled_from([1e-4, 1e-3, 1e-2, 0.1]),
-        "betas": st.tuples(st.sampled_from([0.0, 0.5, 0.9]), st.sampled_from([0.0, 0.9, 0.999])),
-        "eps": st.sampled_from([1e-8, 1e-6, 1e-3]),
-        "weight_decay": st.sampled_from([0.0, 1e-2, 0.1]),
-        "momentum": st.sampled_from([0.0, 0.5, 0.9]),
-        "alpha": st.sampled_from([0.5, 0.9, 0.99]),
-    }
-    base.update(overrides)
-    return st.fixed_dictionaries(base)
+#: Each optimizer hyperparameter's values, in the ranges torch.optim accepts.
+HYPERPARAMETER_VALUES: dict[str, st.SearchStrategy[Any]] = {
+    "lr": st.sampled_from([1e-4, 1e-3, 1e-2, 0.1]),
+    "betas": st.tuples(st.sampled_from([0.0, 0.5, 0.9]), st.sampled_from([0.0, 0.9, 0.999])),
+    "eps": st.sampled_from([1e-8, 1e-6, 1e-3]),
+    "weight_decay": st.sampled_from([0.0, 1e-2, 0.1]),
+    "momentum": st.sampled_from([0.0, 0.5, 0.9]),
+    "alpha": st.sampled_from([0.5, 0.9, 0.99]),
+}
+
+
+def hyperparameters(keys: tuple[str, ...] | list[str] | None = None,
+                    **overrides: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """Optimizer hyperparameters in the ranges torch.optim accepts: those named
+    in ``keys`` (default: every one), each drawn from its strategy in
+    :data:`HYPERPARAMETER_VALUES` (``overrides`` replace or add strategies by name)."""
+    base = {**HYPERPARAMETER_VALUES, **overrides}
+    return st.fixed_dictionaries(base if keys is None else {k: base[k] for k in keys})

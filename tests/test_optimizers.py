@@ -18,7 +18,15 @@ from torch import nn
 
 from tests import static
 from tests.scenarios import optimizers as scenarios
-from tests.strategies import compute_dtypes, hyperparameters, make_tensor, seeds, shapes
+from tests.strategies import (
+    HYPERPARAMETER_VALUES,
+    compute_dtypes,
+    hyperparameters,
+    make_tensor,
+    make_tensors,
+    seeds,
+    shapes,
+)
 from tests.tolerances import assert_close, assert_close_to_exact, check_tensor, oracle_error
 
 NAMES = ("SGD", "SGDMomentum", "AdaGrad", "RMSProp", "Adam", "AdamW")
@@ -44,6 +52,13 @@ HYPERPARAMETERS: dict[str, tuple[str, ...]] = {
     "Adam": ("lr", "betas", "eps", "weight_decay"),
     "AdamW": ("lr", "betas", "eps", "weight_decay"),
 }
+
+#: Per optimizer, the subsets of its hyperparameters a constructor may set, and
+#: a param group (torch.optim.Adagrad reads initial_accumulator_value from its
+#: constructor only, never from a group: groups do not override it here).
+_SUBSETS = {name: (st.frozensets(st.sampled_from(keys)),
+                   st.frozensets(st.sampled_from([k for k in keys if k != "initial_accumulator_value"])))
+            for name, keys in HYPERPARAMETERS.items()}
 
 _EXTRA_HYPERPARAMETERS = {
     # SGDMomentum takes momentum in (0, 1): with 0 torch.optim.SGD keeps no buffer at all.
@@ -76,41 +91,39 @@ def runs(
     and the hyperparameters each group overrides), constructor ``defaults``, the
     gradients of each step (some None when ``none_grads``), and with
     ``schedule`` a learning rate per step and group (``lrs``)."""
-    keys = HYPERPARAMETERS[name]
-    hp = hyperparameters(**{**_EXTRA_HYPERPARAMETERS, **overrides}).map(lambda d: {k: d[k] for k in keys})
-    subset = st.sets(st.sampled_from(keys))
-    # torch.optim.Adagrad reads initial_accumulator_value from its constructor
-    # only, never from a group: groups do not override it here.
-    group_subset = st.sets(st.sampled_from([k for k in keys if k != "initial_accumulator_value"]))
+    values = {**HYPERPARAMETER_VALUES, **_EXTRA_HYPERPARAMETERS, **overrides}
+    subset, group_subset = _SUBSETS[name]
+
+    def some_hyperparameters(chosen: st.SearchStrategy[frozenset[str]]) -> dict[str, Any]:
+        # Which hyperparameters are set is drawn first, then only their values
+        # (from strategies built once): a run costs a few dozen draws, not hundreds.
+        return {k: draw(values[k]) for k in sorted(draw(chosen))}
 
     dtype = draw(dtypes)
     seed = draw(seeds)
     n = draw(st.integers(1, max_params))
     param_shapes = [draw(shapes(max_dims=3, max_side=max_side)) for _ in range(n)]
-    params = [make_tensor(s, dtype, seed + i) for i, s in enumerate(param_shapes)]
 
     n_groups = draw(st.integers(1, min(n, max_groups)))
     owner = list(range(n_groups)) + [draw(st.integers(0, n_groups - 1)) for _ in range(n - n_groups)]
-    groups = []
-    for g in range(n_groups):
-        values, chosen = draw(hp), draw(group_subset)
-        groups.append(([i for i in range(n) if owner[i] == g], {k: values[k] for k in sorted(chosen)}))
-    values, chosen = draw(hp), draw(subset)
-    defaults = {k: values[k] for k in sorted(chosen)}
+    groups = [([i for i in range(n) if owner[i] == g], some_hyperparameters(group_subset)) for g in range(n_groups)]
+    defaults = some_hyperparameters(subset)
 
     steps = draw(st.integers(min_steps, max_steps))
     scale = draw(st.sampled_from([1e-3, 1.0, 10.0]))
-    grads: list[list[torch.Tensor | None]] = []
+    # The initial params, then every step's gradients, from one generator.
+    values_ = make_tensors(param_shapes * (1 + steps), dtype, seed)
+    params, grads = values_[:n], []
     for k in range(steps):
-        present = [draw(st.integers(0, 3)) > 0 if none_grads else True for _ in range(n)]
-        grads.append([
-            make_tensor(param_shapes[i], dtype, seed + 1000 * (k + 1) + i) * scale if present[i] else None
-            for i in range(n)
-        ])
+        # One draw per step: two bits per param, a gradient unless both are 0 (3 in 4).
+        mask = draw(st.integers(0, 4**n - 1)) if none_grads else 4**n - 1
+        grads.append([values_[n * (k + 1) + i] * scale if (mask >> 2 * i) & 3 else None for i in range(n)])
     lrs = None
     if schedule:
-        lr = st.sampled_from([1e-3, 1e-2, 0.1, 0.3])
-        lrs = [[draw(lr) for _ in range(n_groups)] for _ in range(steps)]
+        table = (1e-3, 1e-2, 0.1, 0.3)
+        # One draw per step: two bits per group pick its learning rate.
+        codes = [draw(st.integers(0, 4**n_groups - 1)) for _ in range(steps)]
+        lrs = [[table[(code >> 2 * g) & 3] for g in range(n_groups)] for code in codes]
     return {"params": params, "groups": groups, "defaults": defaults, "grads": grads, "lrs": lrs}
 
 

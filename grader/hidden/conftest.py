@@ -9,6 +9,7 @@ data (``impl.<module>.<function>`` and ``impl.scenario``).
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
 
 from tests.harness import Impl, LocalImpl
 
@@ -16,6 +17,13 @@ from tests.harness import Impl, LocalImpl
 @pytest.fixture(scope="session")
 def ref() -> Impl:
     return LocalImpl("reference")
+
+
+def fewer_examples(share: float) -> settings:
+    """Hypothesis settings running ``share`` of the loaded profile's examples
+    (at least 10): for hidden checks whose every example is a long or large run
+    of a public property, fewer but larger inputs than the public test's."""
+    return settings(max_examples=max(10, round(settings.default.max_examples * share)))
 
 
 def raises_like_reference(impl: Impl, ref: Impl, module: str, function: str, *args: object) -> None:

@@ -2,7 +2,9 @@
 not try: longer runs, more and larger param groups, mixed weight decays,
 checkpoints taken at any step, more state dtypes. The oracle and the
 tolerance are the public tests' (torch.optim, and tests/tolerances.py's bound
-against its float64 run), never the reference."""
+against its float64 run), never the reference. The three trajectory checks run
+2/5 of the profile's examples: each of their runs is several times as long as
+the public tests', and together they were half of the problem's grading time."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grader.hidden.conftest import input_kind
+from grader.hidden.conftest import fewer_examples, input_kind
 from tests.scenarios import optimizers as scenarios
 from tests.test_optimizers import (
     NAMES,
@@ -22,6 +24,9 @@ from tests.test_optimizers import (
     state_bytes_mismatches,
     torch_trajectory,
 )
+
+#: The share of the profile's examples the long-run checks draw.
+LONG_RUNS = 0.4
 
 
 def _args(run: dict[str, Any]) -> tuple[Any, ...]:
@@ -46,6 +51,7 @@ def _describe(name: str, run: dict[str, Any], **more: str) -> None:
 
 @pytest.mark.extends("tests/test_optimizers.py::test_trajectory_matches_torch")
 @pytest.mark.parametrize("name", NAMES)
+@fewer_examples(LONG_RUNS)
 @given(data=st.data())
 def test_long_runs_with_many_groups_match_torch(impl, name, data):
     run = data.draw(runs(name, max_params=6, max_groups=4, min_steps=5, max_steps=12, max_side=7, schedule=True))
@@ -57,6 +63,7 @@ def test_long_runs_with_many_groups_match_torch(impl, name, data):
 
 @pytest.mark.extends("tests/test_optimizers.py::test_trajectory_matches_torch")
 @pytest.mark.parametrize("name", NAMES)
+@fewer_examples(LONG_RUNS)
 @given(data=st.data())
 def test_weight_decay_combinations_match_torch(impl, name, data):
     """Every group with its own weight decay (zero and large ones side by side)."""
@@ -70,6 +77,7 @@ def test_weight_decay_combinations_match_torch(impl, name, data):
 
 @pytest.mark.extends("tests/test_optimizers.py::test_state_dict_resumes_the_run")
 @pytest.mark.parametrize("name", NAMES)
+@fewer_examples(LONG_RUNS)
 @given(data=st.data())
 def test_resume_at_any_step_matches_torch(impl, name, data):
     run = data.draw(runs(name, max_params=4, min_steps=2, max_steps=10, schedule=True))
