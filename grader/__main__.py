@@ -1,9 +1,10 @@
 """``python -m grader``: grade a submission, or run an instructor workflow.
 
-``python -m grader batch|release|gradescope|similarity|mutants ...`` dispatch to
-``main(argv)`` of ``grader.instructor.batch``, ``.release``, ``.bundle``,
-``.similarity`` and ``.mutants`` (absent from the student release: then the
-command says so); anything else grades one submission (see grader/cli.py).
+``python -m grader batch|release|gradescope|similarity|mutants|calibrate ...``
+dispatch to ``main(argv)`` of ``grader.instructor.batch``, ``.release``,
+``.bundle``, ``.similarity``, ``.mutants`` and ``.calibrate`` (absent from the
+student release: then the command says so); anything else grades one
+submission (see grader/cli.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 
 _WORKFLOWS = {"batch": "grader.instructor.batch", "release": "grader.instructor.release",
               "gradescope": "grader.instructor.bundle", "similarity": "grader.instructor.similarity",
-              "mutants": "grader.instructor.mutants"}
+              "mutants": "grader.instructor.mutants", "calibrate": "grader.instructor.calibrate"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 
     python -m grader [SUBMISSION] [--json FILE] [--gradescope FILE] [--junit FILE]
                      [--profile dev|ci|grade] [--problems a,b] [--public-only]
-                     [--sandbox auto|bwrap|rlimits] [--call-timeout S] [--time-limit S]
+                     [--sandbox auto|bwrap|rlimits] [--call-cpu S] [--cpu-budget S]
                      [--memory-limit GIB] [--parallel N] [--reveal-hidden] [--seed N] [--rubric FILE] [--quiet]
 
 SUBMISSION is a folder or zip holding ``student/`` (default: this repository's
@@ -46,8 +46,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--public-only", action="store_true", help="run the public tests only")
     ap.add_argument("--sandbox", choices=("auto", "bwrap", "rlimits"), default="auto",
                     help="auto: bubblewrap where usable, else rlimits only")
-    ap.add_argument("--call-timeout", type=float, metavar="S", help="seconds per call (default: rubric)")
-    ap.add_argument("--time-limit", type=float, metavar="S", help="seconds per problem (default: rubric)")
+    ap.add_argument("--call-cpu", type=float, metavar="S",
+                    help="CPU seconds per call into the submission (default: the rubric's, scaled to this machine)")
+    ap.add_argument("--cpu-budget", type=float, metavar="S",
+                    help="CPU seconds per problem (default: a multiple of the reference's, scaled to this machine)")
     ap.add_argument("--memory-limit", type=float, metavar="GIB", help="address space per worker (default: rubric)")
     ap.add_argument("--parallel", type=int, metavar="N", default=_env_int("GRADER_PARALLEL"),
                     help="problems graded at once, one trusted pytest process each (default: $GRADER_PARALLEL, "
@@ -70,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     options = engine.Options(
         profile=args.profile, problems=[p for p in args.problems.split(",") if p] if args.problems else None,
-        public_only=args.public_only, sandbox=args.sandbox, call_timeout=args.call_timeout,
-        time_limit=args.time_limit, memory_limit_gib=args.memory_limit, reveal_hidden=args.reveal_hidden,
+        public_only=args.public_only, sandbox=args.sandbox, call_cpu=args.call_cpu,
+        cpu_budget=args.cpu_budget, memory_limit_gib=args.memory_limit, reveal_hidden=args.reveal_hidden,
         rubric=args.rubric, seed=args.seed, parallel=args.parallel,
     )
     try:

@@ -15,6 +15,12 @@ pipe. The work is split by concern, each module importing only those below it:
   item's first failure as structured fields;
 * :mod:`grader.results`: the records all this produces, which
   :mod:`grader.report` renders.
+
+Time budgets are CPU seconds, relative to the reference's cost for the same
+checks and scaled to this machine (:mod:`grader.budgets`, measured once per
+grade). A problem that ends in a grader error (a fault of the machine or of
+the grader, never the submission's) is regraded once, alone, before the
+result is final.
 """
 
 from __future__ import annotations
@@ -25,10 +31,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader import budgets
 from grader import rubric as rubric_mod
 from grader.groups import base_plan, run_groups
 from grader.protocol import RunResults
-from grader.results import ERROR, GradeResult
+from grader.results import ERROR, GRADER_ERROR, GradeResult, ProblemResult
 from grader.sandbox import (
     Limits,
     Sandbox,
@@ -54,8 +61,8 @@ class Options:
     problems: list[str] | None = None
     public_only: bool = False
     sandbox: str = "auto"  # auto | bwrap | rlimits
-    call_timeout: float | None = None
-    time_limit: float | None = None
+    call_cpu: float | None = None  # CPU seconds of one call (None: the rubric's, scaled to this machine)
+    cpu_budget: float | None = None  # CPU seconds of every problem (None: from the reference's cost)
     reveal_hidden: bool | None = None
     memory_limit_gib: float | None = None
     rubric: Path = rubric_mod.DEFAULT_RUBRIC
@@ -89,20 +96,40 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
     reveal = rub.settings.reveal_hidden if opts.reveal_hidden is None else opts.reveal_hidden
     path = Path(submission).expanduser().resolve() if submission else REPO
     cuda = cuda_available()
-    configured = int((opts.memory_limit_gib or rub.settings.memory_limit_gib) * (1 << 30))
-    limits = Limits(memory_bytes=fitted_memory_limit(configured), cpu_seconds=int(rub.settings.cpu_limit_seconds))
+    costs = budgets.load()
+    speed = budgets.machine_speed(costs)
+    settings = rub.settings
+    configured = int((opts.memory_limit_gib or settings.memory_limit_gib) * (1 << 30))
+    # RLIMIT_CPU is a worker's own last line, above any budget it may serve.
+    most = max(opts.cpu_budget or 0.0, *(
+        budgets.problem_budget(p.check_files(REPO, public_only=public_only), profile, costs,
+                               slowdown=settings.slowdown, floor=settings.budget_floor, speed=speed,
+                               fixed=p.cpu_budget)[0] for p in selected))
+    limits = Limits(memory_bytes=fitted_memory_limit(configured),
+                    cpu_seconds=int(most + settings.start_cpu * speed + 60))
     sandbox = Sandbox(limits=limits, gpu=cuda, want=opts.sandbox)
     seed = opts.seed if opts.seed is not None else secrets.randbits(32)
-    result = GradeResult(submission=str(path), profile=profile, sandbox=sandbox.describe(), seed=seed, reveal=reveal)
+    result = GradeResult(submission=str(path), profile=profile, sandbox=sandbox.describe(), seed=seed, reveal=reveal,
+                         speed=round(speed, 3))
     if limits.memory_bytes < configured:
         result.notes.append(f"worker memory limit lowered to {limits.memory_bytes / (1 << 30):.1f} GiB "
                             f"(from {configured / (1 << 30):g} GiB) to fit this machine's free memory")
+    if speed > 1.05:
+        result.notes.append(f"this machine runs the calibration workload {speed:.2f} times slower than the one the "
+                            "reference's costs were measured on: every CPU budget is that much larger")
+    unmeasured = [p.name for p in selected if not p.gpu and p.cpu_budget is None and any(
+        costs.file(profile, f) is None for f in p.check_files(REPO, public_only=public_only))]
+    if unmeasured:  # (names problems, never check files: the hidden ones' names are not the students')
+        result.notes.append(f"no measured reference cost for some checks of {', '.join(unmeasured)} in the "
+                            f"{profile} profile: their budgets are generous guesses (instructors: python -m grader "
+                            "calibrate)")
     result.checks = (STUDENT_RELEASE_CHECKS if not hidden_available() else
                      "public checks only (--public-only)" if opts.public_only else "public + hidden checks")
     if sandbox.mode != "bwrap":
         result.notes.append(f"sandbox: rlimits only ({sandbox.why})")
     start = time.monotonic()
     run = Path(tempfile.mkdtemp(prefix="grader-"))
+    repro = str(path) if path.is_dir() else "FOLDER_HOLDING_YOUR_student"
     try:
         try:
             folder = locate(path, run / "unpacked")
@@ -113,28 +140,52 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
             result.error = printable(why)[:1000]
             result.problems = [unavailable(p, ERROR, f"not graded: {result.error}", cuda) for p in selected]
             return total(result, time.monotonic() - start)
-        plan = base_plan(path, work, profile, sandbox, float(opts.call_timeout or rub.settings.call_timeout),
-                         float(rub.settings.start_timeout), seed)
-        outcomes, errors = run_groups(rub, selected, plan, public_only=public_only, parallel=opts.parallel,
-                                      time_limit=opts.time_limit, run=run)
+        plan = base_plan(path, work, profile, sandbox, call_cpu=float(opts.call_cpu or settings.call_cpu * speed),
+                         start_cpu=float(settings.start_cpu * speed), wall_factor=float(settings.wall_factor),
+                         seed=seed)
+
+        def attempt(problems: list[rubric_mod.Problem], parallel: int | None, where: Path) -> list[ProblemResult]:
+            outcomes, errors = run_groups(rub, problems, plan, public_only=public_only, parallel=parallel,
+                                          cpu_budget=opts.cpu_budget, costs=costs, speed=speed, run=where)
+            result.notes.extend(e for e in errors if e not in result.notes)
+            _record_seccomp(outcomes, result, sandbox)
+            return [_scored(p, outcomes.get(p.name, RunResults()), cuda, public_only, reveal, repro)
+                    for p in problems]
+
+        result.problems = attempt(selected, opts.parallel, run)
+        faulty = [p for p, res in zip(selected, result.problems, strict=True) if res.status == GRADER_ERROR]
+        if faulty:
+            first = {res.name: res for res in result.problems if res.status == GRADER_ERROR}
+            again = {res.name: res for res in attempt(faulty, 1, run / "regrade")}
+            result.problems = [again.get(res.name, res) for res in result.problems]
+            for name, res in again.items():
+                was = first[name].output.splitlines()[0] if first[name].output else "a grader error"
+                outcome = "still a grader error" if res.status == GRADER_ERROR else "graded"
+                result.notes.append(f"{name}: regraded alone after a grader error ({was}): {outcome}")
     finally:
         try:
             remove_tree(run)
         except OSError as e:  # never a crash: the result stands, the instructor is told
             result.notes.append(f"the grader could not remove its temporary folder {run}: {e}")
     result.execution_time = time.monotonic() - start
-    seccomp = {n: r.seccomp for o in outcomes.values() for n, r in o.problems.items() if r.seccomp}
-    off = sorted(n for n, v in seccomp.items() if v != "on")
-    result.sandbox = sandbox.describe(None if not seccomp else "off" if len(off) == len(seccomp) else
-                                      "on" + (f" except {', '.join(off)} (processes allowed)" if off else ""))
-    result.notes += errors
-    repro = str(path) if path.is_dir() else "FOLDER_HOLDING_YOUR_student"
-    for p in selected:
-        own = outcomes.get(p.name, RunResults())
-        res = score_problem(p, own, cuda, public_only, reveal, repro)
-        res.time = round(sum(c.duration for c in res.checks), 3)
-        if own.fatal and own.log:
-            res.log = own.log  # the trusted run's output: instructors only
-        result.problems.append(res)
     strip_controls(result)
     return total(result, result.execution_time)
+
+
+def _scored(p: rubric_mod.Problem, own: RunResults, cuda: bool, public_only: bool, reveal: bool,
+            repro: str) -> ProblemResult:
+    res = score_problem(p, own, cuda, public_only, reveal, repro)
+    res.time = round(sum(c.duration for c in res.checks), 3)
+    if own.fatal and own.log:
+        res.log = own.log  # the trusted run's output: instructors only
+    return res
+
+
+def _record_seccomp(outcomes: dict[str, RunResults], result: GradeResult, sandbox: Sandbox) -> None:
+    """The sandbox line with the seccomp state the workers reported at start-up."""
+    seccomp = {n: r.seccomp for o in outcomes.values() for n, r in o.problems.items() if r.seccomp}
+    if not seccomp:
+        return
+    off = sorted(n for n, v in seccomp.items() if v != "on")
+    result.sandbox = sandbox.describe("off" if len(off) == len(seccomp) else
+                                      "on" + (f" except {', '.join(off)} (processes allowed)" if off else ""))

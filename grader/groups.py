@@ -4,9 +4,12 @@ problem's results merged from the groups that ran its files.
 Each group gets its own :class:`grader.protocol.Plan`, results pipe and
 scratch folder; its pytest process loads :mod:`grader.plugin`, which routes
 the tests' calls to one sandboxed worker per problem and writes
-:class:`grader.protocol.RunResults` back over the pipe. A group that ends
-without results (a crash, the hard time limit) yields a ``fatal`` record, so
-its problems fail rather than vanish.
+:class:`grader.protocol.RunResults` back over the pipe. Each problem's CPU
+budget is computed here, for the files of it the group runs
+(:func:`grader.budgets.problem_budget`). A group that ends without results (a
+crash, killed for memory, the hard time limit) yields a ``fatal`` record:
+nothing the submission could cause (its code never runs in that process), so
+its problems are grader errors rather than failures, and are regraded.
 """
 
 from __future__ import annotations
@@ -19,38 +22,49 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+from grader.budgets import Costs, problem_budget
+from grader.limits import LOG_CAP
 from grader.planning import group_plans, parallelism, partition, units_of
 from grader.protocol import PLAN_ENV, Plan, ProblemPlan, RunResults, SandboxSpec, WorkerRecord
-from grader.remote import LOG_CAP
 from grader.rubric import Problem, Rubric
 from grader.sandbox import Sandbox
 from grader.scratch import BASETEMP
-from grader.util import REPO, cores
+from grader.util import REPO, cores, memory_available
 
 
 def run_groups(rub: Rubric, selected: list[Problem], plan: Plan, *, public_only: bool, parallel: int | None,
-               time_limit: float | None, run: Path) -> tuple[dict[str, RunResults], list[str]]:
+               cpu_budget: float | None, costs: Costs, speed: float,
+               run: Path) -> tuple[dict[str, RunResults], list[str]]:
     """Run the selected problems' check files in K concurrent trusted pytest
     processes; return each planned problem's results (a problem absent was not
     run) and the groups' errors.
 
     ``plan`` is the run's plan without problems (each group gets its own copy
-    with its problems, scratch folder and pipe); ``time_limit`` overrides every
-    problem's (seconds); ``run`` is the run's temporary folder.
+    with its problems, scratch folder and pipe); ``cpu_budget`` overrides every
+    problem's budget (CPU seconds, as given); ``costs`` and ``speed`` are the
+    reference's measured costs and this machine's speed (grader/budgets.py);
+    ``run`` is the run's temporary folder.
     """
     planned = [(p, p.check_files(REPO, public_only=public_only)) for p in selected]
     planned = [(p, files) for p, files in planned if files and not (p.gpu and not plan.sandbox.gpu)]
     if not planned:
         return {}, []
     k = parallelism(sum(len(files) for _, files in planned), plan.sandbox.limits.memory_bytes, parallel)
-    groups = partition(units_of(planned, k), k)
+    groups = partition(units_of(planned, k, costs, plan.profile), k, costs, plan.profile)
     threads = max(1, cores() // len(groups))  # torch threads per process: the groups share the cores
     results: list[RunResults] = [RunResults() for _ in groups]
     failures: list[BaseException] = []
+    s = rub.settings
+
+    def planned_problem(p: Problem, files: list[str]) -> ProblemPlan:
+        budget, reference, _ = problem_budget(files, plan.profile, costs, slowdown=s.slowdown, floor=s.budget_floor,
+                                              speed=speed, fixed=p.cpu_budget)
+        if cpu_budget is not None:
+            budget = cpu_budget
+        return ProblemPlan(p.name, round(budget, 3), tuple(files), round(reference, 3), p.processes, p.gpu)
 
     def one(i: int) -> None:
-        problems = tuple(ProblemPlan(p.name, float(time_limit or p.time_limit), tuple(files), p.processes, p.gpu)
-                         for p, files in group_plans(groups[i]))
+        problems = tuple(planned_problem(p, files) for p, files in group_plans(groups[i]))
         try:
             results[i] = run_pytest(rub, plan, problems, run / f"group-{i}", threads)
         except BaseException as e:  # re-raised below, in the caller's thread
@@ -83,13 +97,14 @@ def run_pytest(rub: Rubric, base: Plan, problems: tuple[ProblemPlan, ...], run: 
     read_fd, write_fd = os.pipe()
     plan = replace(base, scratch=str(scratch), problems=problems, results_fd=write_fd)
     (run / "plan.json").write_text(plan.to_json())
-    limits = [p.time_limit for p in problems]
     files = [f for p in problems for f in p.files]
+    # No per-test wall-clock timeout (--timeout=0): on a busy machine a test
+    # may take long without any fault of the submission, whose calls are
+    # bounded by their CPU limits and wall-clock backstops in grader.remote.
     argv = [sys.executable, "-m", "pytest", *files, "-p", "grader.plugin", "-q", "--no-header",
             "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly", "--rootdir", str(REPO),
             "-c", str(REPO / "pyproject.toml"), f"--basetemp={scratch / BASETEMP}",
-            "--hypothesis-profile", plan.profile, "--tb=no", "-o", "console_output_style=classic",
-            f"--timeout={int(max(limits) + rub.settings.start_timeout + 60)}"]
+            "--hypothesis-profile", plan.profile, "--tb=no", "-o", "console_output_style=classic", "--timeout=0"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GRADER_", "HYPOTHESIS_"))}
     env.update({PLAN_ENV: str(run / "plan.json")}, HYPOTHESIS_PROFILE=plan.profile,
                PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
@@ -104,16 +119,13 @@ def run_pytest(rub: Rubric, base: Plan, problems: tuple[ProblemPlan, ...], run: 
 
     reader = threading.Thread(target=collect, daemon=True)
     reader.start()
-    hard_limit = sum(limits) + rub.settings.start_timeout + 120
-    if plan.gpu_problems:  # waiting for another grading's GPU problem is not this run hanging
-        from grader.gpulock import WAIT_SECONDS
-
-        hard_limit += WAIT_SECONDS
+    hard_limit = hard_limit_of(plan)
     try:
         proc = subprocess.Popen(argv, cwd=REPO, env=env, pass_fds=(write_fd,), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     finally:
         os.close(write_fd)
+    peak = _PeakMemory(proc.pid)
     try:
         out, _ = proc.communicate(timeout=hard_limit)
         killed = False
@@ -121,17 +133,65 @@ def run_pytest(rub: Rubric, base: Plan, problems: tuple[ProblemPlan, ...], run: 
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
         killed = True
+    finally:
+        peak.stop()
     reader.join(timeout=30)
     text = out.decode("utf-8", "replace")
     try:
-        return RunResults.from_json(b"".join(chunks)) if chunks else _no_results(killed, hard_limit, proc, text)
+        return RunResults.from_json(b"".join(chunks)) if chunks else _no_results(killed, hard_limit, proc, text,
+                                                                                 peak.bytes)
     except (ValueError, TypeError, AttributeError):
-        return _no_results(killed, hard_limit, proc, text)
+        return _no_results(killed, hard_limit, proc, text, peak.bytes)
 
 
-def _no_results(killed: bool, hard_limit: float, proc: subprocess.Popen[bytes], text: str) -> RunResults:
-    why = (f"the grader's test run ran past {hard_limit:g} s and was stopped" if killed
-           else f"the grader's test run ended without results (exit {proc.returncode})")
+def hard_limit_of(plan: Plan) -> float:
+    """The wall-clock seconds a trusted pytest process may run before the
+    engine stops it: far more than its problems' CPU budgets take on a very busy
+    machine (every call within is bounded already; this catches the grader's
+    own hang), plus the wait for a GPU another grading holds."""
+    limit = 1800 + 4 * sum(p.cpu_budget for p in plan.problems)
+    if plan.gpu_problems:  # waiting for another grading's GPU problem is not this run hanging
+        from grader.gpulock import WAIT_SECONDS
+
+        limit += WAIT_SECONDS
+    return limit
+
+
+class _PeakMemory:
+    """The resident memory of the trusted pytest process, sampled every half
+    second (so that a run the kernel killed for memory says how much it held)."""
+
+    def __init__(self, pid: int) -> None:
+        from grader import proctree
+
+        self.bytes = 0
+        self._done = threading.Event()
+
+        def sample() -> None:
+            while not self._done.wait(0.5):
+                p = proctree.read(pid)
+                if p is not None and p.live:
+                    self.bytes = max(self.bytes, p.rss)
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=5)
+
+
+def _no_results(killed: bool, hard_limit: float, proc: subprocess.Popen[bytes], text: str,
+                peak: int) -> RunResults:
+    held = f"; it held {peak / (1 << 20):.0f} MiB at its peak" if peak else ""
+    if killed:
+        why = f"the grader's test run ran past {hard_limit:g} s and was stopped"
+    elif proc.returncode == -signal.SIGKILL:
+        free = memory_available()
+        why = (f"the grader's test run was killed by SIGKILL from outside (out of memory?{held}; "
+               f"{free / (1 << 30):.1f} GiB of memory is available to the grader now)")
+    else:
+        why = f"the grader's test run ended without results (exit {proc.returncode}{held})"
     # Its output may hold what the submission said (failure messages of
     # hidden checks): it goes to the instructors' log, never to "error".
     return RunResults(error=why, log=text[-3000:], fatal=True)
@@ -146,7 +206,12 @@ def merge_records(records: list[WorkerRecord]) -> WorkerRecord:
     return WorkerRecord(
         calls=sum(r.calls for r in records),
         crashes=[c for r in records for c in r.crashes],
-        timeout="; ".join(r.timeout for r in records if r.timeout),
+        timeouts=[t for r in records for t in r.timeouts],
+        cut="; ".join(dict.fromkeys(r.cut for r in records if r.cut)),
+        fault="; ".join(dict.fromkeys(r.fault for r in records if r.fault)),
+        cpu_used=sum(r.cpu_used for r in records),
+        cpu_budget=sum(r.cpu_budget for r in records),
+        reference_cpu=sum(r.reference_cpu for r in records),
         seccomp=next((v for v in seccomp if v != "on"), seccomp[0] if seccomp else ""),
         # One problem's log stays within one worker's cap, however many groups ran it.
         log=log[:LOG_CAP],
@@ -172,10 +237,10 @@ def problem_results(name: str, files: list[str], parts: list[RunResults]) -> Run
     return out
 
 
-def base_plan(name: Path, work: Path, profile: str, sandbox: Sandbox, call_timeout: float, start_timeout: float,
-              seed: int) -> Plan:
+def base_plan(name: Path, work: Path, profile: str, sandbox: Sandbox, *, call_cpu: float, start_cpu: float,
+              wall_factor: float, seed: int) -> Plan:
     """The run's plan, before a group fills in its problems, scratch folder and pipe."""
     return Plan(name=str(name), repo=str(REPO), work=str(work), scratch="", profile=profile, problems=(),
-                sandbox=SandboxSpec.of(sandbox), call_timeout=call_timeout, start_timeout=start_timeout,
+                sandbox=SandboxSpec.of(sandbox), call_cpu=call_cpu, start_cpu=start_cpu, wall_factor=wall_factor,
                 results_fd=-1, seed=seed)
 

@@ -6,12 +6,16 @@ workers of a run share (the scratch folder's caps, checked by
 (:func:`worker_slots`, :func:`fitted_memory_limit`, :func:`plan_jobs`) is the
 promise the grader keeps instead of the kernel, which reserves nothing an
 rlimit allows: the limits of all the workers that can run at once fit the free
-memory. Nothing here imports another grader module.
+memory, which is the machine's or, in a container, its cgroup's
+(:func:`grader.util.memory_available`). Nothing here imports another grader
+module but :mod:`grader.util`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from grader.util import memory_available
 
 #: Data (RLIMIT_DATA: heap and anonymous writable mappings) of the trusted
 #: pytest process (public tests, hidden checks, the reference's oracle
@@ -20,6 +24,8 @@ from dataclasses import dataclass
 #: leaves room; a reply that would need more is refused before (tests.wire's
 #: logical-size bounds) or ends the run with an error.
 TRUSTED_MEMORY_BYTES = 4 << 30
+#: Bytes of a worker's output kept for the instructors' log (the rest is read and dropped).
+LOG_CAP = 64 << 10
 #: What the trusted process is counted for in the memory budget (resident).
 TRUSTED_SHARE_BYTES = 1 << 30
 #: A worker's address space never goes below this (torch alone maps about
@@ -59,9 +65,7 @@ def worker_slots(memory_limit_bytes: int, trusted: int = 1) -> int:
     the grader keeps instead: it never starts more workers at once than this
     (the spare worker only when it fits, ``batch --jobs`` capped).
     """
-    import psutil
-
-    free = psutil.virtual_memory().available - trusted * TRUSTED_SHARE_BYTES
+    free = memory_available() - trusted * TRUSTED_SHARE_BYTES
     return max(0, int(free // max(1, memory_limit_bytes)))
 
 
@@ -69,9 +73,7 @@ def fitted_memory_limit(configured_bytes: int, workers: int = 2, trusted: int = 
     """The per-worker address-space limit: ``configured_bytes`` or, on a smaller
     machine, what lets ``workers`` workers (a problem's and the spare) fit in
     the free memory; never below :data:`MIN_WORKER_BYTES`."""
-    import psutil
-
-    free = psutil.virtual_memory().available - trusted * TRUSTED_SHARE_BYTES
+    free = memory_available() - trusted * TRUSTED_SHARE_BYTES
     return max(MIN_WORKER_BYTES, min(configured_bytes, int(free // max(1, workers))))
 
 
@@ -80,9 +82,7 @@ def plan_jobs(jobs: int, configured_bytes: int) -> tuple[int, int, str]:
     a trusted process and up to two workers (a problem's and the spare), so
     that all their limits fit the free memory: the per-worker limit is lowered
     first (never below :data:`MIN_WORKER_BYTES`), then the number of jobs."""
-    import psutil
-
-    free = psutil.virtual_memory().available
+    free = memory_available()
     want = max(1, jobs)
     n = want
     while n > 1 and (free - n * TRUSTED_SHARE_BYTES) // (2 * n) < MIN_WORKER_BYTES:

@@ -3,29 +3,19 @@
 The problems (a heavy one split into its check files) are split into K groups
 run concurrently, one trusted pytest process each, with K = min(cores, check
 files, memory slots of :func:`grader.sandbox.worker_slots`) or the requested
-number. Expected times only balance the groups; they never decide a verdict.
+number. Expected times (the reference's wall-clock seconds per check file in
+``grader/budgets.toml``) only balance the groups; they never decide a verdict.
 """
 
 from __future__ import annotations
 
+from grader.budgets import Costs
 from grader.rubric import Problem
 from grader.sandbox import worker_slots
 from grader.util import cores
 
-#: Seconds each check file took on the reference (grade profile, trusted
-#: side's clock, a loaded 2-core machine; only the ratios matter): used only to
-#: balance the groups run in parallel, never for a verdict. A file not listed
-#: weighs its problem's time limit / 40.
-EXPECTED_SECONDS = {
-    "grader/hidden/test_optimizers_hidden.py": 140.0, "tests/test_training.py": 35.0,
-    "grader/hidden/test_training_hidden.py": 26.0, "tests/test_optimizers.py": 23.0,
-    "grader/hidden/test_einops_ops_hidden.py": 6.0, "grader/hidden/test_data_hidden.py": 5.5,
-    "tests/test_data.py": 4.6, "grader/hidden/test_model_hidden.py": 3.2, "tests/test_flops.py": 3.2,
-    "tests/test_precision.py": 3.1, "tests/test_memory.py": 2.7, "tests/test_einops_ops.py": 2.5,
-    "tests/test_views.py": 2.2, "tests/test_model.py": 2.1, "grader/hidden/test_precision_hidden.py": 1.3,
-    "grader/hidden/test_views_hidden.py": 1.2, "grader/hidden/test_flops_hidden.py": 1.1,
-    "grader/hidden/test_memory_hidden.py": 0.8,
-}
+#: The expected seconds of a check file ``budgets.toml`` has no figure for.
+UNMEASURED_FILE_SECONDS = 10.0
 
 #: A problem with the check files it is planned to run (those that exist).
 Planned = tuple[Problem, list[str]]
@@ -35,19 +25,20 @@ Planned = tuple[Problem, list[str]]
 Unit = tuple[Problem, tuple[str, ...]]
 
 
-def file_cost(p: Problem, f: str) -> float:
-    """The expected seconds of check file ``f`` of problem ``p``."""
-    return EXPECTED_SECONDS.get(f, p.time_limit / 40)
+def file_cost(f: str, costs: Costs, profile: str) -> float:
+    """The expected seconds of check file ``f`` in ``profile``."""
+    c = costs.file(profile, f)
+    return c.seconds if c is not None else UNMEASURED_FILE_SECONDS
 
 
-def units_of(planned: list[Planned], k: int) -> list[Unit]:
+def units_of(planned: list[Planned], k: int, costs: Costs, profile: str) -> list[Unit]:
     """Whole problems (one worker each), except that a problem heavier than
     1/k of the total is split into its files (a second worker start is cheaper
     than one group waiting on it)."""
-    total = sum(file_cost(p, f) for p, files in planned for f in files)
+    total = sum(file_cost(f, costs, profile) for _, files in planned for f in files)
     out: list[Unit] = []
     for p, files in planned:
-        if k > 1 and len(files) > 1 and sum(file_cost(p, f) for f in files) > total / k:
+        if k > 1 and len(files) > 1 and sum(file_cost(f, costs, profile) for f in files) > total / k:
             out += [(p, (f,)) for f in files]
         else:
             out.append((p, tuple(files)))
@@ -62,14 +53,14 @@ def parallelism(n_units: int, memory_bytes: int, requested: int | None = None) -
     return max(1, min(want, n_units, worker_slots(memory_bytes)))
 
 
-def partition(units: list[Unit], k: int) -> list[list[Unit]]:
+def partition(units: list[Unit], k: int, costs: Costs, profile: str) -> list[list[Unit]]:
     """``units`` in ``k`` groups of about equal expected time (longest first,
     each to the lightest group). Within a group, the rubric's order is kept."""
     groups: list[list[Unit]] = [[] for _ in range(max(1, k))]
     load = [0.0] * len(groups)
 
     def cost(u: Unit) -> float:
-        return sum(file_cost(u[0], f) for f in u[1])
+        return sum(file_cost(f, costs, profile) for f in u[1])
 
     for u in sorted(units, key=lambda u: -cost(u)):  # stable: ties keep the rubric's order
         i = min(range(len(groups)), key=lambda j: (load[j], j))

@@ -14,8 +14,12 @@ It does nothing unless :data:`grader.protocol.PLAN_ENV` names a plan file (a
     RemoteImpl which problem each test belongs to;
   * skips ``gpu``-marked tests where CUDA is unavailable ("not run on a GPU");
   * records every test's :class:`grader.protocol.CheckOutcome`: outcome,
-    failure details and duration (setup + call + teardown, on this trusted
-    process's monotonic clock: nothing the worker reports about time is used),
+    failure details, duration (setup + call + teardown, on this trusted
+    process's monotonic clock: nothing the worker reports about time is used)
+    and the CPU seconds the problem's workers used meanwhile (read from
+    outside); a check stopped by a :class:`grader.remote.GraderFault`,
+    :class:`grader.remote.NotRun` or :class:`grader.remote.WorkerTimeout` gets
+    the outcome "grader error", "not run" or "timeout", never "failed",
     and for hidden checks the public test their ``extends`` marker names and the
     kind of input they declared with ``input_kind`` (read here, on the trusted
     side: the submission's worker never sees the test items);
@@ -49,6 +53,11 @@ if TYPE_CHECKING:
 #: The name the run's :class:`GraderRun` is registered under.
 RUN_PLUGIN = "grader-run"
 
+#: Exceptions that end a check without a verdict on the submission's answers,
+#: and the outcome each gives it (the first that applies).
+_NOT_ANSWERS = (("GraderFault", "grader error"), ("CouldNotRun", "grader error"), ("NotRun", "not run"),
+                ("WorkerTimeout", "timeout"))
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
@@ -63,8 +72,9 @@ def pytest_configure(config: pytest.Config) -> None:
     sandbox = plan.sandbox.sandbox()
     impl = RemoteImpl(
         plan.name, sandbox, Path(plan.work), Path(plan.scratch),
-        problems={p.name: p.time_limit for p in plan.problems},
-        call_timeout=plan.call_timeout, start_timeout=plan.start_timeout,
+        problems={p.name: p.cpu_budget for p in plan.problems},
+        reference_cpu={p.name: p.reference_cpu for p in plan.problems},
+        call_cpu=plan.call_cpu, start_cpu=plan.start_cpu, wall_factor=plan.wall_factor,
         config=WorkerConfig(rlimits=sandbox.limits.rlimits(sandbox.gpu), cuda=sandbox.gpu),
         processes={p.name: p.processes for p in plan.problems},
     )
@@ -142,19 +152,24 @@ class GraderRun:
         test on the trusted side (worker start-up included where the test is the
         first of its problem: that is where the time goes)."""
         self.hold_gpu_lock(item)
-        start = time.monotonic()
+        problem = self.where(item)[0] if self.impl is not None else ""
+        start, cpu = time.monotonic(), self.impl.cpu_used(problem) if problem and self.impl else 0.0
         try:
             return (yield)
         finally:
             entry = self.tests.get(getattr(item, "nodeid", ""))
             if entry is not None:
                 entry.duration = round(time.monotonic() - start, 4)
+                if problem and self.impl is not None:
+                    entry.cpu = round(self.impl.cpu_used(problem) - cpu, 4)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> None:
         busy = self.gpu_busy.get(self.where(item)[0])
         if busy:
-            pytest.fail(f"not graded: {busy}", pytrace=False)
+            from grader.remote import GraderFault
+
+            raise GraderFault(f"not graded: {busy}")
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item,
@@ -178,6 +193,13 @@ class GraderRun:
             else:
                 longrepr = report.longrepr
                 entry.message = (longrepr[2] if isinstance(longrepr, tuple) else str(longrepr))[-2000:]
+        if report.failed:
+            # No verdict on the answers: the grader's fault, a check that did
+            # not run, a call past its limit (the first that applies).
+            for name, outcome in _NOT_ANSWERS:
+                if name in entry.exceptions:
+                    entry.outcome = outcome
+                    break
         return report
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
@@ -191,9 +213,11 @@ class GraderRun:
         self.impl.close()
         results = RunResults(
             tests=self.tests,
-            problems={name: WorkerRecord(calls=st.calls, crashes=st.crashes, timeout=st.timeout, seccomp=st.seccomp,
-                                         log=bytes(st.log).decode("utf-8", "replace"), log_dropped=st.log_dropped,
-                                         started=bool(st.started))
+            problems={name: WorkerRecord(calls=st.calls, crashes=st.crashes, timeouts=st.timeouts, cut=st.cut,
+                                         fault=st.fault, cpu_used=round(self.impl.cpu_used(name), 4),
+                                         cpu_budget=st.cpu_budget, reference_cpu=st.reference_cpu,
+                                         seccomp=st.seccomp, log=bytes(st.log).decode("utf-8", "replace"),
+                                         log_dropped=st.log_dropped, started=bool(st.started))
                       for name, st in self.impl.states.items()},
             cuda=self.cuda, scratch={"peak_bytes": self.watch.peak_bytes, "peak_entries": self.watch.peak_entries},
             session_time=round(time.monotonic() - self.start, 4))

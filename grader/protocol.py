@@ -41,13 +41,16 @@ def _known(cls: type, raw: dict[str, Any]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class ProblemPlan:
     """One problem as a trusted pytest process runs it: its check files (in
-    order; some of the problem's files when it is split over groups), its time
-    limit (seconds, the whole problem in this process) and how many processes
-    its worker may start."""
+    order; some of the problem's files when it is split over groups), the CPU
+    seconds its workers may use for them (``cpu_budget``) and what the
+    reference uses for the same checks on this machine (``reference_cpu``,
+    reported beside it; both from :mod:`grader.budgets`), and how many
+    processes its worker may start."""
 
     name: str
-    time_limit: float
+    cpu_budget: float
     files: tuple[str, ...]
+    reference_cpu: float = 0.0
     processes: int = 0
     gpu: bool = False  # it holds the device's lock (grader/gpulock.py) while it runs
 
@@ -79,8 +82,11 @@ class Plan:
     ``name`` is the submission as the instructor named it; ``repo`` the
     grader's checkout (the tests and hidden checks); ``work`` the submission's
     working copy the workers import; ``scratch`` the only folder they may
-    write. ``results_fd`` is the write end of the pipe to the engine. ``seed``
-    seeds the hidden checks' draws (:func:`grader.plugin.hidden_seed`).
+    write. ``call_cpu`` and ``start_cpu`` are the CPU seconds of one call and
+    of a worker's start-up, ``wall_factor`` how many times its CPU limit a
+    wait may last in wall-clock time (a backstop). ``results_fd`` is the write
+    end of the pipe to the engine. ``seed`` seeds the hidden checks' draws
+    (:func:`grader.plugin.hidden_seed`).
     """
 
     name: str
@@ -90,8 +96,9 @@ class Plan:
     profile: str
     problems: tuple[ProblemPlan, ...]
     sandbox: SandboxSpec
-    call_timeout: float
-    start_timeout: float
+    call_cpu: float
+    start_cpu: float
+    wall_factor: float
     results_fd: int
     seed: int
 
@@ -126,7 +133,11 @@ class CheckOutcome:
     failure's exception types (its group's, causes and contexts included; a
     worker-side one as ``remote:Name``). ``message``/``example`` are the
     failure's text and hypothesis's falsifying example. ``duration`` is setup to
-    teardown on the trusted process's clock. ``extends`` and ``input_kind`` are
+    teardown on the trusted process's clock, ``cpu`` the CPU seconds the
+    problem's workers used meanwhile (read from outside). ``outcome`` may also
+    be "timeout" (a call ran past its limit), "not run" (the problem's budget
+    was spent before the check could end) or "grader error" (the machine or the
+    grader failed). ``extends`` and ``input_kind`` are
     what a hidden check declared (its ``extends`` marker, its ``input_kind(...)``
     facts), read from the test item on the trusted side.
     """
@@ -139,6 +150,7 @@ class CheckOutcome:
     example: str = ""
     gpu: bool = False
     duration: float = 0.0
+    cpu: float = 0.0
     extends: str = ""
     input_kind: dict[str, str] = field(default_factory=dict)
 
@@ -151,12 +163,20 @@ class CheckOutcome:
 class WorkerRecord:
     """What happened to one problem's worker(s) in one trusted pytest process
     (:class:`grader.remote.ProblemState`, observed from the trusted side): calls
-    served, crash messages, why it timed out ("" if not), seccomp state, its
-    capped output (instructors only) and how many bytes of it were dropped."""
+    served, crash messages, the calls that ran past their limits, why its
+    remaining checks were cut ("" if not), a fault of the machine or the
+    grader ("" if none), the CPU seconds its workers used, its budget and the
+    reference's, seccomp state, its capped output (instructors only) and how
+    many bytes of it were dropped."""
 
     calls: int = 0
     crashes: list[str] = field(default_factory=list)
-    timeout: str = ""
+    timeouts: list[str] = field(default_factory=list)
+    cut: str = ""
+    fault: str = ""
+    cpu_used: float = 0.0
+    cpu_budget: float = 0.0
+    reference_cpu: float = 0.0
     seccomp: str = ""
     log: str = ""
     log_dropped: int = 0

@@ -4,18 +4,33 @@
 trusted pytest process: the lifecycle of the workers
 (:class:`grader.workerproc.Worker`) of one submission. Each problem gets its
 own long-lived worker process (see :mod:`grader.worker`), started from a warm
-spare so that importing torch overlaps with the previous problem's checks;
-each call's deadline, the problem's time limit and crash count are kept in a
-:class:`ProblemState`. Requests and replies are length-prefixed
-:mod:`tests.wire` frames on dedicated pipes; replies are decoded with
-:func:`tests.wire.decode` only, and errors are re-raised as the builtin
-exception the worker named (anything else as :class:`RemoteError`).
+spare so that importing torch overlaps with the previous problem's checks.
+Requests and replies are length-prefixed :mod:`tests.wire` frames on
+dedicated pipes; replies are decoded with :func:`tests.wire.decode` only, and
+errors are re-raised as the builtin exception the worker named (anything else
+as :class:`RemoteError`).
+
+**Budgets count the submission's own work.** Each problem has a budget of CPU
+seconds (:mod:`grader.budgets`: a multiple of what the reference uses for the
+same checks, scaled to this machine), and each call a CPU limit; both count
+the CPU time of the worker's process tree since it started serving (its
+start-up, importing torch, is the grader's), read from outside
+(:mod:`grader.meter`). The trusted side's own work (oracles, float64 runs)
+costs the submission nothing, and a busy machine, which makes every process
+wait for a CPU, costs it nothing either. Wall-clock time is only a backstop
+(``wall_factor`` times a call's CPU limit) against a call that sleeps or
+blocks; one stopped there while it mostly waited for a CPU was starved by the
+machine, which is a :class:`GraderFault`, not the submission's timeout. What
+happened is kept in a :class:`ProblemState`.
 
 When the worker times out, crashes or talks garbage, it is killed and the call
 raises a :class:`WorkerError` (a ``BaseException``, see
-:mod:`grader.workerproc`). After a timeout, or after ``max_crashes`` crashes,
-further calls of that problem fail at once: a hang costs that problem, not the
-run.
+:mod:`grader.workerproc`), and the next call starts a fresh worker. A spent
+budget cuts the problem: that call and every later one raise :class:`NotRun`
+(their checks did not run; items that passed before keep their points). So do
+``max_timeouts`` timeouts or ``max_crashes`` crashes: a hang costs that
+problem at most, not the run. A worker that cannot start (nothing of the
+submission runs before its hello) is a :class:`GraderFault`.
 """
 
 from __future__ import annotations
@@ -27,13 +42,16 @@ from pathlib import Path
 from typing import Any
 
 from grader import proctree
-from grader.limits import worker_slots
+from grader.limits import LOG_CAP, worker_slots
 from grader.sandbox import Sandbox
 from grader.scratch import BASETEMP, remove_tree
 from grader.worker import WorkerConfig
 from grader.workerproc import (
-    LOG_CAP,
+    GraderFault,
+    Limit,
     MalformedReply,
+    NotRun,
+    OutOfTime,
     ProtocolError,
     RemoteError,
     Worker,
@@ -44,22 +62,35 @@ from grader.workerproc import (
     reply_value,
 )
 from tests import wire
-from tests.harness import ImplBase, Interrupted, MemoryWatch, read_source, scenario_name
+from tests.harness import ImplBase, Interrupted, MemoryWatch, read_source, scenario_name, stubs_fail_fast
 
-__all__ = ["LOG_CAP", "ProblemState", "ProtocolError", "RemoteError", "RemoteImpl", "WorkerCrashed", "WorkerError",
-           "WorkerTimeout"]
+__all__ = ["GraderFault", "NotRun", "ProblemState", "ProtocolError", "RemoteError", "RemoteImpl",
+           "WorkerCrashed", "WorkerError", "WorkerTimeout"]
+
+#: A wall-clock backstop is never shorter than this (seconds).
+MIN_WALL = 60.0
 
 
 @dataclass
 class ProblemState:
-    """What happened to one problem's worker(s); read by the report."""
+    """What happened to one problem's worker(s); read by the report.
 
-    time_limit: float
-    deadline: float = 0.0
-    started: float = 0.0
+    ``cpu_budget`` is the CPU seconds all its calls may use, ``reference_cpu``
+    what the reference uses for the same checks on this machine (for the
+    report), ``cpu_done`` what its retired workers used. ``cut`` says why its
+    remaining checks do not run, ``fault`` what the machine or the grader got
+    wrong ("" while all is well).
+    """
+
+    cpu_budget: float
+    reference_cpu: float = 0.0
+    cpu_done: float = 0.0
+    started: bool = False
     calls: int = 0
     crashes: list[str] = field(default_factory=list)
-    timeout: str = ""
+    timeouts: list[str] = field(default_factory=list)
+    cut: str = ""
+    fault: str = ""
     log: bytearray = field(default_factory=bytearray)
     log_dropped: int = 0
     seccomp: str = ""
@@ -79,16 +110,23 @@ class RemoteImpl(ImplBase):
 
     def __init__(
         self, name: str, sandbox: Sandbox, work: Path, scratch: Path, *, problems: dict[str, float],
-        call_timeout: float = 60.0, start_timeout: float = 120.0, max_crashes: int = 3,
+        reference_cpu: dict[str, float] | None = None, call_cpu: float = 60.0, start_cpu: float = 60.0,
+        wall_factor: float = 10.0, min_wall: float = MIN_WALL, max_crashes: int = 3, max_timeouts: int = 2,
         max_reply: int = 512 << 20, config: WorkerConfig | None = None, processes: dict[str, int] | None = None,
     ) -> None:
+        """``problems``: each problem's CPU budget (seconds); ``reference_cpu``:
+        what the reference uses for the same checks (seconds, reported only);
+        ``call_cpu``: CPU seconds of one call; ``start_cpu``: CPU seconds of a
+        worker's start-up; ``wall_factor``: a wait's wall-clock backstop is this
+        times its CPU limit, and at least ``min_wall`` seconds."""
         self.name = name
         self._sandbox, self._work, self._scratch = sandbox, work, scratch
         self._config = config if config is not None else WorkerConfig()
         self._order = list(problems)
-        self.states = {p: ProblemState(limit) for p, limit in problems.items()}
-        self.call_timeout, self.start_timeout = call_timeout, start_timeout
-        self.max_crashes, self.max_reply = max_crashes, max_reply
+        refs = reference_cpu or {}
+        self.states = {p: ProblemState(budget, refs.get(p, 0.0)) for p, budget in problems.items()}
+        self.call_cpu, self.start_cpu, self.wall_factor, self.min_wall = call_cpu, start_cpu, wall_factor, min_wall
+        self.max_crashes, self.max_timeouts, self.max_reply = max_crashes, max_timeouts, max_reply
         self.problem: str | None = None
         self._workers: dict[str, Worker] = {}
         self._spare: Worker | None = None
@@ -116,10 +154,7 @@ class RemoteImpl(ImplBase):
             if self.problem is not None:
                 self._clear_scratch()
         self.problem = problem
-        st = self.states[problem]
-        if not st.started:
-            st.started = time.monotonic()
-            st.deadline = st.started + st.time_limit
+        self.states[problem].started = True
 
     def _spawn(self, processes: int = 0) -> Worker:
         config = replace(self._config, processes=processes) if processes else self._config
@@ -162,8 +197,19 @@ class RemoteImpl(ImplBase):
     def _retire(self, problem: str) -> None:
         w = self._workers.pop(problem, None)
         if w is not None:
+            st = self.states[problem]
+            st.cpu_done += w.charged()  # read just before the kill: nothing it used is lost
             w.kill()
-            self.states[problem].add_log(w)
+            st.add_log(w)
+
+    def cpu_used(self, problem: str | None = None, max_age: float = 0.0) -> float:
+        """CPU seconds ``problem``'s workers (default: the current problem's) have
+        used since each started serving, from readings at most ``max_age`` old."""
+        problem = problem or self.problem
+        if problem is None:
+            return 0.0
+        w = self._workers.get(problem)
+        return self.states[problem].cpu_done + (w.charged(max_age) if w is not None else 0.0)
 
     def _clear_scratch(self) -> None:
         """Empty the scratch folder between two problems, so nothing a worker of
@@ -281,86 +327,144 @@ class RemoteImpl(ImplBase):
 
     def interrupted_scenario(self, fn: Callable[..., Any], *args: Any, kill_when: Callable[[], bool],
                              timeout: float = 120.0, **kwargs: Any) -> Interrupted:
+        """As :meth:`tests.harness.Impl.interrupted_scenario`; ``timeout`` is not
+        used here: the call is bounded by its CPU limit like every other."""
         if self.problem is not None:
             self._fresh()
         req = {"op": "scenario", "name": scenario_name(fn), "args": args, "kwargs": kwargs}
-        return self._request(req, kill_when=kill_when, kill_timeout=timeout)
+        return self._request(req, kill_when=kill_when)
 
-    def measured_scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, int]:
+    def measured_scenario(self, fn: Callable[..., Any], *args: Any, warm_up: Callable[..., Any] | None = None,
+                          **kwargs: Any) -> tuple[Any, int]:
         if self.problem is not None:
             self._fresh()
+        if warm_up is not None:  # harness code only: the implementation is first imported by the measured call
+            self._request({"op": "scenario", "name": scenario_name(warm_up), "args": (), "kwargs": {}})
         req = {"op": "scenario", "name": scenario_name(fn), "args": args, "kwargs": kwargs}
         return self._request(req, measure=True)
 
+    def _refuse(self, st: ProblemState) -> None:
+        """Raise what a call of a problem that cannot run any more raises."""
+        assert self.problem is not None
+        if self._scratch_error:
+            st.fault = st.fault or self._scratch_error
+        if st.fault:
+            raise GraderFault(f"{self.problem}: not graded: {st.fault}")
+        if st.cut:
+            raise NotRun(f"{self.problem}: {st.cut}; this check did not run")
+
+    def _cut(self, st: ProblemState, why: str) -> NotRun:
+        st.cut = st.cut or why
+        return NotRun(f"{self.problem}: {st.cut}; this check did not run")
+
+    def _budget_spent(self, st: ProblemState) -> NotRun:
+        return self._cut(st, f"the problem's CPU budget of {st.cpu_budget:.4g} s ran out")
+
+    def _wall(self, cpu: float) -> float:
+        """The wall-clock backstop of a wait whose CPU limit is ``cpu`` seconds."""
+        return max(self.min_wall, self.wall_factor * cpu)
+
+    def _start(self, worker: Worker, st: ProblemState) -> None:
+        """Wait for ``worker``'s hello within the start-up limits. No code of the
+        submission runs before it (the worker imports torch and the harness), so
+        whatever goes wrong here is the machine's or the grader's."""
+        if worker.hello is not None:
+            return
+        wall = self._wall(self.start_cpu)
+        limit = Limit(cpu=self.start_cpu, wall=time.monotonic() + wall)
+        try:
+            hello = worker.wait_ready(limit)
+        except WorkerError as e:
+            self._retire(self.problem or "")
+            worker.kill()
+            if worker.killed_for:  # stopped by the grader for what the submission did (its scratch folder's caps)
+                self._crashed(st, f"a worker's start-up: {e}")
+                raise WorkerCrashed(f"{self.problem}: {e}") from None
+            if isinstance(e, OutOfTime):
+                why = (f"a worker did not start within {self.start_cpu:g} CPU s" if e.cpu else
+                       f"a worker did not start within {wall:.0f} s of wall-clock time "
+                       "(the machine is too busy?)" if e.limit.starved else
+                       "a worker did not start: it waited without using the CPU (the machine's disk too slow?)")
+            else:
+                why = f"a worker could not start: {e}" + (
+                    " (is the sandbox's bubblewrap still installed?)" if "status 127" in str(e) else "")
+            st.fault = st.fault or why
+            raise GraderFault(f"{self.problem}: not graded: {why}") from None
+        st.seccomp = str(hello.get("seccomp", ""))
+
     def _request(self, req: dict[str, Any], *, kill_when: Callable[[], bool] | None = None,
-                 kill_timeout: float = 0.0, measure: bool = False) -> Any:
+                 measure: bool = False) -> Any:
         if self.problem is None:
             raise RuntimeError("RemoteImpl: no problem selected (the grader plugin calls enter())")
         st = self.states[self.problem]
-        if self._scratch_error:
-            raise WorkerCrashed(f"{self.problem}: {self._scratch_error}; its calls are not run")
-        if st.timeout:
-            raise WorkerTimeout(f"{self.problem}: {st.timeout}; its remaining calls are not run")
-        if len(st.crashes) >= self.max_crashes:
-            raise WorkerCrashed(f"{self.problem}: the worker crashed {len(st.crashes)} times "
-                                f"(last: {st.crashes[-1]}); its remaining calls are not run")
-        now = time.monotonic()
-        if now >= st.deadline:
-            st.timeout = f"the problem's time limit of {st.time_limit:g} s ran out"
-            raise WorkerTimeout(f"{self.problem}: {st.timeout}")
+        self._refuse(st)
+        if st.cpu_budget - self.cpu_used(max_age=0.5) <= 0:
+            raise self._budget_spent(st)
         payload = wire.encode(req)  # the test's own arguments: a WireError here is a test bug
         st.calls += 1
         worker = self._worker()
+        self._start(worker, st)
+        left = st.cpu_budget - self.cpu_used(max_age=0.5)
+        cpu = min(self.call_cpu, left)
+        limit = Limit(cpu=worker.meter.last.cpu + cpu, wall=time.monotonic() + self._wall(cpu))
         try:
-            hello = worker.wait_ready(min(st.deadline, time.monotonic() + self.start_timeout))
-            st.seccomp = str(hello.get("seccomp", ""))
-            deadline = min(st.deadline, time.monotonic() + self.call_timeout)
             watch = MemoryWatch(worker.proc.pid) if measure else None
-            if kill_when is not None:
-                deadline = min(deadline, time.monotonic() + kill_timeout)
             if watch is not None:
                 watch.start()
-            worker.write_frame(payload, deadline)
+            worker.write_frame(payload, limit)
             if kill_when is not None:
+                polls = 0
                 while not worker.readable(0.001):
                     if kill_when():  # the test saw its moment: kill, as a crash would
                         worker.kill_tree()
                         self._retire(self.problem)
                         return Interrupted(True)
-                    if time.monotonic() >= deadline:
-                        raise WorkerTimeout("no reply in time")
+                    polls += 1
+                    if polls % 50 == 0:
+                        worker.check(limit, "no reply in time")
             try:
-                reply = decode_reply(worker.read_frame(deadline), worker)
+                reply = decode_reply(worker.read_frame(limit), worker)
             finally:
                 peak = watch.stop() if watch is not None else 0
-        except WorkerTimeout as e:
+        except OutOfTime as e:
             self._retire(self.problem)
-            if time.monotonic() >= st.deadline - 0.05:
-                what = f"the problem's time limit of {st.time_limit:g} s ran out"
-            elif worker.hello is None:
-                what = f"the worker did not start within {self.start_timeout:g} s"
-            else:
-                what = f"a call took longer than {self.call_timeout:g} s"
-            st.timeout = f"{what} ({_describe(req)}: {e})"
-            raise WorkerTimeout(f"{self.problem}: {st.timeout}") from None
+            if e.cpu and cpu < self.call_cpu:  # the problem's budget ran out, not the call's own limit
+                raise self._budget_spent(st) from None
+            if not e.cpu and e.limit.starved:
+                st.fault = st.fault or (f"the machine was too busy: {_describe(req)} waited "
+                                        f"{self._wall(cpu):.0f} s for a CPU")
+                raise GraderFault(f"{self.problem}: not graded: {st.fault}") from None
+            what = (f"a call used more than {cpu:.4g} CPU s" if e.cpu else
+                    f"a call waited {self._wall(cpu):.0f} s while hardly using the CPU "
+                    "(asleep or blocked)")
+            st.timeouts.append(f"{what} ({_describe(req)})")
+            if len(st.timeouts) >= self.max_timeouts:
+                st.cut = st.cut or f"{len(st.timeouts)} calls ran past their limits"
+            raise WorkerTimeout(f"{self.problem}: {what} ({_describe(req)})") from None
         except WorkerCrashed as e:
             self._retire(self.problem)
-            st.crashes.append(f"{_describe(req)}: {e}")
+            self._crashed(st, f"{_describe(req)}: {e}")
             raise type(e)(f"{self.problem}: {_describe(req)}: {e}") from None
         value = self._unpack(reply, req)
         if kill_when is not None:
             return Interrupted(False, value)
         return (value, peak) if measure else value
 
+    def _crashed(self, st: ProblemState, what: str) -> None:
+        st.crashes.append(what)
+        if len(st.crashes) >= self.max_crashes:
+            st.cut = st.cut or f"the worker crashed {len(st.crashes)} times (last: {st.crashes[-1][:300]})"
+
     def _garbage(self, req: dict[str, Any], what: str) -> ProtocolError:
         assert self.problem is not None
         self._retire(self.problem)
-        self.states[self.problem].crashes.append(f"{_describe(req)}: {what}")
+        self._crashed(self.states[self.problem], f"{_describe(req)}: {what}")
         return ProtocolError(f"{self.problem}: {_describe(req)}: {what}")
 
     def _unpack(self, reply: Any, req: dict[str, Any]) -> Any:
         try:
-            return reply_value(reply)
+            with stubs_fail_fast():  # an untouched stub fails its check at once, as in a student's pytest
+                return reply_value(reply)
         except MalformedReply as e:
             raise self._garbage(req, str(e)) from None
 

@@ -9,12 +9,13 @@ The ``--json`` schema (stable; other tools build on it)::
      "points_without_checks": float, "seed": int,
      "problems": [{"name": str, "section": str, "score": float,
                    "max_score": float, "status": str, "visibility": str,
-                   "output": str, "log": str, "time": float,
+                   "output": str, "log": str, "time": float, "cpu": float,
+                   "cpu_budget": float, "reference_cpu": float, "not_run": int,
                    "checks": [{"test": str, "outcome": str, "message": str,
-                               "duration": float}],
+                               "duration": float, "cpu": float}],
                    "items": [{"name": str, "points": float, "score": float,
                               "status": str, "checks": int, "failed": int,
-                              "note": str, "failure": null | {
+                              "not_run": int, "note": str, "failure": null | {
                                   "test": str, "hidden": bool, "outcome": str,
                                   "property_test": str, "property": str,
                                   "input_kind": {str: str}, "parameters": [str],
@@ -22,8 +23,15 @@ The ``--json`` schema (stable; other tools build on it)::
                                   "reproduce": str, "withheld": bool}}],
                    "unmapped": [str]}]}
 
-``status`` is one of "passed", "failed", "error", "timeout",
-"not run on a GPU", "no checks" (problems and items alike). A problem's score is
+``status`` is one of "passed", "failed", "error", "timeout", "not run",
+"grader error", "not run on a GPU", "no checks" (problems and items alike;
+a check's ``outcome`` is "passed", "failed", "error", "skipped", "timeout",
+"not run" or "grader error"). "timeout": a call ran past its limit, or the
+problem's CPU budget ran out (its ``output`` says how much CPU the submission
+used, its budget, the reference's for the same checks, and how many checks did
+not run); "not run": an item whose checks did not all run before that;
+"grader error": a fault of the machine or the grader, not graded (the engine
+regrades such a problem once, alone, before the result is final). A problem's score is
 the sum of its items' (rubric.toml's [[problem.item]]); an item's ``failure`` is
 its first failed check: for a hidden one, the public test it extends
 (``property_test`` and the first paragraph of its docstring, ``property``) and
@@ -37,7 +45,11 @@ do not exist (yet). Hidden checks' messages are withheld unless revealed.
 ``log`` is the submission's own (capped) output, for instructors; it is never
 copied into the Gradescope output (it could echo hidden inputs).
 ``time`` (per problem) and ``duration`` (per check) are seconds measured by the
-trusted pytest process, worker start-up included in a problem's first check.
+trusted pytest process, worker start-up included in a problem's first check;
+``cpu`` (per problem and check) the CPU seconds its workers used (read from
+outside, start-up excluded), against ``cpu_budget``; ``reference_cpu`` is what
+the reference uses for the same checks; all three on this machine, ``speed``
+times the measuring machine's figures.
 """
 
 from __future__ import annotations
@@ -47,6 +59,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from grader.results import (
+    GRADER_ERROR,
     NO_CHECKS,
     NOT_RUN_GPU,
     PASSED,
@@ -71,6 +84,9 @@ def summary(r: GradeResult) -> str:
     missing = [p.name for p in r.problems if p.status == NO_CHECKS]
     if missing:
         line += f"; {_fmt(r.points_without_checks)} points ({', '.join(missing)}) have no checks yet"
+    faulty = [p.name for p in r.problems if p.status == GRADER_ERROR]
+    if faulty:
+        line += f"; not graded because of a grader error (not your code): {', '.join(faulty)}"
     return line
 
 
@@ -81,13 +97,14 @@ def _visible_checks(p: ProblemResult, reveal: bool) -> list[dict[str, Any]]:
         if c.example and (not c.hidden or reveal):
             message = f"{message}\n{c.example}"
         out.append({"test": c.test if (not c.hidden or reveal) else f"hidden check {function_name(c.test)}",
-                    "outcome": c.outcome, "message": message, "duration": c.duration})
+                    "outcome": c.outcome, "message": message, "duration": c.duration, "cpu": c.cpu})
     return out
 
 
 def _item_json(i: ItemResult) -> dict[str, Any]:
     return {"name": i.name, "points": i.max_score, "score": i.score, "status": i.status, "checks": i.checks,
-            "failed": i.failed, "note": i.note, "failure": i.failure.to_json() if i.failure else None}
+            "failed": i.failed, "not_run": i.not_run, "note": i.note,
+            "failure": i.failure.to_json() if i.failure else None}
 
 
 def to_json(r: GradeResult, reveal: bool = True) -> dict[str, Any]:
@@ -96,11 +113,12 @@ def to_json(r: GradeResult, reveal: bool = True) -> dict[str, Any]:
         "submission": r.submission, "score": r.score, "max_score": r.max_score,
         "gpu_points_not_run": r.gpu_points_not_run, "execution_time": r.execution_time,
         "sandbox": r.sandbox, "profile": r.profile, "checks": r.checks, "notes": r.notes, "error": r.error,
-        "points_without_checks": r.points_without_checks, "seed": r.seed,
+        "points_without_checks": r.points_without_checks, "seed": r.seed, "speed": r.speed,
         "problems": [{
             "name": p.name, "section": p.section, "score": p.score, "max_score": p.max_score,
             "status": p.status, "visibility": p.visibility, "output": p.output, "log": p.log,
-            "time": p.time, "checks": _visible_checks(p, reveal), "items": [_item_json(i) for i in p.items],
+            "time": p.time, "cpu": p.cpu, "cpu_budget": p.cpu_budget, "reference_cpu": p.reference_cpu,
+            "not_run": p.not_run, "checks": _visible_checks(p, reveal), "items": [_item_json(i) for i in p.items],
             "unmapped": p.unmapped,
         } for p in r.problems],
     }
@@ -153,7 +171,8 @@ def to_junit(r: GradeResult) -> str:
             cases.append((p, p.name, p.score, p.max_score, p.status, p.output))
     skipped = (NOT_RUN_GPU, NO_CHECKS)
     suite = ET.Element("testsuite", name="grader", tests=str(len(cases)),
-                       failures=str(sum(c[4] not in (PASSED, *skipped) for c in cases)),
+                       failures=str(sum(c[4] not in (PASSED, GRADER_ERROR, *skipped) for c in cases)),
+                       errors=str(sum(c[4] == GRADER_ERROR for c in cases)),
                        skipped=str(sum(c[4] in skipped for c in cases)), time=f"{r.execution_time:.3f}")
     for p, name, score, max_score, status, output in cases:
         case = ET.SubElement(suite, "testcase", classname=p.name, name=name)
@@ -163,6 +182,8 @@ def to_junit(r: GradeResult) -> str:
         ])
         if status in skipped:
             ET.SubElement(case, "skipped", message=status).text = output
+        elif status == GRADER_ERROR:  # the grader's fault, not a failed test
+            ET.SubElement(case, "error", message=status, type=status).text = output
         elif status != PASSED:
             ET.SubElement(case, "failure", message=status, type=status).text = output
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
@@ -206,7 +227,13 @@ def table(r: GradeResult, *, details: bool = True, width: int = 110) -> str:
         failed = [i for i in p.items if i.score < i.max_score and i.status != NOT_RUN_GPU]
         first = ""
         if p.status != PASSED:
-            if 0 < p.score < p.max_score:  # the item rows below say why
+            if p.not_run:
+                ref = f", reference {p.reference_cpu:.1f}" if p.reference_cpu else ""
+                first = (f"cut short: used {p.cpu:.1f} of {p.cpu_budget:.4g} CPU s{ref}; "
+                         f"{p.not_run} checks not run")
+            elif p.status == GRADER_ERROR:
+                first = p.output.splitlines()[0] if p.output else GRADER_ERROR
+            elif 0 < p.score < p.max_score:  # the item rows below say why
                 first = "lost: " + "; ".join(i.name for i in failed)
             elif failed:
                 first = _reason(failed[0].failure, failed[0].note)

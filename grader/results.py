@@ -14,21 +14,30 @@ from grader.rubric import function_name
 
 PASSED, FAILED, ERROR, TIMEOUT = "passed", "failed", "error", "timeout"
 NOT_RUN_GPU, NO_CHECKS = "not run on a GPU", "no checks"
+#: A check (or an item, a problem) that did not run: the problem's CPU budget was
+#: spent, or it was cut short, before it. Not a verdict on the submission's answers.
+NOT_RUN = "not run"
+#: The machine or the grader failed (a worker that could not start, a trusted
+#: process killed from outside): the submission is not graded there, never blamed.
+GRADER_ERROR = "grader error"
+#: What a student reads for a grader error.
+NOT_GRADED = "not graded: a fault of the grading machine or the grader, not of your code; it will be regraded"
 
-__all__ = ["ERROR", "FAILED", "NOT_RUN_GPU", "NO_CHECKS", "PASSED", "TIMEOUT", "Check", "Failure", "GradeResult",
-           "ItemResult", "ProblemResult", "failure_text", "fmt", "item_text"]
+__all__ = ["ERROR", "FAILED", "GRADER_ERROR", "NOT_GRADED", "NOT_RUN", "NOT_RUN_GPU", "NO_CHECKS", "PASSED", "TIMEOUT",
+           "Check", "Failure", "GradeResult", "ItemResult", "ProblemResult", "failure_text", "fmt", "item_text"]
 
 
 @dataclass
 class Check:
     test: str
-    outcome: str  # passed | failed | error | skipped | collect-error
+    outcome: str  # passed | failed | error | skipped | collect-error | timeout | not run | grader error
     message: str = ""
     example: str = ""
     hidden: bool = False
     gpu: bool = False
     exceptions: list[str] = field(default_factory=list)
     duration: float = 0.0  # seconds, setup to teardown, on the trusted side's clock
+    cpu: float = 0.0  # CPU seconds the problem's workers used meanwhile (read from outside)
     extends: str = ""  # hidden checks: the public test (node id, no parameters) this one extends
     input_kind: dict[str, str] = field(default_factory=dict)  # hidden checks: the kind of input, never values
     item: str = ""  # the rubric item it counts toward ("" when it maps to none or several: all items)
@@ -39,9 +48,10 @@ class ItemResult:
     name: str
     score: float
     max_score: float
-    status: str  # passed | failed | error | timeout | not run on a GPU | no checks
+    status: str  # passed | failed | error | timeout | not run | grader error | not run on a GPU | no checks
     checks: int = 0  # how many of its checks ran
     failed: int = 0  # how many of those did not pass
+    not_run: int = 0  # how many did not run (the problem's budget was spent before them)
     failure: Failure | None = None
     note: str = ""  # why it was not credited (a gate, the grader's own trouble)
 
@@ -58,6 +68,10 @@ class ProblemResult:
     checks: list[Check] = field(default_factory=list)
     log: str = ""
     time: float = 0.0  # seconds: the sum of its checks' durations (trusted side)
+    cpu: float = 0.0  # CPU seconds its workers used (the submission's code and the scenarios that drive it)
+    cpu_budget: float = 0.0  # the CPU seconds they could use (this machine)
+    reference_cpu: float = 0.0  # what the reference uses for the same checks (this machine)
+    not_run: int = 0  # checks that did not run
     items: list[ItemResult] = field(default_factory=list)
     unmapped: list[str] = field(default_factory=list)  # checks no single item holds (they count toward all)
 
@@ -77,6 +91,7 @@ class GradeResult:
     checks: str = ""  # which checks ran: public + hidden, or public only and why
     points_without_checks: float = 0.0
     seed: int = 0  # the hidden checks' seed (instructors only: --seed replays this grade)
+    speed: float = 1.0  # how many times slower than the measuring machine this one is (budgets scale with it)
     reveal: bool = False  # whether reports show hidden checks' details (the option, else the rubric's setting)
 
 
@@ -88,7 +103,7 @@ def fmt(x: float) -> str:
 def failure_text(f: Failure) -> str:
     """A failure as the student reads it (several lines)."""
     if f.hidden:
-        head = f"A hidden check failed: {f.test}"
+        head = f"A hidden check {'ran out of time' if f.outcome == TIMEOUT else 'failed'}: {f.test}"
         if f.property_test:
             head += f", which extends the public test {function_name(f.property_test)}"
             head += f" ({f.property})" if f.property else ""
@@ -97,11 +112,12 @@ def failure_text(f: Failure) -> str:
         params = ", ".join(f.parameters) if f.withheld else ""
         if kind or params:
             lines.append("Inputs of the kind: " + "; ".join(x for x in (kind, params) if x) + ".")
-        if f.withheld:
+        if f.withheld and f.outcome != TIMEOUT:
             lines.append("It runs that property on more or larger inputs than the public tests; the values "
                          "are withheld.")
     else:
-        lines = [f"Failed: {f.test}" + (f" ({f.property})" if f.property else "")]
+        lines = [f"{'Out of time' if f.outcome == TIMEOUT else 'Failed'}: {f.test}"
+                 + (f" ({f.property})" if f.property else "")]
     if f.message:
         lines.append(f.message)
     if f.example:

@@ -52,10 +52,10 @@ class Problem:
     points: float
     visibility: str
     checks: tuple[str, ...]
-    time_limit: float
     gpu: bool = False
     processes: int = 0
     items: tuple[Item, ...] = ()
+    cpu_budget: float | None = None  # CPU seconds for its checks; None: from the reference's cost (grader/budgets.py)
 
     def items_of(self, test: str, extends: str = "") -> list[Item]:
         """The items a check counts toward (exactly one in a consistent rubric).
@@ -78,12 +78,15 @@ class Problem:
 
 @dataclass(frozen=True)
 class Settings:
+    """The rubric's [settings]: see the comments in rubric.toml."""
+
     profile: str = "grade"
-    call_timeout: float = 60.0
-    start_timeout: float = 120.0
-    time_limit: float = 300.0
+    call_cpu: float = 60.0
+    start_cpu: float = 60.0
+    slowdown: float = 5.0
+    budget_floor: float = 20.0
+    wall_factor: float = 10.0
     memory_limit_gib: float = 8.0
-    cpu_limit_seconds: int = 900
     reveal_hidden: bool = False
 
 
@@ -172,6 +175,8 @@ def load(path: Path = DEFAULT_RUBRIC) -> Rubric:
     settings = Settings(**s)
     if settings.profile not in PROFILES:
         raise RubricError(f"{path}: settings.profile must be one of {PROFILES}")
+    for key in ("call_cpu", "start_cpu", "slowdown", "budget_floor", "wall_factor", "memory_limit_gib"):
+        _num(f"{path}: settings.{key}", getattr(settings, key))
     problems, seen = [], set()
     for i, p in enumerate(raw.get("problem", [])):
         where = f"{path}: problem #{i + 1}"
@@ -179,7 +184,7 @@ def load(path: Path = DEFAULT_RUBRIC) -> Rubric:
         if not isinstance(name, str) or not name.isidentifier() or name in seen:
             raise RubricError(f"{where}: name must be a unique identifier, got {name!r}")
         seen.add(name)
-        extra = set(p) - {"name", "section", "points", "visibility", "checks", "time_limit", "gpu", "processes",
+        extra = set(p) - {"name", "section", "points", "visibility", "checks", "cpu_budget", "gpu", "processes",
                           "item"}
         if extra:
             raise RubricError(f"{where} ({name}): unknown keys {sorted(extra)}")
@@ -195,9 +200,9 @@ def load(path: Path = DEFAULT_RUBRIC) -> Rubric:
         problems.append(Problem(
             name=name, section=str(p.get("section", "")), points=points,
             visibility=vis, checks=tuple(checks),
-            time_limit=_num(f"{where}.time_limit", p.get("time_limit", settings.time_limit)),
             gpu=bool(p.get("gpu", False)), processes=int(_num(f"{where}.processes", p.get("processes", 0), False)),
             items=_items(f"{where} ({name})", p.get("item"), points),
+            cpu_budget=_num(f"{where}.cpu_budget", p["cpu_budget"]) if "cpu_budget" in p else None,
         ))
     if not problems:
         raise RubricError(f"{path}: no [[problem]] entries")

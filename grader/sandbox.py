@@ -84,9 +84,13 @@ def _python_roots() -> list[str]:
 
 
 def _worker_env(gpu: bool) -> dict[str, str]:
+    # One CPU thread: the checks' tensors are small, and a CPU budget means the
+    # same on a busy machine only when no thread pool spins waiting for
+    # siblings that the machine does not run (OpenMP's busy-waits cost CPU time).
+    threads = os.environ.get("OMP_NUM_THREADS", "") if gpu else "1"
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp",
            "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
-           "TORCHINDUCTOR_COMPILE_THREADS": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "")}
+           "TORCHINDUCTOR_COMPILE_THREADS": "1", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
     if gpu:
         for key in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
             if key in os.environ:

@@ -2,11 +2,17 @@
 
 Each check counts toward one item of its problem
 (:meth:`grader.rubric.Problem.items_of`); an item earns its points when all its
-checks that ran passed (and one ran); a problem's score is the sum of its
-items', less any withheld by a failed gate item. Each failed item carries its
-first failure as a :class:`grader.protocol.Failure`, built here from trusted
-facts only (node ids, the rubric, the public tests' source, the trusted test
-process's messages).
+checks ran and passed; a problem's score is the sum of its items', less any
+withheld by a failed gate item. Each failed item carries its first failure as
+a :class:`grader.protocol.Failure`, built here from trusted facts only (node
+ids, the rubric, the public tests' source, the trusted test process's messages).
+
+Three outcomes are no wrong answer and never carry a failure: a check that did
+not run because the problem's CPU budget was spent ("not run": its item earns
+nothing, as its checks did not all pass, but nothing of it is called wrong), a
+fault of the machine or the grader ("grader error": not graded, regraded), and
+a GPU check on a machine without one ("not run on a GPU"). A call that ran past
+its own limit is a "timeout": the item's failure names it, with the limit.
 """
 
 from __future__ import annotations
@@ -20,7 +26,10 @@ from grader.protocol import COLLECT_ERROR, Failure, RunResults
 from grader.results import (
     ERROR,
     FAILED,
+    GRADER_ERROR,
     NO_CHECKS,
+    NOT_GRADED,
+    NOT_RUN,
     NOT_RUN_GPU,
     PASSED,
     TIMEOUT,
@@ -50,7 +59,7 @@ def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool
     if p.gpu and not cuda:
         return unavailable(p, NOT_RUN_GPU, "", cuda)
     if outcome.fatal:
-        return unavailable(p, ERROR, (outcome.error or "the grader failed")[:3000], cuda)
+        return unavailable(p, GRADER_ERROR, f"{NOT_GRADED} ({(outcome.error or 'the grader failed')[:3000]})", cuda)
     state = outcome.problems.get(p.name)
     checks, collect_errors = [], []
     for nodeid, t in outcome.tests.items():
@@ -58,7 +67,8 @@ def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool
             collect_errors.append(f"{t.file}: {t.message}")
         elif t.problem == p.name:
             c = Check(nodeid, t.outcome, t.message, t.example, is_hidden(t.file), t.gpu, t.exceptions,
-                      duration=float(t.duration), extends=_extends(t.extends), input_kind=_input_kind(t.input_kind))
+                      duration=float(t.duration), cpu=float(t.cpu), extends=_extends(t.extends),
+                      input_kind=_input_kind(t.input_kind))
             found = p.items_of(c.test, c.extends)
             c.item = found[0].name if len(found) == 1 else ""
             checks.append(c)
@@ -66,11 +76,14 @@ def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool
     if state is not None:
         log = state.log + (f"\n[... {state.log_dropped} more bytes of output dropped]" if state.log_dropped else "")
     res = ProblemResult(p.name, p.section, 0.0, p.points, FAILED, p.visibility, "", checks, log)
+    if state is not None:
+        res.cpu, res.cpu_budget = round(state.cpu_used, 3), round(state.cpu_budget, 3)
+        res.reference_cpu = round(state.reference_cpu, 3)
+    res.not_run = sum(c.outcome == NOT_RUN for c in checks)
     if collect_errors:
-        why = "the grader could not load its checks (not your fault):\n" + "\n".join(collect_errors)[:3000]
-        res.status, res.output = ERROR, why
-        res.items = [ItemResult(i.name, 0.0, i.points, ERROR, note="the grader could not load its checks")
-                     for i in p.items]
+        why = f"{NOT_GRADED} (the grader could not load its checks):\n" + "\n".join(collect_errors)[:3000]
+        res.status, res.output = GRADER_ERROR, why
+        res.items = [ItemResult(i.name, 0.0, i.points, GRADER_ERROR, note=NOT_GRADED) for i in p.items]
         return res
     res.items = [score_item(i, [c for c in checks if c.item in (i.name, "")], reveal, repro) for i in p.items]
     for spec, gate in zip(p.items, res.items, strict=True):
@@ -78,10 +91,10 @@ def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool
             for other in res.items:
                 if other is not gate and other.score:
                     other.score, other.note = 0.0, f"not credited: it needs \"{gate.name}\", which did not pass"
-    not_run = [i for i in res.items if i.status == NOT_RUN_GPU]
-    res.max_score = p.points - sum(i.max_score for i in not_run)
+    gpu_items = [i for i in res.items if i.status == NOT_RUN_GPU]
+    res.max_score = p.points - sum(i.max_score for i in gpu_items)
     res.score = sum(i.score for i in res.items)
-    ran = [c for c in checks if c.outcome != "skipped"]
+    ran = [c for c in checks if c.outcome not in _DID_NOT_RUN]
     gpu_skipped = [c for c in checks if c.outcome == "skipped" and c.gpu]
     failed = [c for c in ran if c.outcome != PASSED]
     n_pub, n_hid = sum(not c.hidden for c in ran), sum(c.hidden for c in ran)
@@ -89,9 +102,9 @@ def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool
     note = f"; {len(gpu_skipped)} GPU checks not run on this machine" if gpu_skipped else ""
     unmapped = res.unmapped = sorted({function_name(c.test) for c in checks if not c.item})
     if not checks:
-        res.status, res.output = ERROR, "no checks were collected for this problem"
+        res.status, res.output = GRADER_ERROR, f"{NOT_GRADED} (no checks were collected for this problem)"
         return res
-    if len(not_run) == len(res.items):
+    if len(gpu_items) == len(res.items):
         res.status, res.max_score = NOT_RUN_GPU, p.points
         res.output = f"all {len(gpu_skipped)} checks need a CUDA device: not run"
         return res
@@ -99,14 +112,22 @@ def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool
         res.status, res.output = PASSED, f"passed all {counts}{note}"
         return res
     names = {n for c in failed for n in c.exceptions}
-    timeout, crashes = (state.timeout, state.crashes) if state is not None else ("", [])
-    if timeout:
-        res.status = TIMEOUT
+    fault = state.fault if state is not None else ""
+    cut, timeouts, crashes = (state.cut, state.timeouts, state.crashes) if state is not None else ("", [], [])
+    fault = fault or next((c.message for c in checks if c.outcome == GRADER_ERROR), "")
+    if fault or any(i.status == GRADER_ERROR for i in res.items):
+        res.status = GRADER_ERROR
     elif crashes or names & _IMPORT_ERRORS:
         res.status = ERROR
+    elif cut or timeouts or res.not_run:
+        res.status = TIMEOUT
     lines = [f"{len(failed)} of {counts} failed{note}; {fmt(res.score)} of {fmt(res.max_score)} points."]
-    if timeout:
-        lines.append(f"Timeout: {timeout}")
+    if res.status == GRADER_ERROR:
+        lines.insert(0, f"{NOT_GRADED} ({fault[:1500] or 'see the items below'})")
+    if cut or res.not_run:
+        lines.append(_budget_text(res, cut))
+    for t in timeouts[:3]:
+        lines.append(f"Timeout: {t[:500]}")
     if crashes:
         lines.append(f"The worker crashed: {crashes[0][:1500]}")
     if unmapped:
@@ -118,27 +139,62 @@ def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool
     return res
 
 
+#: Check outcomes that are no verdict on the submission: the check did not run (to its end).
+_DID_NOT_RUN = ("skipped", NOT_RUN, GRADER_ERROR)
+
+
+def _budget_text(res: ProblemResult, cut: str) -> str:
+    """What the student reads about a problem cut short: why, the CPU its code
+    used against its budget and the reference's for the same checks, and how
+    many checks did not run."""
+    why = cut or "the problem's CPU budget ran out"
+    ref = f"; the reference uses {res.reference_cpu:.1f} CPU s for these checks on this machine" \
+        if res.reference_cpu else ""
+    used = f" (your code used {res.cpu:.1f} CPU s of its budget of {res.cpu_budget:.4g}{ref})"
+    return (f"Cut short: {why}{used}. {res.not_run} of its {len(res.checks)} checks did not run: the items "
+            "they belong to earn nothing, those whose checks all ran and passed keep their points.")
+
+
 def score_item(item: Item, checks: list[Check], reveal: bool, repro: str) -> ItemResult:
-    """An item earns its points when every check of it that ran passed (and one ran)."""
-    ran = [c for c in checks if c.outcome != "skipped"]
+    """An item earns its points when every check of it ran and passed. A wrong
+    answer outranks a timeout, which outranks a grader error, which outranks
+    checks that did not run: the item's status is the first that applies."""
+    ran = [c for c in checks if c.outcome not in _DID_NOT_RUN]
+    not_run = [c for c in checks if c.outcome == NOT_RUN]
+    faults = [c for c in checks if c.outcome == GRADER_ERROR]
     failed = [c for c in ran if c.outcome != PASSED]
-    res = ItemResult(item.name, 0.0, item.points, FAILED, len(ran), len(failed))
+    res = ItemResult(item.name, 0.0, item.points, FAILED, len(ran), len(failed), not_run=len(not_run))
+    wrong = [c for c in failed if c.outcome != TIMEOUT]
+    if wrong:
+        names = {n for c in wrong for n in c.exceptions}
+        if names & (_IMPORT_ERRORS | {"WorkerCrashed", "ProtocolError"}):
+            res.status = ERROR
+        first = next((c for c in wrong if not c.hidden), None) or wrong[0]
+        res.failure = first_failure(first, reveal, repro)
+        return res
+    if failed:  # only timeouts
+        res.status = TIMEOUT
+        first = next((c for c in failed if not c.hidden), None) or failed[0]
+        res.failure = first_failure(first, reveal, repro)
+        # The message is the grader's own account of the limit (no input, no
+        # output of the submission): shown for hidden checks too, without the example.
+        res.failure.message, res.failure.example = _clean(first.message, 1000), ""
+        return res
+    if faults:
+        res.status, res.note = GRADER_ERROR, NOT_GRADED
+        return res
+    if not_run:
+        res.status = NOT_RUN
+        res.note = (f"{len(not_run)} of its {len(checks)} checks did not run (the problem was cut short before "
+                    "them); it earns its points when they all run and pass")
+        return res
     if not ran:
         if any(c.gpu for c in checks):
             res.status, res.note = NOT_RUN_GPU, "its checks need a CUDA device: not run"
         else:
-            res.status, res.note = ERROR, "none of its checks ran (not your fault: tell the course staff)"
+            res.status, res.note = GRADER_ERROR, f"{NOT_GRADED} (none of its checks ran)"
         return res
-    if not failed:
-        res.status, res.score = PASSED, item.points
-        return res
-    names = {n for c in failed for n in c.exceptions}
-    if "WorkerTimeout" in names:
-        res.status = TIMEOUT
-    elif names & (_IMPORT_ERRORS | {"WorkerCrashed", "ProtocolError"}):
-        res.status = ERROR
-    first = next((c for c in failed if not c.hidden), None) or failed[0]
-    res.failure = first_failure(first, reveal, repro)
+    res.status, res.score = PASSED, item.points
     return res
 
 

@@ -43,21 +43,133 @@ def write_atomic(path: Path | str, text: str) -> None:
 
 
 def cores() -> int:
-    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    """CPU cores this process may use: its affinity mask where the OS has one,
+    lowered to its cgroup's CPU quota (a container given 1.5 CPUs of a 64-core
+    host has 1 core here, not 64)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        n = len(os.sched_getaffinity(0))
     except AttributeError:  # macOS
-        return max(1, os.cpu_count() or 1)
+        n = os.cpu_count() or 1
+    quota = _cgroup_cpu_quota()
+    if quota is not None:
+        n = min(n, int(quota))
+    return max(1, n)
+
+
+def _own_cgroups() -> dict[str, str]:
+    """This process's cgroup per controller ("" for cgroup v2's unified one)."""
+    out: dict[str, str] = {}
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            for controller in parts[1].split(",") if parts[1] else [""]:
+                out[controller] = parts[2]
+    return out
+
+
+def _cgroup_file(controller: str, name: str) -> str | None:
+    """A file of this process's cgroup, or of the nearest ancestor that has it
+    (a limit set on a parent binds the child); None where there is none."""
+    groups = _own_cgroups()
+    if controller in groups:  # cgroup v1: /sys/fs/cgroup/<controller>/<path>
+        base, rel = Path("/sys/fs/cgroup") / controller, groups[controller]
+    elif "" in groups:  # cgroup v2
+        base, rel = Path("/sys/fs/cgroup"), groups[""]
+    else:
+        return None
+    here = base / rel.lstrip("/")
+    while True:
+        try:
+            return (here / name).read_text().strip()
+        except OSError:
+            pass
+        if here == base or base not in here.parents:
+            return None
+        here = here.parent
+
+
+def _cgroup_cpu_quota() -> float | None:
+    """CPUs this process's cgroup may use (quota / period), None when unlimited."""
+    v2 = _cgroup_file("", "cpu.max") if "" in _own_cgroups() else None
+    try:
+        if v2:
+            quota, period = v2.split()[:2]
+            return None if quota == "max" else max(1.0, int(quota) / int(period))
+        quota_us, period_us = _cgroup_file("cpu", "cpu.cfs_quota_us"), _cgroup_file("cpu", "cpu.cfs_period_us")
+        if quota_us and period_us and int(quota_us) > 0:
+            return max(1.0, int(quota_us) / int(period_us))
+    except ValueError:
+        pass
+    return None
+
+
+def memory_limit() -> int | None:
+    """The memory limit of this process's cgroup in bytes (a container's size),
+    None where there is none."""
+    for controller, name in (("", "memory.max"), ("memory", "memory.limit_in_bytes")):
+        raw = _cgroup_file(controller, name) if controller in _own_cgroups() else None
+        if raw and raw != "max":
+            try:
+                value = int(raw)
+            except ValueError:
+                continue
+            if value < 1 << 60:  # cgroup v1 writes "unlimited" as a huge number
+                return value
+    return None
+
+
+def memory_available() -> int:
+    """Bytes of memory the grader may still use: what the machine has free, and
+    no more than its cgroup's limit less what the cgroup holds (page cache the
+    kernel would reclaim not counted)."""
+    import psutil
+
+    free = psutil.virtual_memory().available
+    limit = memory_limit()
+    if limit is None:
+        return free
+    groups = _own_cgroups()
+    v2 = "" in groups and _cgroup_file("", "memory.current") is not None
+    usage = _cgroup_file("", "memory.current") if v2 else _cgroup_file("memory", "memory.usage_in_bytes")
+    stat = _cgroup_file("", "memory.stat") if v2 else _cgroup_file("memory", "memory.stat")
+    cache = 0
+    for line in (stat or "").splitlines():
+        key, _, value = line.partition(" ")
+        if key in ("inactive_file", "total_inactive_file"):
+            cache = max(cache, int(value or 0))
+    try:
+        held = int(usage or 0) - cache
+    except ValueError:
+        held = 0
+    return max(0, min(free, limit - held))
 
 
 def cuda_available() -> bool:
-    """Whether torch sees a CUDA device from this (trusted) process; False when
-    torch is missing or broken."""
-    try:
-        import torch
+    """Whether torch sees a CUDA device; False when torch is missing or broken.
 
-        return bool(torch.cuda.is_available())
-    except Exception:
+    A process that has not imported torch (the engine, the batch driver) asks a
+    child process instead, so that it never holds torch's few hundred MiB
+    itself; on Linux without ``/dev/nvidiactl`` and on macOS there is no CUDA
+    device to find, and nothing is asked."""
+    import sys
+
+    if "torch" in sys.modules:
+        try:
+            return bool(sys.modules["torch"].cuda.is_available())
+        except Exception:
+            return False
+    if sys.platform == "darwin" or (sys.platform.startswith("linux") and not Path("/dev/nvidiactl").exists()):
+        return False
+    import subprocess
+
+    probe = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
+    try:
+        return subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=900).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
         return False
 
 

@@ -8,11 +8,19 @@ be made), drains its output into a capped log, and exchanges
 named (a builtin of :data:`tests.wire.MAPPED_ERRORS`, else
 :class:`RemoteError`).
 
+Every wait on the worker is bounded by a :class:`Limit`: the CPU seconds its
+process tree may use (read from outside by its :class:`grader.meter.Meter`)
+and a wall-clock backstop; past either it raises :class:`OutOfTime`, which
+says which one ran out and whether the tree was starved of CPU meanwhile.
+
 When the worker times out, crashes or talks garbage the call raises a
 :class:`WorkerError`, which derives from ``BaseException`` on purpose:
 ``pytest.raises(ValueError)`` (or even ``pytest.raises(Exception)``) cannot be
-passed by crashing, and hypothesis does not retry it while shrinking.
-:mod:`grader.remote` builds the per-problem lifecycle on top of this.
+passed by crashing, and hypothesis does not retry it while shrinking. Two of
+them are no verdict on the submission at all: :class:`NotRun` (the check did
+not run: the problem's budget was spent) and :class:`GraderFault` (the machine
+or the grader failed). :mod:`grader.remote` builds the per-problem lifecycle
+on top of this.
 """
 
 from __future__ import annotations
@@ -26,23 +34,24 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from grader import proctree
 from grader.cgroups import PidsCgroup, pids_limit
+from grader.limits import LOG_CAP
+from grader.meter import Meter
 from grader.sandbox import Sandbox
 from grader.worker import WorkerConfig
 from tests import wire
 from tests.harness import process_tree
 
-__all__ = ["LOG_CAP", "MalformedReply", "ProtocolError", "RemoteError", "Worker", "WorkerCrashed", "WorkerError",
-           "WorkerTimeout", "decode_reply", "reply_value"]
+__all__ = ["GraderFault", "Limit", "MalformedReply", "NotRun", "OutOfTime", "ProtocolError", "RemoteError",
+           "Worker", "WorkerCrashed", "WorkerError", "WorkerTimeout", "decode_reply", "reply_value"]
 
 #: Exceptions re-raised as themselves (the one table: tests.wire.MAPPED_ERRORS).
 _BUILTIN = {name: getattr(builtins, name) for name in wire.MAPPED_ERRORS}
-#: Bytes of a worker's output kept (the rest is read and dropped).
-LOG_CAP = 64 << 10
 
 
 class WorkerError(BaseException):
@@ -50,7 +59,8 @@ class WorkerError(BaseException):
 
 
 class WorkerTimeout(WorkerError):
-    """A call, or the problem's time limit, ran out."""
+    """A call ran past its own limit: it used more CPU time than a call may, or
+    waited past the backstop while hardly using the CPU (asleep or blocked)."""
 
 
 class WorkerCrashed(WorkerError):
@@ -59,6 +69,52 @@ class WorkerCrashed(WorkerError):
 
 class ProtocolError(WorkerCrashed):
     """The worker's reply was not a well-formed frame of data."""
+
+
+class NotRun(WorkerError):
+    """The check did not run (to its end): its problem's CPU budget was spent,
+    or the problem was cut short before it. No verdict on this check."""
+
+
+class GraderFault(WorkerError):
+    """A fault of the machine or of the grader, not of the submission: the
+    worker could not start, the machine starved it of CPU, the grader could not
+    clean up after the last problem. The problem is not graded (and regraded)."""
+
+
+#: The most a worker's hello may take (it is the grader's own, small frame).
+HELLO_BYTES = 1 << 16
+#: Seconds between two looks at a worker that has not answered yet.
+POLL = 0.05
+
+
+@dataclass
+class Limit:
+    """How long a wait on a worker may last: until its process tree has used
+    ``cpu`` CPU seconds (a reading of its meter), or until ``wall`` (a
+    ``time.monotonic()`` backstop). ``polls`` and ``runnable`` count the looks
+    taken while waiting and those that found the tree running or waiting for
+    a CPU."""
+
+    cpu: float
+    wall: float
+    polls: int = 0
+    runnable: int = 0
+
+    @property
+    def starved(self) -> bool:
+        """Whether the tree mostly wanted a CPU while it waited (the machine was
+        too busy to run it) rather than sleeping or blocking (its own doing)."""
+        return self.polls >= 4 and self.runnable * 2 >= self.polls
+
+
+class OutOfTime(WorkerTimeout):
+    """A wait ran past its :class:`Limit`: its CPU (``cpu`` True) or its
+    wall-clock backstop; ``limit`` holds what the waits saw."""
+
+    def __init__(self, message: str, *, cpu: bool, limit: Limit) -> None:
+        super().__init__(message)
+        self.cpu, self.limit = cpu, limit
 
 
 class RemoteError(Exception):
@@ -115,6 +171,8 @@ class Worker:
             os.close(req_r)
             os.close(rep_w)
         os.set_blocking(self.req_w, False)
+        self.meter = Meter(self.proc.pid)
+        self.cpu_at_hello = 0.0  # the tree's CPU seconds once it said hello: start-up is not the submission's
         self._drain = threading.Thread(target=self._drain_log, daemon=True)
         self._drain.start()
 
@@ -130,6 +188,26 @@ class Worker:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def charged(self, max_age: float = 0.0) -> float:
+        """CPU seconds the tree used since it said hello (0 before), from a
+        reading at most ``max_age`` seconds old (0: read now)."""
+        if self.hello is None:
+            return 0.0
+        reading = self.meter.last
+        if time.monotonic() - reading.at > max_age and self.alive():
+            reading = self.meter.read()
+        return max(0.0, reading.cpu - self.cpu_at_hello)
+
+    def check(self, limit: Limit, what: str) -> None:
+        """Look at the tree once; raise :class:`OutOfTime` past ``limit``."""
+        reading = self.meter.read()
+        limit.polls += 1
+        limit.runnable += reading.runnable
+        if reading.cpu >= limit.cpu:
+            raise OutOfTime(what, cpu=True, limit=limit)
+        if reading.at >= limit.wall:
+            raise OutOfTime(what, cpu=False, limit=limit)
 
     def readable(self, timeout: float) -> bool:
         return bool(select.select([self.rep_r], [], [], timeout)[0])
@@ -182,47 +260,57 @@ class Worker:
             return WorkerCrashed(f"the worker was killed by the grader: {self.killed_for}")
         return WorkerCrashed(f"the worker {_signal_name(code)} {what}")
 
-    def _waiter(self, fd: int, writing: bool, deadline: float, timeout: str) -> Callable[[], None]:
+    def _waiter(self, fd: int, writing: bool, limit: Limit, what: str) -> Callable[[], None]:
         """A ``wait`` for :mod:`tests.wire`'s frame functions: returns once
-        ``fd`` is ready, raises WorkerTimeout(``timeout``) at ``deadline``."""
+        ``fd`` is ready; looks at the tree every :data:`POLL` seconds meanwhile
+        and raises :class:`OutOfTime` (``what``) past ``limit``."""
         def wait() -> None:
             while True:
-                left = deadline - time.monotonic()
+                left = limit.wall - time.monotonic()
                 if left <= 0:
-                    raise WorkerTimeout(timeout)
-                ready = select.select([], [fd], [], left)[1] if writing else select.select([fd], [], [], left)[0]
+                    raise OutOfTime(what, cpu=False, limit=limit)
+                timeout = min(left, POLL)
+                ready = select.select([], [fd], [], timeout)[1] if writing else select.select([fd], [], [], timeout)[0]
                 if ready:
                     return
+                self.check(limit, what)
         return wait
 
-    def read_frame(self, deadline: float) -> bytes:
-        """The next reply frame's bytes; WorkerTimeout at ``deadline``,
-        WorkerCrashed at end of file, ProtocolError past ``max_reply``."""
+    def read_frame(self, limit: Limit,
+                   died: str = "before replying (did the submission exit, crash or run out of memory?)",
+                   max_bytes: int | None = None) -> bytes:
+        """The next reply frame's bytes; OutOfTime past ``limit``,
+        WorkerCrashed (saying it ``died`` so) at end of file, ProtocolError
+        past ``max_bytes`` (default ``max_reply``)."""
         try:
-            data = wire.read_frame(self.rep_r, self.max_reply,
-                                   self._waiter(self.rep_r, False, deadline, "no reply in time"))
+            data = wire.read_frame(self.rep_r, self.max_reply if max_bytes is None else max_bytes,
+                                   self._waiter(self.rep_r, False, limit, "no reply in time"))
         except wire.FrameTooLarge as e:
             self.kill()
             raise ProtocolError(f"the worker announced a reply of {e.size} bytes (limit {e.limit})") from None
         if data is None:
-            raise self._died("before replying (did the submission exit, crash or run out of memory?)")
+            raise self._died(died)
         return data
 
-    def write_frame(self, data: bytes, deadline: float) -> None:
-        """Send one request frame; WorkerTimeout at ``deadline``, WorkerCrashed
+    def write_frame(self, data: bytes, limit: Limit) -> None:
+        """Send one request frame; OutOfTime past ``limit``, WorkerCrashed
         when the worker's end of the pipe is gone."""
         try:
             wire.write_frame(self.req_w, data,
-                             self._waiter(self.req_w, True, deadline, "the worker stopped reading requests"))
+                             self._waiter(self.req_w, True, limit, "the worker stopped reading requests"))
         except OSError:  # BrokenPipeError and the like (WorkerTimeout is no OSError)
             raise self._died("while receiving a request") from None
 
-    def wait_ready(self, deadline: float) -> dict[str, Any]:
+    def wait_ready(self, limit: Limit) -> dict[str, Any]:
+        """The worker's hello (read once, within ``limit``); from then on its CPU
+        time counts (:meth:`charged`)."""
         if self.hello is None:
-            msg = decode_reply(self.read_frame(deadline), self)
+            frame = self.read_frame(limit, "before it was ready (nothing of the submission had run)", HELLO_BYTES)
+            msg = decode_reply(frame, self)
             if type(msg) is not dict or type(msg.get("hello")) is not dict:
                 self.kill()
                 raise ProtocolError("the worker did not start properly")
+            self.cpu_at_hello = self.meter.read().cpu
             self.hello = msg["hello"]
         return self.hello
 

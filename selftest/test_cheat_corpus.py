@@ -76,7 +76,7 @@ def _grade(submission: Path, problems: str, out_dir: Path, *extra: str) -> tuple
     (out_dir / "tmp").mkdir()
     proc = subprocess.run(
         [sys.executable, "-m", "grader", str(submission), "--problems", problems, "--profile", "dev",
-         "--json", str(out), "--gradescope", str(gs), "--time-limit", "60", "--memory-limit", "1.5", *extra],
+         "--json", str(out), "--gradescope", str(gs), "--cpu-budget", "60", "--memory-limit", "1.5", *extra],
         cwd=REPO, capture_output=True, text=True, timeout=600,
         env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(out_dir / "tmp")},
     )
@@ -107,11 +107,11 @@ def test_cheat_gains_nothing(name, tmp_path):
     out, gs = tmp_path / "result.json", tmp_path / "gradescope.json"
     folder = build_cheat(name, tmp_path / "built")
     forged = name.startswith("forge_")  # whole problems of real work: the limits of a real submission
-    call_timeout = "4" if name == "infinite_loop" else "60" if forged or name == "disk_fill" else "10"
+    call_cpu = "4" if name == "infinite_loop" else "60" if forged or name == "disk_fill" else "10"
     proc = subprocess.run(
         [sys.executable, "-m", "grader", str(folder), "--problems", problems, "--profile", "dev",
-         "--json", str(out), "--gradescope", str(gs), "--call-timeout", call_timeout,
-         "--time-limit", "600" if forged else "60", "--memory-limit", "8" if forged else "1.5"],
+         "--json", str(out), "--gradescope", str(gs), "--call-cpu", call_cpu,
+         "--cpu-budget", "600" if forged else "60", "--memory-limit", "8" if forged else "1.5"],
         cwd=REPO, capture_output=True, text=True, timeout=1800 if forged else 600,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
@@ -213,7 +213,7 @@ def test_fork_bomb_creates_no_process(tmp_path):
     (tmp_path / "tmp").mkdir()
     proc = subprocess.Popen(
         [sys.executable, "-m", "grader", str(CHEATS / "fork_bomb"), "--problems", "precision", "--profile", "dev",
-         "--json", str(tmp_path / "result.json"), "--time-limit", "60", "--call-timeout", "10"],
+         "--json", str(tmp_path / "result.json"), "--cpu-budget", "60", "--call-cpu", "10"],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path / "tmp")})
     most = 0

@@ -161,8 +161,8 @@ def test_the_grader_plugin_holds_the_lock_from_first_to_last_check_of_a_gpu_prob
     monkeypatch.setattr(plugin, "_device_key", lambda: "fake0")
     problems = tuple(ProblemPlan(p, 60.0, (f"{p}.py",), gpu=p == "mfu") for p in ("precision", "mfu", "training"))
     plan = Plan(name="sub", repo=str(tmp_path), work="", scratch="", profile="dev", problems=problems,
-                sandbox=SandboxSpec("rlimits", "", True, Limits()), call_timeout=60.0, start_timeout=60.0,
-                results_fd=-1, seed=0)
+                sandbox=SandboxSpec("rlimits", "", True, Limits()), call_cpu=60.0, start_cpu=60.0,
+                wall_factor=10.0, results_fd=-1, seed=0)
     grading = plugin.GraderRun(plan, impl=None, watch=None, cuda=True)
     path = gpulock.lock_path("fake0")
 

@@ -185,25 +185,31 @@ def test_partition_balances_check_files_and_keeps_rubric_order():
     """K groups hold every check file once, in the rubric's order within each; a
     problem is split over groups only when it alone outweighs a fair share; the
     heaviest group is within one unit of the ideal (longest-first greedy)."""
+    from grader import budgets
     from grader.planning import file_cost, partition, units_of
 
+    costs, profile = budgets.load(), "grade"
     planned = _planned()
-    assert partition(units_of(planned, 1), 1) == [[(p, tuple(fs)) for p, fs in planned]]
-    total = sum(file_cost(p, f) for p, fs in planned for f in fs)
+
+    def cost(f: str) -> float:
+        return file_cost(f, costs, profile)
+
+    assert partition(units_of(planned, 1, costs, profile), 1, costs, profile) == [[(p, tuple(fs)) for p, fs in planned]]
+    total = sum(cost(f) for _, fs in planned for f in fs)
     for k in (2, 3, 4):
-        units = units_of(planned, k)
+        units = units_of(planned, k, costs, profile)
         for p, fs in planned:
             split = [u for u in units if u[0].name == p.name]
-            assert len(split) == 1 or sum(file_cost(p, f) for f in fs) > total / k, (p.name, k)
-        groups = partition(units, k)
+            assert len(split) == 1 or sum(cost(f) for f in fs) > total / k, (p.name, k)
+        groups = partition(units, k, costs, profile)
         assert len(groups) == min(k, len(units))
         assert sorted(f for g in groups for _, fs in g for f in fs) == sorted(f for _, fs in planned for f in fs)
         for g in groups:
             assert g == [u for u in units if u in g], "rubric order lost within a group"
-        cost = [sum(file_cost(p, f) for f in fs) for p, fs in units]
-        loads = [sum(file_cost(p, f) for p, fs in g for f in fs) for g in groups]
-        assert max(loads) <= sum(loads) / k + max(cost) + 1e-9, loads
-    assert len(partition(units_of(planned[:1], 4), 4)) <= 2
+        unit_costs = [sum(cost(f) for f in fs) for _, fs in units]
+        loads = [sum(cost(f) for _, fs in g for f in fs) for g in groups]
+        assert max(loads) <= sum(loads) / k + max(unit_costs) + 1e-9, loads
+    assert len(partition(units_of(planned[:1], 4, costs, profile), 4, costs, profile)) <= 2
 
 
 def test_a_problem_split_over_groups_is_merged_in_file_order():
@@ -220,15 +226,19 @@ def test_a_problem_split_over_groups_is_merged_in_file_order():
                 "gpu": False, "duration": 1.0}
 
     hidden = {"tests": {"grader/hidden/test_x_hidden.py::h": test(files[1])},
-              "problems": {"x": {"calls": 2, "crashes": ["boom"], "timeout": "", "seccomp": "on", "log": "b",
-                                 "log_dropped": 0, "started": True}}}
+              "problems": {"x": {"calls": 2, "crashes": ["boom"], "timeouts": [], "cut": "", "seccomp": "on",
+                                 "log": "b", "log_dropped": 0, "started": True, "cpu_used": 1.5, "cpu_budget": 10.0,
+                                 "reference_cpu": 1.0}}}
     public = {"tests": {"tests/test_x.py::a": test(files[0]), "tests/test_x.py::b": test(files[0])},
-              "problems": {"x": {"calls": 3, "crashes": [], "timeout": "ran out", "seccomp": "on", "log": "a",
-                                 "log_dropped": 5, "started": True}}}
+              "problems": {"x": {"calls": 3, "crashes": [], "timeouts": ["slow"], "cut": "ran out", "seccomp": "on",
+                                 "log": "a", "log_dropped": 5, "started": True, "cpu_used": 2.0, "cpu_budget": 20.0,
+                                 "reference_cpu": 2.0}}}
     out = problem_results("x", files, [RunResults.from_json(hidden), RunResults.from_json(public)])
     assert list(out.tests) == ["tests/test_x.py::a", "tests/test_x.py::b", "grader/hidden/test_x_hidden.py::h"]
     state = out.problems["x"]
-    assert (state.calls, state.crashes, state.timeout, state.log_dropped) == (5, ["boom"], "ran out", 5)
+    assert (state.calls, state.crashes, state.timeouts, state.cut, state.log_dropped) == (
+        5, ["boom"], ["slow"], "ran out", 5)
+    assert (state.cpu_used, state.cpu_budget, state.reference_cpu) == (3.5, 30.0, 3.0)
     failed = problem_results("x", files, [RunResults.from_json(hidden),
                                           RunResults(error="died", fatal=True)])
     assert failed.fatal and failed.error == "died"

@@ -106,7 +106,7 @@ def worker_impl(student: Path, tmp: Path) -> RemoteImpl:
     sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30))
     config = WorkerConfig(rlimits=sandbox.limits.rlimits(False), cuda=False)
     # A second, later problem: the RemoteImpl starts a spare worker for it, which must die too.
-    impl = RemoteImpl("hog", sandbox, wc, scratch, problems={"mfu": 300.0, "later": 300.0}, call_timeout=120.0,
+    impl = RemoteImpl("hog", sandbox, wc, scratch, problems={"mfu": 300.0, "later": 300.0}, call_cpu=120.0,
                       config=config)
     impl.enter("mfu")
     return impl

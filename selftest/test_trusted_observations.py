@@ -61,7 +61,7 @@ def impl(tmp_path_factory):
     wc = make_working_copy(pkg, root / "work")
     sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30))
     impl = RemoteImpl("test", sandbox, wc, scratch, problems={"training": 300.0, "data": 300.0},
-                      call_timeout=60, config=WorkerConfig(rlimits=sandbox.limits.rlimits(False)))
+                      call_cpu=60, config=WorkerConfig(rlimits=sandbox.limits.rlimits(False)))
     impl.scratch = scratch
     yield impl
     impl.close()

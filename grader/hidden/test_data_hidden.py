@@ -132,16 +132,16 @@ def test_get_batch_bad_input_raises_like_the_reference(impl, ref, argument, valu
 
 @pytest.fixture(scope="module")
 def token_file(tmp_path_factory):
-    """A 256 MiB file of random uint16 tokens (a fresh seed per run)."""
+    """A 128 MiB file of random uint16 tokens (a fresh seed per run)."""
     path = tmp_path_factory.mktemp("tokens") / "tokens.bin"
-    write_random_tokens(path, 128 << 20, secrets.randbelow(2**31))
+    write_random_tokens(path, 64 << 20, secrets.randbelow(2**31))
     return path
 
 
 @pytest.mark.parametrize(("batch_size", "context_length"), [(16, 256), (64, 1024)])
 @pytest.mark.extends("tests/test_data.py::test_only_the_sampled_windows_are_read")
 def test_larger_batches_read_only_their_windows(impl, token_file, batch_size, context_length):
-    input_kind(file="256 MiB memmap", batch_size=str(batch_size), context_length=str(context_length))
+    input_kind(file="128 MiB memmap", batch_size=str(batch_size), context_length=str(context_length))
     (x, y), peak = impl.measured_scenario(scenarios.sample_file, str(token_file), batch_size, context_length, 11)
     check_tensor(x, dtype=torch.int64, shape=(batch_size, context_length), what="x")
     assert_rows_are_windows_of(token_file, x, y, f"a {batch_size}x{context_length} batch")

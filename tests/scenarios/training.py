@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.utils.checkpoint
 from torch import nn
 
 # --------------------------------------------------------------------------- models
@@ -321,6 +322,19 @@ def checkpointed(lab: Any, kind: str, dim: int, num_layers: int, seed: int, x: t
     x = x.clone().requires_grad_(True)
     out = lab.training.checkpointed_forward(model, x)
     return _backward_report(model, x, out)
+
+
+def warm_checkpointing(lab: Any) -> None:
+    """What a process allocates once, the first time it checkpoints (torch's
+    checkpoint machinery takes about 80 MiB on first use), done here on a tiny
+    model without the implementation (``lab`` is not touched), so that the
+    measured call's peak is its own activations."""
+    model = build_model("mlp", 4, 2, 0)
+    for reentrant in (False, True):
+        x = torch.randn(2, 4, requires_grad=True)
+        torch.utils.checkpoint.checkpoint(model, x, use_reentrant=reentrant).sum().backward()
+    torch.utils.checkpoint.checkpoint_sequential(model, 2, torch.randn(2, 4, requires_grad=True),
+                                                 use_reentrant=False).sum().backward()
 
 
 def checkpointed_memory(lab: Any, kind: str, dim: int, num_layers: int, seed: int, x: torch.Tensor) -> Any:
