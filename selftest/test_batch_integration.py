@@ -43,13 +43,6 @@ def _lost(problem: str, breaks: tuple[str, ...]) -> float:
     return sum(i.points for i in load().problem(problem).items if i.name in breaks)
 
 
-def _grader_available() -> bool:
-    if not (REPO / "grader" / "__main__.py").exists():
-        return False
-    return subprocess.run([sys.executable, "-m", "grader", "--help"], cwd=REPO, capture_output=True,
-                          timeout=120).returncode == 0
-
-
 def _zip_folder(folder: Path, archive: Path) -> None:
     with zipfile.ZipFile(archive, "w") as z:
         for p in sorted(folder.rglob("*")):
@@ -139,7 +132,6 @@ def _descendants(pid: int) -> set[int]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(2400)  # about 5 minutes on 2 busy cores; the project's default is 300 s
-@pytest.mark.skipif(not _grader_available(), reason="the grader CLI (python -m grader) is not available yet")
 def test_class_killed_and_resumed(tmp_path):
     expected = generate_class(tmp_path / "class")
     out = tmp_path / "out"
