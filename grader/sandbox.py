@@ -107,7 +107,7 @@ def bwrap_usable() -> tuple[bool, str]:
     probe = [exe, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
              *_root_binds(), "--proc", "/proc", "--dev", "/dev", "--", "true"]
     try:
-        proc = subprocess.run(probe, capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(probe, capture_output=True, text=True, timeout=300)  # once; a busy host is slow
     except (OSError, subprocess.TimeoutExpired) as e:
         return False, f"bubblewrap unusable ({e})"
     if proc.returncode != 0:

@@ -19,7 +19,10 @@ Contract (instructors rely on each point):
   happened to it: graded, timeout, grader error, bad zip, no ``student/``; the row
   says why. (:mod:`.records`, :mod:`.gradebook`, :mod:`.files`.)
 * A rerun resumes: a submission whose results file exists and is complete is not
-  graded again (``--force`` regrades). Killing the batch (even SIGKILL) loses at
+  graded again (``--force`` regrades), unless what happened to it was no verdict
+  on it: a batch timeout, a grader error, or a problem the grader reported as a
+  grader error (each problem's grader error was regraded once, alone, by the
+  grader already; a rerun tries again). Killing the batch (even SIGKILL) loses at
   most the submissions in flight, never a row already written; the graders it had
   started die with it.
 * ``DIR/summary.md`` and ``DIR/summary.png``: per-problem pass rates and the score
@@ -138,6 +141,16 @@ def _rubric_memory_gib() -> float:
         return 8.0
 
 
+def _no_verdict(rec: dict[str, Any]) -> bool:
+    """Whether a record holds no verdict on its submission: the batch's wall-clock
+    backstop killed its grader, the grader failed, or a problem of it ended in
+    a grader error."""
+    if rec.get("status") in ("timeout", "grader error"):
+        return True
+    result = rec.get("result") or {}
+    return any(isinstance(p, dict) and p.get("status") == "grader error" for p in result.get("problems", []))
+
+
 def _resume(subs: list[Submission], results: Path, grader_args: list[str],
             force: bool) -> tuple[dict[str, dict[str, Any]], list[Submission]]:
     """(the records kept from an earlier run, by id; the submissions still to grade)."""
@@ -148,6 +161,8 @@ def _resume(subs: list[Submission], results: Path, grader_args: list[str],
         rec = None if force else load_record(results / f"{s.id}.json", s.id)
         if rec is not None and Path(str(rec.get("source", ""))).name != s.path.name:
             rec = None  # another entry had this id in an earlier run: its grade is not this one's
+        if rec is not None and _no_verdict(rec):
+            rec = None  # the machine's or the grader's trouble last time: grade it again
         if rec is None:
             todo.append(s)
         else:
@@ -247,8 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("grade-out"), help="output folder (default: grade-out)")
     p.add_argument("--jobs", "-j", type=int, default=max(1, (os.cpu_count() or 2) // 2),
                    help="submissions graded in parallel (default: half the CPUs)")
-    p.add_argument("--timeout", type=float, default=1800.0,
-                   help="wall-clock seconds per submission before it is killed (default: 1800)")
+    p.add_argument("--timeout", type=float, default=7200.0,
+                   help="wall-clock seconds per submission before its grader is killed, a backstop (default: "
+                        "7200; the grader bounds every check by CPU time itself); a rerun regrades it")
     p.add_argument("--profile", choices=PROFILES, default=None, help="passed to the grader")
     p.add_argument("--problems", default=None, help="comma-separated problems, passed to the grader")
     p.add_argument("--public-only", action="store_true", help="passed to the grader")

@@ -82,7 +82,9 @@ def grade_submission(sub: Submission, out: Path, grader_args: Sequence[str], tim
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, 9)
         stdout, stderr = proc.communicate()
-        record.update(status="timeout", reason=f"grading took longer than {timeout:g} s; killed")
+        record.update(status="timeout", reason=f"grading took longer than {timeout:g} s of wall-clock time and was "
+                                               "killed (the grader bounds the submission's checks by CPU time: "
+                                               "a busy machine? a rerun of the batch regrades it)")
     record["wall_time"] = round(time.monotonic() - start, 3)
     err = stderr.decode(errors="replace")
     record["grader_exit"] = proc.returncode
