@@ -41,14 +41,15 @@ class Meter:
     """CPU time and memory of the process tree below ``root``, read from outside.
 
     :meth:`read` looks now; :attr:`last` is the latest reading (zeros before the
-    first). CPU time never decreases between readings: a process that exits and
-    is reaped outside the tree takes its time with it, so the highest total seen
-    is kept.
+    first), :attr:`peak_rss` the most resident memory any reading saw. CPU
+    time never decreases between readings: a process that exits and is reaped
+    outside the tree takes its time with it, so the highest total seen is kept.
     """
 
     def __init__(self, root: int) -> None:
         self.root = root
         self.last = Reading(0.0, 0, False, time.monotonic())
+        self.peak_rss = 0
         self._pids: list[int] = []
         self._scanned = 0.0
 
@@ -58,6 +59,7 @@ class Meter:
             self._pids, self._scanned = _tree(self.root), now
         cpu, rss, runnable = _usage(self._pids)
         self.last = Reading(max(cpu, self.last.cpu), rss, runnable, now)
+        self.peak_rss = max(self.peak_rss, rss)
         return self.last
 
 

@@ -48,6 +48,7 @@ from grader.scratch import BASETEMP, remove_tree
 from grader.worker import WorkerConfig
 from grader.workerproc import (
     GraderFault,
+    KilledForMemory,
     Limit,
     MalformedReply,
     NotRun,
@@ -443,6 +444,11 @@ class RemoteImpl(ImplBase):
             raise WorkerTimeout(f"{self.problem}: {what} ({_describe(req)})") from None
         except WorkerCrashed as e:
             self._retire(self.problem)
+            if isinstance(e, KilledForMemory) and e.peak < self._sandbox.limits.memory_bytes:
+                # Killed below its own limit: the machine ran out of memory, the submission did not overdraw.
+                st.fault = st.fault or (f"the machine ran out of memory: {_describe(req)}: {e}; a worker may hold "
+                                        f"{self._sandbox.limits.memory_bytes / (1 << 30):.1f} GiB")
+                raise GraderFault(f"{self.problem}: not graded: {st.fault}") from None
             self._crashed(st, f"{_describe(req)}: {e}")
             raise type(e)(f"{self.problem}: {_describe(req)}: {e}") from None
         value = self._unpack(reply, req)

@@ -47,8 +47,9 @@ from grader.worker import WorkerConfig
 from tests import wire
 from tests.harness import process_tree
 
-__all__ = ["GraderFault", "Limit", "MalformedReply", "NotRun", "OutOfTime", "ProtocolError", "RemoteError",
-           "Worker", "WorkerCrashed", "WorkerError", "WorkerTimeout", "decode_reply", "reply_value"]
+__all__ = ["GraderFault", "KilledForMemory", "Limit", "MalformedReply", "NotRun", "OutOfTime", "ProtocolError",
+           "RemoteError", "Worker", "WorkerCrashed", "WorkerError", "WorkerTimeout", "decode_reply", "oom_kills",
+           "reply_value"]
 
 #: Exceptions re-raised as themselves (the one table: tests.wire.MAPPED_ERRORS).
 _BUILTIN = {name: getattr(builtins, name) for name in wire.MAPPED_ERRORS}
@@ -69,6 +70,18 @@ class WorkerCrashed(WorkerError):
 
 class ProtocolError(WorkerCrashed):
     """The worker's reply was not a well-formed frame of data."""
+
+
+class KilledForMemory(WorkerCrashed):
+    """The kernel's out-of-memory killer ended the worker (it was SIGKILLed, not
+    by the grader, while the machine's OOM-kill count rose). ``peak`` is the
+    most resident memory the grader saw it hold (bytes): below its own memory
+    limit, the machine was too small (:class:`grader.remote.RemoteImpl` makes it
+    a grader fault), above it the submission took the memory."""
+
+    def __init__(self, message: str, peak: int) -> None:
+        super().__init__(message)
+        self.peak = peak
 
 
 class NotRun(WorkerError):
@@ -172,6 +185,7 @@ class Worker:
             os.close(rep_w)
         os.set_blocking(self.req_w, False)
         self.meter = Meter(self.proc.pid)
+        self.oom_kills_at_start = oom_kills()
         self.cpu_at_hello = 0.0  # the tree's CPU seconds once it said hello: start-up is not the submission's
         self._drain = threading.Thread(target=self._drain_log, daemon=True)
         self._drain.start()
@@ -258,6 +272,10 @@ class Worker:
         # echo hidden inputs just before exiting) stays in the instructors' log.
         if self.killed_for:
             return WorkerCrashed(f"the worker was killed by the grader: {self.killed_for}")
+        if code in (-signal.SIGKILL, 128 + signal.SIGKILL) and oom_kills() > self.oom_kills_at_start:
+            return KilledForMemory(f"the worker was killed by the kernel for want of memory (it held "
+                                   f"{self.meter.peak_rss / (1 << 20):.0f} MiB at most, as last seen)",
+                                   self.meter.peak_rss)
         return WorkerCrashed(f"the worker {_signal_name(code)} {what}")
 
     def _waiter(self, fd: int, writing: bool, limit: Limit, what: str) -> Callable[[], None]:
@@ -313,6 +331,19 @@ class Worker:
             self.cpu_at_hello = self.meter.read().cpu
             self.hello = msg["hello"]
         return self.hello
+
+
+def oom_kills() -> int:
+    """How many processes the kernel's out-of-memory killer has ended since boot
+    (``/proc/vmstat``; 0 where the kernel does not say)."""
+    try:
+        with open("/proc/vmstat") as f:
+            for line in f:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def decode_reply(data: bytes, worker: Worker) -> Any:
