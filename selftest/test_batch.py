@@ -60,6 +60,8 @@ for name in problems:
     try:
         compile(text, name, "exec")
         status = "failed" if ("NotImplementedError" in text or "# BUG" in text or not text) else "passed"
+        if "# FAULT" in text and not os.environ.get("FAKE_GRADER_MACHINE_FIXED"):
+            status = "grader error"
     except SyntaxError:
         status = "error"
     score = 5.0 if status == "passed" else 0.0
@@ -170,16 +172,37 @@ def test_rerun_resumes_without_regrading(tmp_path, fake_grader):
     first = (out / "gradebook.csv").read_text()
     log = tmp_path / "graded.log"
     # a grader that would crash: any regrade would show up as "grader error"
+    # (judy's grader crashed the first time: no verdict, so it is the one regraded)
     proc = run_batch(tmp_path / "subs", out, "--jobs", "2",
                      env={batch.GRADER_ENV: "false", "FAKE_GRADER_LOG": str(log)})
     assert proc.returncode == 0, proc.stderr
-    assert "resuming: 10 of 10" in proc.stdout, proc.stdout
-    assert _strip_times((out / "gradebook.csv").read_text()) == _strip_times(first)
-    # a truncated results file is incomplete: that one submission is regraded
+    assert "resuming: 9 of 10" in proc.stdout, proc.stdout
+    assert [r for r in _strip_times((out / "gradebook.csv").read_text()) if r[0] != "judy"] == \
+        [r for r in _strip_times(first) if r[0] != "judy"]
+    # a truncated results file is incomplete: that submission is regraded (and judy, still without a verdict)
     (out / "results" / "bob.json").write_text('{"batch_version": 1, "id": "bob", "sta')
     proc = run_batch(tmp_path / "subs", out, env={"FAKE_GRADER_LOG": str(log)})
-    assert [ln.split()[1] for ln in log.read_text().splitlines()] == ["bob"]
+    assert sorted(ln.split()[1] for ln in log.read_text().splitlines()) == ["bob", "judy"]
     assert read_gradebook(out)["bob"]["score"] == "5"
+
+
+def test_rerun_regrades_what_held_no_verdict(tmp_path, fake_grader):
+    """A timeout row, a grader-error row and a graded row with a problem in a
+    grader error are regraded by a rerun; the others are kept."""
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    make_sub(subs, "fine")
+    make_sub(subs, "faulty", views="# FAULT\n")
+    make_sub(subs, "crashy", views="# CRASH\n")
+    out, log = tmp_path / "out", tmp_path / "graded.log"
+    assert run_batch(subs, out, "--jobs", "2").returncode == 0
+    book = read_gradebook(out)
+    assert book["faulty"]["status"] == "graded" and book["faulty"]["score"] == "5", book["faulty"]
+    assert book["crashy"]["status"] == "grader error", book["crashy"]
+    proc = run_batch(subs, out, "--jobs", "2", env={"FAKE_GRADER_LOG": str(log), "FAKE_GRADER_MACHINE_FIXED": "1"})
+    assert proc.returncode == 0 and "resuming: 1 of 3" in proc.stdout, proc.stdout
+    assert sorted(ln.split()[1] for ln in log.read_text().splitlines()) == ["crashy", "faulty"]
+    assert read_gradebook(out)["faulty"]["score"] == "10"
 
 
 def _strip_times(text: str) -> list[list[str]]:
