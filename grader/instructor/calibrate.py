@@ -7,7 +7,8 @@ the file's checks (the most any run used: hidden inputs change with the seed)
 and their wall-clock seconds on the trusted side (the median; the planner
 balances parallel groups with it), plus this machine's time for the
 calibration workload (:func:`grader.budgets.workload_seconds`), against which
-other machines are scaled. Run it on an idle machine after changing the
+other machines are scaled (the median of its times before and after each
+grade). Run it on an idle machine after changing the
 checks or the reference; the budgets are :data:`grader.budgets.MARGIN` times
 the rubric's ``slowdown`` times these figures.
 
@@ -32,16 +33,23 @@ from grader.util import PROFILES, REPO, cores, write_atomic
 __all__ = ["main", "measure"]
 
 
-def measure(profile: str, runs: int, problems: list[str] | None = None) -> dict[str, tuple[float, float]]:
+def measure(profile: str, runs: int, problems: list[str] | None = None,
+            workloads: list[float] | None = None) -> dict[str, tuple[float, float]]:
     """Per check file: (worker CPU seconds, the most of ``runs`` grades; wall
-    seconds, their median) for the reference in ``profile``."""
+    seconds, their median) for the reference in ``profile``. The calibration
+    workload is timed before and after each grade into ``workloads`` (the
+    machine's speed can drift while it grades)."""
     cpu: dict[str, list[float]] = defaultdict(list)
     wall: dict[str, list[float]] = defaultdict(list)
     with tempfile.TemporaryDirectory(prefix="calibrate-") as tmp:
         sub = Path(tmp) / "reference"
         shutil.copytree(REPO / "reference", sub / "student", ignore=shutil.ignore_patterns("__pycache__"))
         for run in range(runs):
+            if workloads is not None:
+                workloads.append(budgets.workload_seconds(repeats=15))
             result = grade(sub, Options(profile=profile, problems=problems, seed=run, reveal_hidden=True))
+            if workloads is not None:
+                workloads.append(budgets.workload_seconds(repeats=15))
             bad = [f"{p.name}: {p.status}" for p in result.problems if p.status not in ("passed", "not run on a GPU")]
             if bad:
                 raise RuntimeError(f"the reference did not pass in the {profile} profile ({'; '.join(bad)}): "
@@ -92,11 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or args.runs < 1:
         print(f"grader calibrate: profiles must be among {PROFILES} and --runs >= 1", file=sys.stderr)
         return 2
-    workload = budgets.workload_seconds(repeats=25)
+    workloads: list[float] = []
     figures = {}
     for profile in profiles:
         print(f"calibrate: grading the reference {args.runs} times in the {profile} profile", file=sys.stderr)
-        figures[profile] = measure(profile, args.runs)
+        figures[profile] = measure(profile, args.runs, workloads=workloads)
+    workload = statistics.median(workloads)
     write_atomic(args.out, render(figures, workload))
     print(f"calibrate: wrote {args.out} (workload {workload * 1000:.1f} ms on this machine)", file=sys.stderr)
     return 0
