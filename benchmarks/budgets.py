@@ -7,7 +7,9 @@ the reference's, for the reference and the deliberately slow correct solutions.
 Rows, in this order, each a fresh grader: the reference idle; the reference
 with ``--per-core`` busy processes per core (each in its own session, as
 other jobs are: ``selftest/load.py``); the same two for the slow solutions
-(``grader/corpus/correct/*-slow_*`` laid over the reference). The ratio
+(the ``*-five_times_slower`` correct-corpus entries laid over the reference:
+every call of their optimizers and einops functions costs 5 times the
+reference's CPU time, the slowdown the handout promises full marks). The ratio
 columns are CPU used over the reference's figure for the same checks
 (``reference_cpu``, from ``grader/budgets.toml`` scaled to this machine) and
 over the budget (must stay below 1); wall time is the grader's own
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,17 +30,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(REPO))
 
-from grader.corpus import CORPUS  # noqa: E402
 from selftest.load import busy_machine  # noqa: E402
-
-
-def _submission(tmp: Path, name: str, overlays: list[str]) -> Path:
-    folder = tmp / name
-    shutil.copytree(REPO / "reference", folder / "student", ignore=shutil.ignore_patterns("__pycache__"))
-    for overlay in overlays:
-        for module in (CORPUS / "correct" / overlay).glob("*.py"):
-            shutil.copy(module, folder / "student" / module.name)
-    return folder
+from selftest.test_budgets import five_times_slower, reference_copy  # noqa: E402
 
 
 def _grade(sub: Path, profile: str, problems: str | None, out: Path) -> dict[str, Any]:
@@ -57,15 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default="grade")
     ap.add_argument("--problems", default=None, help="comma-separated problems (default: all)")
     ap.add_argument("--per-core", type=int, default=3, help="busy processes per core for the loaded rows")
-    ap.add_argument("--skip", default="", help="comma-separated: slow (the slow solutions' rows)")
+    ap.add_argument("--skip", default="", help="comma-separated: slow (the 5 times slower solution's rows)")
     args = ap.parse_args(argv)
-    slow = sorted(p.name for p in (CORPUS / "correct").iterdir() if p.is_dir() and "-slow_" in p.name)
-    subjects = [("reference", [])] + ([] if "slow" in args.skip.split(",") else [("slow solutions", slow)])
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-budgets-") as tmp_name:
         tmp = Path(tmp_name)
-        for name, overlays in subjects:
-            sub = _submission(tmp, name.replace(" ", "_"), overlays)
+        subjects = [("reference", reference_copy(tmp / "reference"))]
+        if "slow" not in args.skip.split(","):
+            subjects.append(("5 times slower", five_times_slower(tmp)))
+        for name, sub in subjects:
             for loaded in (False, True):
                 out = tmp / f"{sub.name}-{loaded}.json"
                 if loaded:

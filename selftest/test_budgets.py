@@ -9,8 +9,10 @@ faults of the machine, and full marks on a busy machine.
   submission's mistake.
 * On a machine running 3 busy processes per core (marker ``load``: ``./lab
   test`` runs these alone, after the other selftests), the reference and a
-  deliberately slow correct solution keep full marks on optimizers and
-  einops_ops, and an infinite loop is still stopped by its CPU limit.
+  correct solution 5 times slower than it (the ``*-five_times_slower`` entries
+  of the correct corpus: every call costs 5 times the reference's CPU time,
+  the slowdown the handout promises full marks) keep full marks on optimizers
+  and einops_ops, and an infinite loop is still stopped by its CPU limit.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from grader import budgets
-from grader.corpus import CORPUS
+from grader.corpus import CORPUS, build_correct, correct_submissions
 from grader.sandbox import bwrap_usable
 from selftest.load import busy_machine
 
@@ -156,11 +158,17 @@ def test_budgets_cover_every_check_file_in_every_profile():
 # --------------------------------------------------------------------------- on a busy machine
 
 
-def _corpus_solution(tmp: Path, name: str) -> Path:
-    """The reference with the correct-corpus folder ``name``'s modules laid over it."""
-    folder = reference_copy(tmp / name)
-    for module in (CORPUS / "correct" / name).glob("*.py"):
-        shutil.copy(module, folder / "student" / module.name)
+def five_times_slower(tmp: Path) -> Path:
+    """The reference with the optimizers and the einops functions of the
+    ``*-five_times_slower`` correct-corpus entries."""
+    entries = [s for s in correct_submissions() if s.name.endswith("five_times_slower")]
+    assert {s.problem for s in entries} == {"optimizers", "einops_ops"}, [s.name for s in entries]
+    folder = reference_copy(tmp / "five_times_slower")
+    for sub in entries:
+        built = build_correct(sub, tmp / "built")
+        for module in (built / "student").glob("*.py"):
+            if module.stem == sub.problem:
+                shutil.copy(module, folder / "student" / module.name)
     return folder
 
 
@@ -168,13 +176,11 @@ def _corpus_solution(tmp: Path, name: str) -> Path:
 @pytest.mark.timeout(3000)
 def test_full_marks_on_a_busy_machine_and_a_hang_still_stopped(tmp_path):
     """3 busy processes per core, each its own session (as other jobs are), for
-    the length of the test: the reference and the deliberately slow correct
-    solutions keep full marks on optimizers and einops_ops; an infinite loop is
-    stopped by its CPU limit (not the wall-clock backstop)."""
+    the length of the test: the reference and a solution 5 times slower keep
+    full marks on optimizers and einops_ops, within their budgets; an infinite
+    loop is stopped by its CPU limit (not the wall-clock backstop)."""
     reference = reference_copy(tmp_path / "reference")
-    slow = _corpus_solution(tmp_path, "optimizers-slow_per_parameter")
-    for module in (CORPUS / "correct" / "einops_ops-slow_loops").glob("*.py"):
-        shutil.copy(module, slow / "student" / module.name)
+    slow = five_times_slower(tmp_path)
     with busy_machine(per_core=3, seconds=2400):
         for name, sub in (("reference", reference), ("slow", slow)):
             _, result, _, _ = grade(sub, tmp_path / f"out-{name}", "--problems", "optimizers,einops_ops",

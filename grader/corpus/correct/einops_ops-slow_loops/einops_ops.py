@@ -3,10 +3,9 @@ einsum per batch element or row, then a stack) and over the hidden dimension
 (sums built up column by column in float64, rounded once into the input's
 dtype).
 
-The handout promises full marks to a correct solution using up to 5 times the
-reference's CPU time; this one is graded beside the reference on a busy
-machine (selftest/test_budgets.py) and must get full marks there and in the
-correct corpus (selftest/test_correct_corpus.py).
+Measured (one thread, CPU time per call on the tests' sizes): 1 to 5 times the
+reference's (jaxtyping's checks dominate small calls). It must get full marks
+(selftest/test_correct_corpus.py).
 
 What follows is the reference's description of the contract:
 
