@@ -27,7 +27,7 @@ from tests.strategies import (
     seeds,
     shapes,
 )
-from tests.tolerances import assert_close, assert_close_to_exact, check_tensor, oracle_error
+from tests.tolerances import assert_close, assert_close_to_exact, check_tensor, eps, oracle_error
 
 NAMES = ("SGD", "SGDMomentum", "AdaGrad", "RMSProp", "Adam", "AdamW")
 
@@ -147,15 +147,63 @@ class Expected:
 def _torch_run(
     name: str, params: list[torch.Tensor], groups: list[tuple[list[int], dict[str, Any]]],
     defaults: dict[str, Any], grads: list[list[torch.Tensor | None]], lrs: list[list[float]] | None,
-    dtype: torch.dtype, foreach: bool, in_place: bool = False,
+    dtype: torch.dtype, foreach: bool, in_place: bool = False, jitter: float = 0.0, seed: int = 0,
 ) -> list[list[torch.Tensor]]:
+    """torch.optim's run in ``dtype``; with ``jitter``, every param, gradient and
+    state tensor is multiplied by 1 +- ``jitter`` (a random sign per element,
+    from ``seed``) at every step, as if each had been rounded once more, and
+    the decay rates (betas, alpha, momentum) by 1 +- one float64 epsilon, as if
+    the per-step scalars built from them (``1 - beta2**t``: a cancellation
+    early in a run) had been computed another way in Python floats."""
     ps = [nn.Parameter(p.to(dtype, copy=True)) for p in params]
     opt = TORCH[name](
         [{"params": [ps[i] for i in idx], **hp} for idx, hp in groups],
         **{**TORCH_DEFAULTS.get(name, {}), **defaults, "foreach": foreach},
     )
     cast = [[None if g is None else g.to(dtype) for g in step] for step in grads]
-    return scenarios.run_steps(opt, ps, cast, lrs, in_place=in_place)
+    if not jitter:
+        return scenarios.run_steps(opt, ps, cast, lrs, in_place=in_place)
+    gen = torch.Generator().manual_seed(seed)
+
+    def wiggle(t: torch.Tensor) -> None:
+        t.mul_(1 + jitter * (2 * torch.randint(0, 2, t.shape, generator=gen, dtype=t.dtype) - 1))
+
+    def nudge(rate: float) -> float:
+        return rate * (1 + eps(torch.float64) * (2 * int(torch.randint(0, 2, (), generator=gen)) - 1))
+
+    for group in opt.param_groups:
+        if "betas" in group:
+            group["betas"] = tuple(nudge(b) for b in group["betas"])
+        for key in ("alpha", "momentum"):
+            if key in group:
+                group[key] = nudge(group[key])
+
+    out = []
+    for k, step in enumerate(cast):
+        if lrs is not None:
+            for group, lr in zip(opt.param_groups, lrs[k], strict=True):
+                group["lr"] = lr
+        with torch.no_grad():
+            for p, g in zip(ps, step, strict=True):
+                p.grad = None if g is None else g.clone()
+                if g is not None:
+                    wiggle(p)
+                    wiggle(p.grad)
+        opt.step()
+        with torch.no_grad():
+            for p in ps:
+                for key, value in opt.state[p].items():
+                    if key != "step" and isinstance(value, torch.Tensor) and value.shape == p.shape:
+                        wiggle(value)
+        out.append([p.detach().clone() for p in ps])
+    return out
+
+
+#: Random-sign relative perturbations of JITTER_EPS machine epsilons of the
+#: tested dtype, one pass per seed: how much this run amplifies rounding (see
+#: torch_trajectory).
+JITTER_SEEDS = (0, 1)
+JITTER_EPS = 1.0
 
 
 def torch_trajectory(
@@ -164,15 +212,26 @@ def torch_trajectory(
     in_place: bool = False,
 ) -> Expected:
     """The oracle: the same run with torch.optim (default flags), in float64,
-    and in the params' dtype with both of torch's code paths (float32 for a
-    float64 run) to measure how much rounding moves this run (``in_place``:
-    gradients written into one ``.grad`` per param, see ``scenarios.run_steps``)."""
+    and two measures of how much rounding moves this run on these inputs: the
+    run in the params' dtype with both of torch's code paths (float32 for a
+    float64 run), and float64 runs in which every param, gradient and state
+    element is perturbed by one machine epsilon of the params' dtype at every
+    step (random signs). The perturbed runs follow the run's own conditioning:
+    where a step amplifies rounding (a decayed gradient that nearly cancels,
+    then divided by sqrt(v) = |g| with beta2 = 0), they move as far as any
+    correct formulation's roundings can, whether or not torch.optim's own run
+    happened to round luckily there (``in_place``: gradients written into one
+    ``.grad`` per param, see ``scenarios.run_steps``)."""
     dtype = params[0].dtype
     probe = torch.float32 if dtype == torch.float64 else dtype
     exact = _torch_run(name, params, groups, defaults, grads, lrs, torch.float64, foreach=False, in_place=in_place)
     runs = [_torch_run(name, params, groups, defaults, grads, lrs, probe, foreach=f, in_place=in_place)
             for f in (False, True)]
-    error = [[oracle_error(e, [r[k][i] for r in runs], dtype) for i, e in enumerate(step)]
+    jittered = [_torch_run(name, params, groups, defaults, grads, lrs, torch.float64, foreach=False,
+                           jitter=JITTER_EPS * eps(dtype), seed=seed) for seed in JITTER_SEEDS]
+    error = [[torch.maximum(oracle_error(e, [r[k][i] for r in runs], dtype),
+                            oracle_error(e, [j[k][i] for j in jittered], torch.float64))
+              for i, e in enumerate(step)]
              for k, step in enumerate(exact)]
     magnitude, total = [], [p.double().abs() for p in params]
     before = [p.double() for p in params]

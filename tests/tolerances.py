@@ -93,10 +93,14 @@ def assert_close(
 # * ``oracle_error``: how far the oracle's own runs in the tested precision
 #   (several formulations of it where it has them, e.g. torch.optim's
 #   ``foreach=False`` and ``foreach=True`` code paths) land from ``exact``,
-#   elementwise, the largest over those runs. Ill-conditioned inputs make this
-#   large by themselves, on exactly the elements they affect. For a float64
-#   test there is no finer run: the oracle's float32 error is scaled by
-#   eps(float64) / eps(float32), the same conditioning at float64's roundoff.
+#   elementwise, the largest over those runs, and how far float64 runs land
+#   whose every value is perturbed by about one rounding of the tested dtype
+#   at every step (tests/test_optimizers.py's ``torch_trajectory``: random
+#   signs, so the perturbed runs follow this run's own conditioning, whether
+#   or not the oracle's run happened to round luckily). Ill-conditioned inputs
+#   make this large by themselves, on exactly the elements they affect. For a
+#   float64 test there is no finer run: the oracle's float32 error is scaled
+#   by eps(float64) / eps(float32), the same conditioning at float64's roundoff.
 # * ``magnitude``: the sizes of the values the computation went through
 #   (for an optimizer, |param| and |update| at every step so far, summed):
 #   ``ulps`` roundings of each cover a well-conditioned computation whose
@@ -131,6 +135,23 @@ def oracle_error(exact: torch.Tensor, runs: list[torch.Tensor], dtype: torch.dty
     return err
 
 
+def bound_to_exact(exact: torch.Tensor, *, dtype: torch.dtype, error: torch.Tensor, magnitude: torch.Tensor,
+                   factor: float = ORACLE_FACTOR, ulps: float = ULPS) -> torch.Tensor:
+    """The elementwise distance from the float64 ``exact`` value that rounding
+    explains (see the comment above), in float64."""
+    return (factor * error.double() + ulps * eps(dtype) * magnitude.double()
+            + torch.finfo(dtype).smallest_normal) * torch.ones_like(exact, dtype=torch.float64)
+
+
+def worst_ratio(actual: torch.Tensor, exact: torch.Tensor, bound: torch.Tensor) -> float:
+    """The largest ``|actual - exact| / bound`` over the elements (inf where one
+    is NaN and the other not; a correct result stays at or below 1)."""
+    a, e = actual.detach().double(), exact.detach().double()
+    ratio = ((a - e).abs() / bound).nan_to_num(float("inf"))
+    ratio = torch.where(a.isnan() & e.isnan(), torch.zeros_like(ratio), ratio)
+    return float(ratio.max()) if ratio.numel() else 0.0
+
+
 def assert_close_to_exact(
     actual: Any,
     exact: torch.Tensor,
@@ -147,7 +168,7 @@ def assert_close_to_exact(
     value, elementwise (see the comment above for why)."""
     check_tensor(actual, dtype=dtype, shape=tuple(exact.shape), device=exact.device, what=what)
     a, e = actual.detach().double(), exact.detach().double()
-    bound = factor * error.double() + ulps * eps(dtype) * magnitude.double() + torch.finfo(dtype).smallest_normal
+    bound = bound_to_exact(exact, dtype=dtype, error=error, magnitude=magnitude, factor=factor, ulps=ulps)
     diff = (a - e).abs()
     both_nan = a.isnan() & e.isnan()
     bad = ~((diff <= bound) | both_nan)
