@@ -74,7 +74,10 @@ def _device(device: Any) -> torch.device:
             raise ValueError(f"device {device!r}: CUDA is not available on this machine")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s)")
-    elif dev.type not in ("cpu", "mps"):
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"device {device!r}: MPS is not available on this machine")
+    elif dev.type != "cpu":
         raise ValueError(f"device {device!r}: expected cpu, cuda or mps")
     return dev
 

@@ -77,7 +77,8 @@ def float_format(dtype: torch.dtype) -> FloatFormat:
 
 
 def underflows(value: float, dtype: torch.dtype) -> bool:
-    """Whether the non-zero finite ``value`` becomes zero when cast to ``dtype``.
+    """Whether the finite ``value`` is not zero and becomes zero when cast to
+    ``dtype`` (``0.0`` and ``-0.0`` do not underflow: they are zero already).
 
     Round-to-nearest-even sends everything up to half the smallest subnormal
     (the tie included, since zero is even) to zero. ``value`` (a float64) is

@@ -176,8 +176,9 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 
 
 def _check_plain(name: str, value: Any) -> None:
-    """``extra`` must hold what ``torch.load(weights_only=True)`` rebuilds."""
-    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
+    """``extra`` must hold what ``torch.load(weights_only=True)`` rebuilds: exact
+    builtin types (an ``np.float64`` is a float subclass, which it refuses)."""
+    if value is None or type(value) in (bool, int, float, str) or isinstance(value, torch.Tensor):
         return
     if isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
@@ -185,7 +186,7 @@ def _check_plain(name: str, value: Any) -> None:
         return
     if isinstance(value, dict):
         for k, v in value.items():
-            if not isinstance(k, (str, int)):
+            if type(k) not in (str, int):
                 raise TypeError(f"{name} has a key {k!r}: use str or int keys")
             _check_plain(f"{name}[{k!r}]", v)
         return

@@ -22,6 +22,8 @@ def save_tokens(path: str | os.PathLike[str], tokens: Any, dtype: Any = np.uint1
     ``path`` is replaced: afterwards it holds exactly these tokens.
 
     ``tokens`` is a 1-D sequence of integers: a list, a NumPy array or a tensor.
+    An empty one (``[]``, which NumPy would make float64) is zero tokens: the
+    file is written, empty (and ``load_tokens`` refuses it).
 
     Raises:
         TypeError: ``path`` is not a str/PathLike, ``dtype`` is not a NumPy
@@ -40,6 +42,7 @@ def load_tokens(path: str | os.PathLike[str], dtype: Any = np.uint16) -> np.memm
         TypeError: ``path`` is not a str/PathLike, or ``dtype`` is not a NumPy
             integer dtype.
         FileNotFoundError: there is no file at ``path``.
+        OSError or ValueError (either is accepted): ``path`` is a directory.
         ValueError: the file is empty or its size is not a multiple of the
             dtype's size.
     """
@@ -73,13 +76,19 @@ def get_batch(
     (a memmap must not be read whole). For a CUDA ``device`` the batch is
     assembled in pinned host memory and copied with ``non_blocking=True``.
 
+    The valid devices are ``"cpu"``, and ``"cuda"``, ``"cuda:N"`` or
+    ``"mps"`` where torch has that device (as a str or a ``torch.device``);
+    any other (``"meta"``, ``"cuda:7"`` on a machine with fewer GPUs, ``"mps"``
+    off a Mac) is a ValueError.
+
     Raises:
         TypeError: ``tokens`` is not an integer array/tensor, ``batch_size``
-            or ``context_length`` is not an int, ``device`` is not a str or
-            torch.device, or ``generator`` is not a CPU torch.Generator.
-        ValueError: ``tokens`` is not 1-D or has fewer than
-            ``context_length + 1`` tokens, ``batch_size`` or
+            or ``context_length`` is not an int (a bool is not one), ``device``
+            is not a str or torch.device, or ``generator`` is not a CPU
+            torch.Generator.
+        ValueError: ``tokens`` is not 1-D, is a tensor that is not on the CPU,
+            or has fewer than ``context_length + 1`` tokens, ``batch_size`` or
             ``context_length`` is below 1, or ``device`` is not a valid,
-            available device.
+            available device (see above).
     """
     raise NotImplementedError("get_batch: see handout §5")

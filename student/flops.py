@@ -101,6 +101,6 @@ def training_days(
     Raises:
         TypeError: ``num_devices`` is not an int, or another argument not a real number.
         ValueError: ``num_devices < 1``, ``peak_flops_per_second <= 0``,
-            ``mfu`` not in (0, 1], or a negative count.
+            ``mfu`` not in (0, 1], a negative count, or an argument is not finite.
     """
     raise NotImplementedError("training_days: see handout §3.1")

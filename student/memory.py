@@ -66,14 +66,16 @@ def max_trainable_parameters(memory_bytes: int | float, bytes_per_parameter: int
 
     Exactly: the largest int n with ``n * bytes_per_parameter <= memory_bytes``,
     the arguments (ints or floats) taken as the exact values they hold, that is
-    the floor of their exact quotient (``fractions.Fraction`` holds a float's
-    exact value). Python's floor division ``memory_bytes // bytes_per_parameter``
-    computes it for ints, and for floats in the range the tests use (float
-    arguments: ``memory_bytes`` up to 1e13, ``bytes_per_parameter`` from 0.01);
-    ``math.floor(memory_bytes / bytes_per_parameter)`` does not, because ``/``
+    the floor of their exact quotient, for every finite argument
+    (``fractions.Fraction`` holds a float's exact value).
+    ``math.floor(memory_bytes / bytes_per_parameter)`` is wrong because ``/``
     rounds the quotient first: the float 0.1 is 0.1000000000000000055..., so
     ``max_trainable_parameters(1, 0.1)`` is 9 (ten such parameters need more
-    than 1 byte), while ``1 / 0.1`` rounds to 10.0.
+    than 1 byte), while ``1 / 0.1`` rounds to 10.0. Python's floor division
+    ``memory_bytes // bytes_per_parameter`` floors the exact quotient, but for
+    floats it returns a float, which cannot hold every integer past 2**53:
+    ``max_trainable_parameters(1e20, 3.0)`` is 33333333333333333333, and
+    ``int(1e20 // 3.0)`` is 1365 short of it.
 
     Raises:
         TypeError: an argument is not a number.

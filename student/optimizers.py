@@ -28,12 +28,16 @@ Rules shared by all six (see the handout for the update rules):
   ValueError (a TypeError for a non-number) that names the hyperparameter:
   ``lr < 0``, ``weight_decay < 0``, ``eps <= 0``, betas / alpha outside
   [0, 1), momentum outside (0, 1), dampening outside [0, 1], ``lr_decay < 0``,
-  ``initial_accumulator_value < 0``.
+  ``initial_accumulator_value < 0``. Hyperparameters are Python numbers (int or
+  float): a tensor (even a 0-d one, which torch.optim accepts for ``lr``), a
+  bool or a string is a TypeError. The ends of the ranges are valid: ``lr``
+  and ``weight_decay`` may be 0 for every optimizer.
 
 Graded: trajectories in float32 and float64, compared with torch.optim's
-float64 run within a bound that every correct formulation meets (4 x the
-distance of torch.optim's own run in your dtype, plus 16 roundings of the
-values involved; see tests/tolerances.py); state bytes and dtypes also in
+float64 run within a bound that every correct formulation meets (4 x how far
+rounding moves this very run: torch.optim's own run in your dtype, and runs
+perturbed by a rounding of every value at every step; plus 16 roundings of
+the values involved; see tests/tolerances.py); state bytes and dtypes also in
 bfloat16 and float16. Compute per-step scalars (bias corrections, step sizes)
 as Python floats, as torch.optim does: ``1 - beta2**t`` in float32 (a 0-d
 float32 step tensor) loses digits to cancellation.

@@ -66,8 +66,9 @@ def float_format(dtype: torch.dtype) -> FloatFormat:
 
 
 def underflows(value: float, dtype: torch.dtype) -> bool:
-    """Whether the finite, non-zero ``value`` becomes 0 when cast to ``dtype``
-    (round to nearest, ties to even). 1e-8 underflows in float16, not in bfloat16.
+    """Whether the finite ``value`` is not zero and becomes 0 when cast to
+    ``dtype`` (round to nearest, ties to even). 1e-8 underflows in float16, not
+    in bfloat16; ``0.0`` (and ``-0.0``) does not underflow: it is zero already.
     Values below the smallest normal become subnormals first: only those that
     round below the smallest subnormal become 0. ``value`` (a Python float is a
     float64) is taken as the exact number it holds and rounded once, straight

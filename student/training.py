@@ -49,8 +49,10 @@ def train_step(
             ``torch.optim.Optimizer``, ``x``/``y`` are not tensors, or
             ``precision`` is not a str.
         ValueError: ``precision`` is not "fp32", "bf16" or "fp16"; "fp16"
-            without a ``torch.amp.GradScaler``, or a scaler with another
-            precision; ``model(x)`` and ``y`` have different shapes.
+            without a scaler, or a scaler with another precision; ``model(x)``
+            and ``y`` have different shapes.
+        TypeError or ValueError (either is accepted): "fp16" with a ``scaler``
+            that is not a ``torch.amp.GradScaler``.
     """
     raise NotImplementedError("train_step: see handout §6")
 
@@ -75,7 +77,9 @@ def checkpointed_forward(model: nn.Module, x: Tensor) -> Tensor:
     most 3/4 of the bytes ``model(x)`` saves for backward. Any split of the L
     layers into about sqrt(L) contiguous segments (of floor, round or ceil of
     sqrt(L) layers, or that many segments) achieves it; checkpointing each
-    layer alone does not.
+    layer alone does not. ``torch.utils.checkpoint.checkpoint_sequential(model,
+    segments, x, use_reentrant=False)`` with about sqrt(L) segments is accepted
+    too (it leaves its last segment unchecked, which still fits the bound).
 
     Raises:
         TypeError: ``model`` has neither structure (also when it has only one of
@@ -93,8 +97,12 @@ def save_checkpoint(
 ) -> None:
     """Save the model's and the optimizer's ``state_dict()``, ``iteration``,
     the RNG states of torch, NumPy's global RNG and ``random`` (and CUDA's when
-    available), and ``extra`` (tensors, numbers, strings, None, and
-    lists/tuples/dicts of those) to ``path``.
+    available), and ``extra`` to ``path``. Extra values are what
+    ``torch.load(weights_only=True)`` reads back: tensors, None, and values of
+    exactly the types bool, int, float and str, and lists, tuples and dicts of
+    those (dict keys: str or int). Anything else is refused when saving
+    (TypeError): objects, modules, sets, and NumPy scalars (an ``np.float64``
+    is a float subclass, but weights_only loading refuses it).
 
     Atomic: write a temporary file in the same directory, flush and
     ``os.fsync`` it, then ``os.replace`` it onto ``path``. A crash at any moment
@@ -108,8 +116,8 @@ def save_checkpoint(
 
     Raises:
         TypeError: ``path`` is not a str/PathLike, ``model``/``optimizer`` are
-            not a module/optimizer, ``iteration`` is not an int, or an extra
-            value is not plain data.
+            not a module/optimizer, ``iteration`` is not an int (a bool is not
+            one), or an extra value or key is not one of the above.
         ValueError: ``iteration`` is negative.
     """
     raise NotImplementedError("save_checkpoint: see handout §6")
@@ -125,7 +133,9 @@ def load_checkpoint(
     """Load a checkpoint written by ``save_checkpoint`` with
     ``torch.load(..., weights_only=True)`` (never unpickle arbitrary objects),
     restore the model, the optimizer and every RNG state, fill ``extra`` (when
-    given) with the saved extras, and return the saved iteration. A checkpoint
+    given) with the saved extras, and return the saved iteration. (Whether keys
+    of ``extra`` that the checkpoint does not hold are kept or removed is your
+    choice: the tests give an empty dict.) A checkpoint
     written where CUDA is absent loads where it is available, and the other
     way round (CUDA's generators are restored only where both have CUDA). Continuing
     from here reproduces an uninterrupted run bit for bit on the CPU. A

@@ -25,8 +25,9 @@ def storage_index(index: Sequence[int], strides: Sequence[int], storage_offset: 
     starting at ``storage_offset`` (element (1, 2) of a contiguous 4x4 is at 6).
 
     Raises:
-        TypeError: an argument is not (a sequence of) ints.
-        ValueError: a negative entry, or ``index`` and ``strides`` of different lengths.
+        TypeError: an argument is not (a sequence of) ints (a bool is not one).
+        ValueError: a negative entry (of ``index``, ``strides`` or
+            ``storage_offset``), or ``index`` and ``strides`` of different lengths.
     """
     raise NotImplementedError("storage_index: see handout §1.2")
 
@@ -47,7 +48,10 @@ def is_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
 def same_storage(a: Shaped[Tensor, ...], b: Shaped[Tensor, ...]) -> bool:
     """Whether ``a`` and ``b`` are views of the same storage, e.g. ``x`` and
     ``x[1]``, for tensors of any dtype. (Comparing ``data_ptr()`` is wrong: it
-    is where a view *starts*.)
+    is where a view *starts*.) Tensors on different devices never share one.
+    Two separate tensors whose storages hold no bytes at all have nothing to
+    compare: either answer is accepted for them (an empty *view* of a tensor
+    does share its storage).
 
     Raises:
         TypeError: ``a`` or ``b`` is not a tensor.

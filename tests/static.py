@@ -194,6 +194,18 @@ def delegation_facts(impl: Impl, module: str = "optimizers") -> DelegationFacts:
     """Read ``module``, the package's ``__init__`` and every module of the
     package they import, resolving each name they use."""
     facts = DelegationFacts()
+    _visit_package(impl, module, facts)
+    return facts
+
+
+def package_trees(impl: Impl, module: str) -> dict[str, ast.Module]:
+    """The parsed source of ``module``, of the package's ``__init__`` and of
+    every module of the package they import (those that parse), by name."""
+    return _visit_package(impl, module, DelegationFacts())
+
+
+def _visit_package(impl: Impl, module: str, facts: DelegationFacts) -> dict[str, ast.Module]:
+    trees: dict[str, ast.Module] = {}
     todo, seen = [module, "__init__"], set()
     while todo:
         name = todo.pop()
@@ -210,7 +222,8 @@ def delegation_facts(impl: Impl, module: str = "optimizers") -> DelegationFacts:
             facts.uses.append(f"{name}.py does not parse: {e}")
             continue
         facts.modules.append(name)
+        trees[name] = tree
         reader = _Reader(name if name != "__init__" else "__init__", facts)
         reader.visit(tree)
         todo += reader.own_imports
-    return facts
+    return trees

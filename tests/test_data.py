@@ -291,9 +291,18 @@ def test_save_tokens_rejects_bad_input(impl, tokens, dtype, error):
         impl.scenario(scenarios.save_and_read_back, np.array(tokens), dtype)
 
 
+def test_save_tokens_of_no_tokens_writes_an_empty_file(impl):
+    """``save_tokens(path, [])``: zero tokens (although NumPy makes ``[]`` a
+    float64 array), an empty file at ``path``."""
+    got = impl.scenario(scenarios.save_and_read_back, [], None)
+    assert got == {"bytes": b"", "files": ["tokens.bin"]}, f"save_tokens of [] should write an empty file, got {got}"
+
+
 def test_load_tokens_rejects_bad_files(impl):
     with pytest.raises(FileNotFoundError):
         impl.scenario(scenarios.load_missing)
+    with pytest.raises((OSError, ValueError)):  # a directory: either error is accepted (docstring)
+        impl.scenario(scenarios.load_directory)
     with pytest.raises(ValueError):  # 3 bytes are not a whole number of uint16 tokens
         impl.scenario(scenarios.load_written, b"\x01\x02\x03", None)
     with pytest.raises(ValueError):
@@ -317,9 +326,13 @@ GOOD = position_coded(20)
         ((GOOD, 2, 4, 3), TypeError),
         ((GOOD.reshape(4, 5), 2, 2, "cpu"), ValueError),
         ((GOOD.astype(np.float32), 2, 4, "cpu"), TypeError),
+        ((GOOD, 2, 4, "meta"), ValueError),  # a device torch has, but not one a batch can live on
+        ((GOOD, True, 4, "cpu"), TypeError),  # a bool is not an int here (handout)
+        *([((GOOD, 2, 4, "mps"), ValueError)] if not torch.backends.mps.is_available() else []),
     ],
     ids=["too-short", "empty", "batch-0", "context-0", "batch-float", "context-str", "bad-device",
-         "missing-cuda-device", "device-int", "2-D", "float-tokens"],
+         "missing-cuda-device", "device-int", "2-D", "float-tokens", "meta-device", "batch-bool",
+         *(["mps-unavailable"] if not torch.backends.mps.is_available() else [])],
 )
 def test_get_batch_rejects_bad_input(impl, args, error):
     with pytest.raises(error):
@@ -343,6 +356,15 @@ def test_cuda_batch_equals_the_cpu_batch(impl):
     assert torch.equal(x.cpu(), cx) and torch.equal(y.cpu(), cy), (
         "the same generator seed must give the same batch on CUDA as on the CPU (sample on the host, then copy)"
     )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="not run on a GPU: needs CUDA")
+def test_get_batch_rejects_tokens_on_a_cuda_device(impl):
+    """``tokens`` live in host memory (an array, a memmap or a CPU tensor): a
+    CUDA tensor of tokens is a ValueError (the docstring)."""
+    with pytest.raises(ValueError):
+        impl.scenario(scenarios.batch_of_cuda_tokens, position_coded(100), 2, 4)
 
 
 @pytest.mark.gpu

@@ -13,7 +13,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.strategies import compute_dtypes, dims, make_tensor, shapes, tensors
-from tests.tolerances import assert_close, assert_close_to_exact
+from tests.tolerances import assert_close, assert_close_to_exact, check_tensor
 
 #: leading ("...") dimensions: none up to three
 leading = shapes(min_dims=0, max_dims=3, max_side=4)
@@ -54,6 +54,26 @@ def test_merge_heads_matches_reshape_and_inverts_split(impl, batch, heads, d_hea
     assert_close(got, expected, scale=0, what=f"merge_heads(x {tuple(x.shape)})")
     back = impl.einops_ops.split_heads(expected, heads)
     assert_close(back, x.contiguous(), scale=0, what=f"split_heads(merge_heads(x), {heads})")
+
+
+EMPTY_BATCHES = [(0,), (2, 0), (0, 3)]
+
+
+@pytest.mark.parametrize("batch", EMPTY_BATCHES, ids=str)
+def test_merge_heads_of_an_empty_batch(impl, batch):
+    """A batch with no rows still has a shape: merge_heads of ``(*batch, 3, 4)``
+    is ``(*batch, 12)`` (``reshape(..., -1)`` cannot tell the size of -1 there)."""
+    x = torch.zeros((*batch, 3, 4))
+    got = impl.einops_ops.merge_heads(x)
+    check_tensor(got, dtype=x.dtype, shape=(*batch, 12), what=f"merge_heads(x {tuple(x.shape)})")
+
+
+@pytest.mark.parametrize("batch", EMPTY_BATCHES, ids=str)
+def test_split_heads_of_an_empty_batch(impl, batch):
+    """split_heads of ``(*batch, 12)`` with 3 heads is ``(*batch, 3, 4)``, rows or no rows."""
+    x = torch.zeros((*batch, 12))
+    got = impl.einops_ops.split_heads(x, 3)
+    check_tensor(got, dtype=x.dtype, shape=(*batch, 3, 4), what=f"split_heads(x {tuple(x.shape)}, 3)")
 
 
 @given(batch=leading, hidden=dims(8), dtype=compute_dtypes, data=st.data())
@@ -117,6 +137,7 @@ SHAPE_ERRORS = (TypeError, ValueError)
         ("split_heads", (_t(2, 6), 4), ValueError),  # 4 does not divide 6
         ("split_heads", (_t(2, 6), 0), ValueError),
         ("split_heads", (_t(2, 6), 2.0), TypeError),
+        ("split_heads", (_t(2, 6), True), TypeError),  # a bool is not an int here (handout)
         ("split_heads", (_t(), 1), SHAPE_ERRORS),
         ("merge_heads", (_t(6),), SHAPE_ERRORS),  # needs heads and d_head
         ("sum_hidden", (_t(),), SHAPE_ERRORS),

@@ -169,6 +169,9 @@ def test_training_days_is_flops_over_throughput(impl, n, t, devices, peak, utili
         ("training_days", (70e9, 15e12, 1024, 989.5e12, 0.0), ValueError),
         ("training_days", (70e9, 15e12, 1024, 989.5e12, 50), ValueError),
         ("training_days", (70e9, 15e12, 1024, 0.0, 0.5), ValueError),
+        ("matmul_flops", (True, 3, 4), TypeError),  # a bool is not a count here (handout)
+        ("training_days", (70e9, 15e12, True, 989.5e12, 0.5), TypeError),
+        ("mfu", (1e12, False, 1e15), TypeError),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -268,13 +271,17 @@ def test_bad_input_utilisation_above_one(impl, utilisation):
         ("mfu", (6e15, math.inf, 989.5e12)),
         ("mfu", (6e15, 10.0, math.inf)),
         ("mfu", (math.nan, 10.0, 989.5e12)),
+        ("training_days", (math.inf, 15e12, 1024, 989.5e12, 0.5)),
+        ("training_days", (70e9, math.nan, 1024, 989.5e12, 0.5)),
+        ("training_days", (70e9, 15e12, 1024, math.inf, 0.5)),
+        ("training_days", (70e9, 15e12, 1024, 989.5e12, math.nan)),
     ],
     ids=str,
 )
 def test_bad_input_not_finite(impl, function, args):
-    """``training_flops`` and ``mfu``: "ValueError: an argument is negative or
-    not finite" / "or an argument is not finite". Infinities and NaN are
-    refused, not turned into an infinite or NaN count."""
+    """``training_flops``, ``mfu`` and ``training_days``: "ValueError: ... or an
+    argument is not finite". Infinities and NaN are refused, not turned into an
+    infinite or NaN count."""
     with pytest.raises(ValueError):
         result = getattr(impl.flops, function)(*args)
         pytest.fail(f"{function}{args} should raise ValueError (an argument is not finite), returned {result!r}")

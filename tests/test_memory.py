@@ -145,10 +145,11 @@ def exact_floor(memory: int | float, per: int | float) -> int:
     return math.floor(Fraction(memory) / Fraction(per))
 
 
-#: float budgets: up to 1e13 bytes, at least 0.01 bytes per parameter (the
-#: range the docstring promises, where Python's // is exact too)
-float_memory = st.one_of(st.integers(0, 10**13), st.floats(0, 1e13))
-float_per = st.one_of(st.integers(1, 64), st.floats(0.01, 64))
+#: float budgets, up to quotients far past 2**53, where a float (what // on
+#: floats returns) no longer holds every integer: the docstring promises the
+#: exact floor for every finite argument
+float_memory = st.one_of(st.integers(0, 10**13), st.floats(0, 1e13), st.floats(1e13, 1e30))
+float_per = st.one_of(st.integers(1, 64), st.floats(0.01, 64), st.floats(1e-6, 1.0))
 
 
 @given(memory=st.integers(0, 10**15), per=st.integers(1, 64))
@@ -160,7 +161,9 @@ def test_max_trainable_parameters_is_floor_division(impl, memory, per):
 #: (memory_bytes, bytes_per_parameter, answer): 0.1 is 0.1000000000000000055...,
 #: so ten 0.1-byte parameters need more than 1 byte (math.floor(1 / 0.1) says 10)
 FLOAT_EXAMPLES = [(1, 0.1, 9), (1.0, 0.1, 9), (3, 0.1, 29), (6.4e11, 16, 4 * 10**10), (1.0, 0.5, 2),
-                  (7.5, 2.5, 3), (0.3, 0.1, 2), (1e13, 0.01, 999999999999999)]
+                  (7.5, 2.5, 3), (0.3, 0.1, 2), (1e13, 0.01, 999999999999999),
+                  (1e20, 3.0, 33333333333333333333),  # int(1e20 // 3.0) is 1365 short: a float past 2**53
+                  (2**60, 3, (2**60) // 3)]
 
 
 @pytest.mark.parametrize(("memory", "per", "expected"), FLOAT_EXAMPLES)
@@ -197,6 +200,8 @@ def test_max_trainable_parameters_of_floats_is_the_exact_floor(impl, memory, per
         ("max_trainable_parameters", (100, 0), ValueError),
         ("max_trainable_parameters", (-1, 4), ValueError),
         ("max_trainable_parameters", ("80GB", 4), TypeError),
+        ("max_trainable_parameters", (True, 4), TypeError),  # a bool is not a number here (handout)
+        ("optimizer_state_floats", ("adam", True), TypeError),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )

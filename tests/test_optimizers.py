@@ -476,6 +476,9 @@ BAD_HYPERPARAMETERS = [
     ("Adam", {"betas": 0.9}, TypeError, "betas"),
     ("AdamW", {"weight_decay": -0.1}, ValueError, "weight_decay"),
     ("AdamW", {"lr": None}, TypeError, "lr"),
+    ("Adam", {"lr": torch.tensor(1e-3)}, TypeError, "lr"),  # a tensor is not a Python number (docstring)
+    ("SGD", {"lr": True}, TypeError, "lr"),  # nor is a bool (handout)
+    ("RMSProp", {"alpha": torch.tensor(0.9)}, TypeError, "alpha"),
 ]
 
 
@@ -496,7 +499,7 @@ def test_bad_group_hyperparameters_are_rejected(impl, name, hp, error, argument)
 
 #: hyperparameters at the closed ends of their stated ranges: valid, so accepted
 EDGE_HYPERPARAMETERS = [
-    ("SGD", {"lr": 0.0, "weight_decay": 0.0}),
+    *[(name, {"lr": 0.0, "weight_decay": 0.0}) for name in NAMES],  # every optimizer takes lr = 0
     ("SGDMomentum", {"dampening": 1.0}),
     ("SGDMomentum", {"dampening": 0.0, "momentum": 0.999}),
     ("AdaGrad", {"lr_decay": 0.0, "initial_accumulator_value": 0.0, "eps": 1e-30}),

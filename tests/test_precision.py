@@ -89,6 +89,15 @@ def test_underflows_matches_cast(impl, value, dtype):
     assert got is expected, f"underflows({value!r}, {dtype}): expected {expected}, got {got!r}"
 
 
+@pytest.mark.parametrize("zero", [0.0, -0.0], ids=["0.0", "-0.0"])
+@pytest.mark.parametrize("dtype", FORMATS, ids=str)
+def test_underflows_of_zero_is_false(impl, zero, dtype):
+    """Zero stays zero: nothing underflows (the handout's definition: a value
+    that is not zero and rounds to zero)."""
+    got = impl.precision.underflows(zero, dtype)
+    assert got is False, f"underflows({zero!r}, {dtype}): expected False (zero is not lost), got {got!r}"
+
+
 @given(value=finite32, dtype=st.sampled_from(FORMATS))
 @example(value=70000.0, dtype=torch.float16)
 @example(value=70000.0, dtype=torch.bfloat16)
@@ -121,6 +130,9 @@ def test_worked_examples(impl):
         ("float_format", (4,), TypeError),
         ("underflows", (float("nan"), torch.float16), ValueError),
         ("underflows", ("1e-8", torch.float16), TypeError),
+        ("underflows", (True, torch.float16), TypeError),  # a bool is not a number here (handout)
+        ("overflows", (False, torch.float16), TypeError),
+        ("tensor_bytes", ((2, True), torch.float32), TypeError),
         ("overflows", (float("inf"), torch.float16), ValueError),
         ("overflows", (1.0, torch.int8), ValueError),
     ],

@@ -10,6 +10,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.scenarios import views as scenarios
 from tests.strategies import shapes
 
 
@@ -116,6 +117,23 @@ def test_same_storage_is_not_data_ptr(impl):
     assert impl.views.same_storage(x[1], x.clone()[1]) is False
 
 
+def test_same_storage_is_false_across_devices(impl):
+    """Tensors on different devices never share a storage (here a CPU tensor
+    and one on torch's data-less ``meta`` device)."""
+    got = impl.scenario(scenarios.same_storage_across_devices)
+    assert got == [False, False], f"same_storage(cpu tensor, meta tensor) and back: expected [False, False], got {got}"
+
+
+def test_same_storage_of_empty_tensors(impl):
+    """An empty view of a tensor still shares its storage (True). Two separate
+    tensors whose storages hold no bytes share nothing to compare: either
+    answer is accepted, as long as it is a bool."""
+    x = torch.arange(6.0)
+    assert impl.views.same_storage(x, x[2:2]) is True, "x and its empty view x[2:2] share x's storage"
+    got = impl.views.same_storage(torch.empty(0), torch.empty(0))
+    assert type(got) is bool, f"same_storage of two empty tensors should be a bool, got {type(got).__name__}"
+
+
 @pytest.mark.parametrize(
     ("function", "args", "error"),
     [
@@ -123,6 +141,8 @@ def test_same_storage_is_not_data_ptr(impl):
         ("contiguous_strides", ("23",), TypeError),
         ("storage_index", ((1, 2), (4,)), ValueError),
         ("storage_index", ((1, -2), (4, 1)), ValueError),
+        ("storage_index", ((1, 2), (4, 1), -1), ValueError),  # storage_offset is an entry too
+        ("storage_index", ((1, True), (4, 1)), TypeError),  # a bool is not an int here (handout)
         ("is_contiguous", ((2, 3), (3, 1, 1)), ValueError),
         ("same_storage", ([1, 2], [1, 2]), TypeError),
     ],

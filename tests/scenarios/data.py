@@ -82,6 +82,12 @@ def load_missing(lab: Any) -> Any:
         return lab.data.load_tokens(os.path.join(d, "no-such-file.bin"))
 
 
+def load_directory(lab: Any) -> Any:
+    """``load_tokens`` of a path that is a directory."""
+    with tempfile.TemporaryDirectory() as d:
+        return lab.data.load_tokens(d)
+
+
 def save_then_load(lab: Any, tokens: Any, dtype_name: str) -> Any:
     """``load_tokens(save_tokens(tokens))`` as a plain array."""
     with tempfile.TemporaryDirectory() as d:
@@ -109,6 +115,11 @@ def batch_on_device(lab: Any, tokens: Any, batch_size: int, context_length: int,
     """``get_batch`` on ``device`` with a generator seeded with ``seed``."""
     g = torch.Generator().manual_seed(seed)
     return lab.data.get_batch(tokens, batch_size, context_length, device, generator=g)
+
+
+def batch_of_cuda_tokens(lab: Any, tokens: Any, batch_size: int, context_length: int) -> Any:
+    """``get_batch`` of the tokens moved to the GPU first (the wire carries CPU tensors)."""
+    return lab.data.get_batch(torch.as_tensor(tokens).cuda(), batch_size, context_length, "cpu")
 
 
 def save_twice(lab: Any, first: Any, second: Any, dtype_name: str | None) -> Any:

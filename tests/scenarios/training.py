@@ -148,13 +148,15 @@ def fp16_step(
     }
 
 
-def step_with(lab: Any, precision: Any, use_scaler: bool, y_shape: list[int], as_list: str = "") -> Any:
+def step_with(lab: Any, precision: Any, use_scaler: bool | str, y_shape: list[int], as_list: str = "") -> Any:
     """``train_step`` with the given precision/scaler and a target of ``y_shape``
-    (for the bad-input checks); ``as_list`` ("x" or "y") passes that one as a
+    (for the bad-input checks); ``use_scaler`` True: a GradScaler, "object": an
+    object that is not one; ``as_list`` ("x" or "y") passes that one as a
     nested Python list instead of a tensor."""
     model = build_model("mlp", 4, 1, 0)
     opt = build_optimizer("sgd", model.parameters(), 0.1)
-    scaler = torch.amp.GradScaler("cpu") if use_scaler else None
+    scaler: Any = (torch.amp.GradScaler("cpu") if use_scaler is True else object() if use_scaler == "object"
+                   else None)
     x, y = torch.randn(3, 4), torch.randn(*y_shape)
     x_arg: Any = x.tolist() if as_list == "x" else x
     y_arg: Any = y.tolist() if as_list == "y" else y
@@ -599,6 +601,10 @@ def save_with(lab: Any, iteration: Any, extra_kind: str | None) -> Any:
             "list-with-object": lambda: [1, "a", object()],
             "dict-with-module": lambda: {"lr": 0.1, "layer": nn.Linear(1, 1)},
             "nested-object": lambda: {"a": [(1, 2), {"b": (3, object())}]},
+            "numpy-float": lambda: np.float64(0.5),
+            "numpy-int-in-a-list": lambda: [1, np.int64(2)],
+            "tuple-key": lambda: {(1, 2): "a"},
+            "set": lambda: {1, 2},
         }
         extra = {} if extra_kind is None else {"thing": odd[extra_kind]()}
         return lab.training.save_checkpoint(os.path.join(d, "c.pt"), model, opt, iteration, **extra)
@@ -654,6 +660,17 @@ def checkpointed_variant(lab: Any, kind: str, dim: int, num_layers: int, seed: i
     torch.manual_seed(rng_seed)
     out = lab.training.checkpointed_forward(model, x)
     return _backward_report(model, x, out)
+
+
+def train_fp16_scale(lab: Any, seed: int, batches: list[tuple[torch.Tensor, torch.Tensor]], steps: int) -> float:
+    """``train(precision="fp16")`` with a ``GradScaler("cpu", init_scale=1.0,
+    growth_interval=1)``, which doubles its scale after every step it takes
+    without inf/nan gradients: its scale afterwards."""
+    model = build_model("mlp", batches[0][0].shape[1], 2, seed)
+    opt = build_optimizer("adamw", model.parameters(), 1e-2)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1.0, growth_interval=1)
+    lab.training.train(model, opt, iter(batches), steps=steps, precision="fp16", scaler=scaler)
+    return float(scaler.get_scale())
 
 
 def train_fp16_losses(lab: Any, kind: str, dim: int, num_layers: int, seed: int, lr: float,
