@@ -87,7 +87,8 @@ def test_stubs_score_zero_with_no_arguments(tmp_path):
         assert p["score"] == 0
         assert p["status"] in ("failed", "error", "not run on a GPU", "no checks"), p
         if p["status"] == "failed":
-            assert "NotImplementedError" in p["output"] and "Reproduce: pytest tests/" in p["output"], p["output"]
+            assert "is not implemented yet: see handout §" in p["output"], p["output"]
+            assert "Reproduce: pytest tests/" in p["output"], p["output"]
     assert re.search(r"^score 0/\d+", stdout, flags=re.M), stdout
     assert "precision" in stdout and "points" in stdout
 

@@ -3,10 +3,12 @@ formulation of the optimizers (the reference and the correct corpus: textbook
 per-parameter loops, unfolded foreach, a float64-internal slow one, one written
 from the handout alone) stays within the trajectory bound
 (``tests/tolerances.py``, the oracle of ``tests/test_optimizers.py``) on many
-fresh draws of the hidden long-run shapes, fp32 and fp64.
+fresh draws of the hidden long-run shapes, fp32 and fp64; and every correct
+``train_step`` stays within the fp32 steps bound (``tests/test_training.py``)
+run on one thread against an oracle on several, as the grader runs them.
 
-Each test draws 2,000 runs (about 30 s on one core, with every formulation
-checked on each). The seed is fresh each time
+Each optimizer test draws 2,000 runs (about 30 s on one core, with every
+formulation checked on each), the train_step test 150. The seed is fresh each time
 (``LAB_TOLERANCE_SEED`` replays one) and is in every failure message; with
 ``LAB_TOLERANCE_REPORT=FILE`` each test appends its draws and the worst ratio
 of error to bound it saw to FILE (JSON lines).
@@ -14,10 +16,12 @@ of error to bound it saw to FILE (JSON lines).
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import os
 import secrets
+import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -101,3 +105,63 @@ def test_every_correct_formulation_passes_every_long_run(formulations, name, dty
     assert drawn[0] >= DRAWS * 0.9, f"only {drawn[0]} of {DRAWS} runs were drawn"
     assert not rejected, (f"{name} {dtype}: correct formulations rejected (seed {SEED}, "
                           f"LAB_TOLERANCE_SEED={SEED} replays):\n" + "\n".join(rejected))
+
+
+# --------------------------------------------------------------------------- fp32 training steps
+
+STEP_DRAWS = 150
+
+
+def test_every_correct_train_step_passes_every_fp32_run(tmp_path):
+    """The hidden fp32 train_step check's shapes (lr up to 0.1 with AdamW: a
+    chaotic run), each correct train_step run on one thread as the grader's
+    worker runs it, the oracle on this process's threads: rounding that
+    differs once, amplified by the run, stays within tests/test_training.py's
+    bound."""
+    from grader.hidden.test_training_hidden import _batches
+    from tests.scenarios import training as training_scenarios
+    from tests.test_training import KINDS, assert_same_steps, torch_steps
+
+    labs = {"reference": SimpleNamespace(training=importlib.import_module("reference.training"))}
+    for sub in correct_submissions():
+        if sub.problem == "training":
+            # Loaded as a package of its own: training.py may import its siblings relatively.
+            folder = build_correct(sub, tmp_path / sub.name) / "student"
+            name = f"correct_{sub.name.replace('-', '_')}"
+            spec = importlib.util.spec_from_file_location(name, folder / "__init__.py",
+                                                          submodule_search_locations=[str(folder)])
+            assert spec is not None and spec.loader is not None
+            package = importlib.util.module_from_spec(spec)
+            sys.modules[name] = package
+            spec.loader.exec_module(package)
+            labs[sub.name] = SimpleNamespace(training=importlib.import_module(f"{name}.training"))
+    assert len(labs) >= 3, sorted(labs)
+    rejected: list[str] = []
+    drawn = [0]
+    threads = torch.get_num_threads()
+
+    @seed(SEED)
+    @settings(max_examples=STEP_DRAWS, database=None, derandomize=False, deadline=None,
+              phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(kind=st.sampled_from(KINDS), dim=st.integers(2, 12), layers=st.integers(1, 4),
+           opt=st.sampled_from(["sgd", "adamw"]), lr=st.sampled_from([1e-3, 1e-2, 0.1]),
+           run_seed=st.integers(0, 2**31 - 1))
+    def check(kind: str, dim: int, layers: int, opt: str, lr: float, run_seed: int) -> None:
+        batches = _batches(4, 5, dim, run_seed)
+        expected = torch_steps(kind, dim, layers, run_seed, opt, lr, batches)
+        drawn[0] += 1
+        for label, lab in labs.items():
+            torch.set_num_threads(1)
+            try:
+                got = training_scenarios.run_steps(lab, kind, dim, layers, run_seed, opt, lr, batches, "fp32")
+            finally:
+                torch.set_num_threads(threads)
+            try:
+                assert_same_steps(got, expected, label)
+            except AssertionError as e:
+                if len(rejected) < 5:
+                    rejected.append(f"{kind} dim={dim} layers={layers} {opt} lr={lr} seed={run_seed}: {e}")
+
+    check()
+    assert drawn[0] >= STEP_DRAWS * 0.9, f"only {drawn[0]} of {STEP_DRAWS} runs were drawn"
+    assert not rejected, f"correct train_step rejected (seed {SEED}):\n" + "\n".join(rejected)

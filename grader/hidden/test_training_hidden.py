@@ -17,10 +17,10 @@ from tests.scenarios import training as scenarios
 from tests.strategies import make_tensor, seeds
 from tests.test_training import (
     assert_checkpointed_is_the_model,
-    assert_losses_close,
+    assert_same_steps,
     checkpoint_layers,
     resumed_run,
-    torch_loop,
+    torch_steps,
 )
 from tests.tolerances import assert_close
 
@@ -55,11 +55,8 @@ def test_fp32_steps_equal_the_reference(impl, kind, dim, layers, opt, lr, seed):
     input_kind(model=kind, width="2 to 12", layers=str(layers), optimizer=opt, precision="fp32", steps="4")
     batches = _batches(4, 5, dim, seed)
     got = impl.scenario(scenarios.run_steps, kind, dim, layers, seed, opt, lr, batches, "fp32")
-    # The public test's oracle (a plain torch loop) and tolerances.
-    losses, params = torch_loop(kind, dim, layers, seed, opt, lr, batches)
-    assert_losses_close(got["losses"], losses, 1e-5, 1e-7, f"fp32 {kind} {opt} lr={lr}")
-    for i, (g, e) in enumerate(zip(got["params"], params, strict=True)):
-        assert_close(g, e, scale=10, what=f"parameter {i} ({kind}, {opt})")
+    # The public test's oracle (a plain torch loop, and the rounding this run's conditioning allows).
+    assert_same_steps(got, torch_steps(kind, dim, layers, seed, opt, lr, batches), f"fp32 {kind} {opt} lr={lr}")
 
 
 @pytest.mark.extends("tests/test_training.py::test_bf16_tracks_fp32_and_keeps_fp32_master_weights")
