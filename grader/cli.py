@@ -8,7 +8,8 @@
 SUBMISSION is a folder or zip holding ``student/`` (default: this repository's
 ``student/``). The exit code is 0 whenever grading completed, whatever the
 score (a submission without ``student/`` gets an error result, not a crash);
-2 for bad arguments; 1 when the grader itself could not run.
+2 for bad arguments (a SUBMISSION path that does not exist among them); 1 when
+the grader itself could not run.
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.parallel is not None and args.parallel < 1:
         print("grader: --parallel (or $GRADER_PARALLEL) needs N >= 1", file=sys.stderr)
+        return 2
+    if args.submission is not None and not Path(args.submission).exists():
+        # A mistyped path is the caller's argument, not a submission to score 0.
+        print(f"grader: {args.submission} does not exist (give a folder or zip holding student/)", file=sys.stderr)
         return 2
     options = engine.Options(
         profile=args.profile, problems=[p for p in args.problems.split(",") if p] if args.problems else None,

@@ -157,6 +157,10 @@ def test_missing_student_is_an_error_result(tmp_path):
 
 def test_bad_arguments_exit_2(tmp_path):
     assert run_grader("--problems", "nonesuch").returncode == 2
+    out = tmp_path / "r.json"
+    proc = run_grader(str(tmp_path / "does-not-exist"), "--json", str(out))
+    assert proc.returncode == 2 and "does not exist" in proc.stderr, (proc.returncode, proc.stderr)
+    assert not out.exists() and "score" not in proc.stdout, proc.stdout  # no table of zeros
 
 
 @pytest.mark.parametrize("name", ["../evil.py", "/abs/evil.py", "student/../../evil.py"])
