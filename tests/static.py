@@ -227,3 +227,50 @@ def _visit_package(impl: Impl, module: str, facts: DelegationFacts) -> dict[str,
         reader.visit(tree)
         todo += reader.own_imports
     return trees
+
+
+# --------------------------------------------------------------------------- durability
+
+
+def _call_name(node: ast.Call) -> str:
+    f = node.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+
+
+def _is_rename(node: ast.Call) -> bool:
+    """``os.replace(a, b)`` / ``os.rename(a, b)`` (or the bare names imported
+    from os) and ``Path.replace(target)`` / ``Path.rename(target)``; not
+    ``str.replace(old, new)``, which renames nothing."""
+    f = node.func
+    if _call_name(node) not in ("replace", "rename"):
+        return False
+    if isinstance(f, ast.Name) or (isinstance(f.value, ast.Name) and f.value.id == "os"):
+        return True
+    return len(node.args) + len(node.keywords) == 1
+
+
+def fsyncs_before_renaming(trees: dict[str, ast.Module]) -> bool:
+    """Whether a function of the package (``trees``, from :func:`package_trees`)
+    renames a file into place and calls ``os.fsync`` before that rename,
+    itself or through a function of the package that does."""
+    functions = {f.name: f for t in trees.values() for f in ast.walk(t)
+                 if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)}
+
+    def fsyncs(node: ast.AST, seen: frozenset[str]) -> bool:
+        for call in ast.walk(node):
+            if isinstance(call, ast.Call):
+                name = _call_name(call)
+                if name == "fsync" or (name in functions and name not in seen
+                                       and fsyncs(functions[name], seen | {name})):
+                    return True
+        return False
+
+    def where(node: ast.Call) -> tuple[int, int]:
+        return node.lineno, node.col_offset
+
+    for fn in functions.values():
+        calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call)]
+        for rename in (c for c in calls if _is_rename(c)):
+            if any(fsyncs(c, frozenset()) for c in calls if where(c) < where(rename)):
+                return True
+    return False

@@ -12,7 +12,6 @@ and are printed on failure.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import logging
 import os
@@ -893,36 +892,6 @@ def test_train_fp16_steps_through_its_scaler(impl, seed, steps):
     )
 
 
-def _call_name(node: ast.Call) -> str:
-    f = node.func
-    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
-
-
-def _fsyncs_before_replacing(trees: dict[str, ast.Module]) -> bool:
-    """Whether a function that renames a file into place (``os.replace`` /
-    ``os.rename`` / ``Path.replace``) calls ``os.fsync`` before it, itself or
-    through a function of the package that does."""
-    functions = {f.name: f for t in trees.values() for f in ast.walk(t)
-                 if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)}
-
-    def fsyncs(fn: ast.AST, seen: set[str]) -> bool:
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Call):
-                name = _call_name(node)
-                if name == "fsync" or (name in functions and name not in seen
-                                       and fsyncs(functions[name], seen | {name})):
-                    return True
-        return False
-
-    for fn in functions.values():
-        calls = sorted((n for n in ast.walk(fn) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset))
-        renames = [c for c in calls if _call_name(c) in ("replace", "rename")]
-        if renames and any(fsyncs(c, set()) for c in calls if (c.lineno, c.col_offset) < (renames[0].lineno,
-                                                                                            renames[0].col_offset)):
-            return True
-    return False
-
-
 def test_save_checkpoint_fsyncs_its_file(impl, tmp_path):
     """Durability, read from the source (no process can watch another's
     system calls in the grader's sandbox): the atomic save flushes and
@@ -933,7 +902,7 @@ def test_save_checkpoint_fsyncs_its_file(impl, tmp_path):
     impl.scenario(scenarios.save_linear, str(tmp_path / "ckpt.pt"), 0, 2, 2, 1)  # it saves at all
     trees = static.package_trees(impl, "training")
     assert "training" in trees, "training.py was not found (or does not parse)"
-    assert _fsyncs_before_replacing(trees), (
+    assert static.fsyncs_before_renaming(trees), (
         "save_checkpoint must os.fsync the temporary file before os.replace puts it at `path` (the handout's "
         f"atomic save): no os.fsync before an os.replace in {', '.join(f'{m}.py' for m in trees)}"
     )
