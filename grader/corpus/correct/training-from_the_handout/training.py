@@ -207,7 +207,8 @@ def checkpointed_forward(model: nn.Module, x: Tensor) -> Tensor:
 
 def _check_plain(value: Any, where: str) -> None:
     """TypeError unless ``value`` is plain data that weights_only can load."""
-    if value is None or isinstance(value, (bool, int, float, complex, str, torch.Tensor)):
+    # Exactly these types: weights_only loading refuses subclasses (an np.float64 is a float).
+    if value is None or type(value) in (bool, int, float, complex, str) or isinstance(value, torch.Tensor):
         if isinstance(value, torch.Tensor) and type(value) is not torch.Tensor and not isinstance(value, nn.Parameter):
             raise TypeError(f"{where}: tensor subclass {type(value).__name__} is not plain data")
         return
