@@ -41,25 +41,29 @@ DRAWS = 2000
 SEED = int(os.environ.get("LAB_TOLERANCE_SEED") or secrets.randbits(32))
 
 
-def _load(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
+def _correct_module(sub: Any, tmp: Path, module: str) -> ModuleType:
+    """``module`` of the correct-corpus entry ``sub``, built in ``tmp`` and
+    imported as a package of its own (it may import its siblings relatively)."""
+    folder = build_correct(sub, tmp) / "student"
+    name = f"correct_{sub.name.replace('-', '_')}"
+    spec = importlib.util.spec_from_file_location(name, folder / "__init__.py",
+                                                  submodule_search_locations=[str(folder)])
     assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[name] = package
+    spec.loader.exec_module(package)
+    return importlib.import_module(f"{name}.{module}")
 
 
 @pytest.fixture(scope="module")
 def formulations(tmp_path_factory) -> dict[str, Any]:
     """Each correct formulation as a ``lab`` for the scenarios (``lab.optimizers``)."""
-    out = {"reference": SimpleNamespace(optimizers=_load(REPO / "reference" / "optimizers.py", "ref_optimizers"))}
+    out = {"reference": SimpleNamespace(optimizers=importlib.import_module("reference.optimizers"))}
     tmp = tmp_path_factory.mktemp("formulations")
     for sub in correct_submissions():
         # (The five-times-slower entry is the reference's arithmetic, burning time: nothing to add here.)
         if sub.problem == "optimizers" and not sub.name.endswith("five_times_slower"):
-            folder = build_correct(sub, tmp)
-            module = _load(folder / "student" / "optimizers.py", f"correct_{sub.name.replace('-', '_')}")
-            out[sub.name] = SimpleNamespace(optimizers=module)
+            out[sub.name] = SimpleNamespace(optimizers=_correct_module(sub, tmp / sub.name, "optimizers"))
     assert len(out) >= 5, sorted(out)
     return out
 
@@ -120,21 +124,12 @@ def test_every_correct_train_step_passes_every_fp32_run(tmp_path):
     bound."""
     from grader.hidden.test_training_hidden import _batches
     from tests.scenarios import training as training_scenarios
-    from tests.test_training import KINDS, assert_same_steps, torch_steps
+    from tests.test_training import KINDS, steps_ratio, torch_steps
 
     labs = {"reference": SimpleNamespace(training=importlib.import_module("reference.training"))}
     for sub in correct_submissions():
         if sub.problem == "training":
-            # Loaded as a package of its own: training.py may import its siblings relatively.
-            folder = build_correct(sub, tmp_path / sub.name) / "student"
-            name = f"correct_{sub.name.replace('-', '_')}"
-            spec = importlib.util.spec_from_file_location(name, folder / "__init__.py",
-                                                          submodule_search_locations=[str(folder)])
-            assert spec is not None and spec.loader is not None
-            package = importlib.util.module_from_spec(spec)
-            sys.modules[name] = package
-            spec.loader.exec_module(package)
-            labs[sub.name] = SimpleNamespace(training=importlib.import_module(f"{name}.training"))
+            labs[sub.name] = SimpleNamespace(training=_correct_module(sub, tmp_path / sub.name, "training"))
     assert len(labs) >= 3, sorted(labs)
     rejected: list[str] = []
     worst: dict[str, float] = dict.fromkeys(labs, 0.0)
@@ -157,17 +152,11 @@ def test_every_correct_train_step_passes_every_fp32_run(tmp_path):
                 got = training_scenarios.run_steps(lab, kind, dim, layers, run_seed, opt, lr, batches, "fp32")
             finally:
                 torch.set_num_threads(threads)
-            try:
-                assert_same_steps(got, expected, label)
-            except AssertionError as e:
-                if len(rejected) < 5:
-                    rejected.append(f"{kind} dim={dim} layers={layers} {opt} lr={lr} seed={run_seed}: {e}")
-            ratio = worst_ratio(torch.tensor(got["losses"]), expected.losses, bound_to_exact(
-                expected.losses, dtype=torch.float32, error=expected.loss_error, magnitude=expected.losses.abs()))
-            for g, e, err, mag in zip(got["params"], expected.params, expected.param_error,
-                                      expected.param_magnitude, strict=True):
-                ratio = max(ratio, worst_ratio(g, e, bound_to_exact(e, dtype=torch.float32, error=err, magnitude=mag)))
+            ratio = steps_ratio(got, expected)
             worst[label] = max(worst[label], ratio)
+            if not ratio <= 1.0 and len(rejected) < 5:
+                rejected.append(f"{label}: ratio {ratio:.3g} on {kind} dim={dim} layers={layers} {opt} lr={lr} "
+                                f"seed={run_seed}")
 
     check()
     report = os.environ.get("LAB_TOLERANCE_REPORT")

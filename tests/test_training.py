@@ -31,7 +31,7 @@ from tests import static
 from tests.harness import CouldNotRun
 from tests.scenarios import training as scenarios
 from tests.strategies import make_tensor, seeds
-from tests.tolerances import assert_close, assert_close_to_exact, eps, oracle_error
+from tests.tolerances import assert_close, assert_close_to_exact, bound_to_exact, eps, oracle_error, worst_ratio
 
 KINDS = ("mlp", "stack", "linear_stack")
 
@@ -44,20 +44,6 @@ def make_batches(n: int, batch: int, dim: int, seed: int) -> list[tuple[torch.Te
         x = make_tensor((batch, dim), torch.float32, seed * 1000 + i)
         out.append((x, torch.tanh(x @ v)))
     return out
-
-
-def torch_loop(kind, dim, layers, seed, opt_name, lr, batches):
-    """The oracle: plain fp32 training with torch, step by step."""
-    model = scenarios.build_model(kind, dim, layers, seed)
-    opt = scenarios.build_optimizer(opt_name, model.parameters(), lr)
-    losses = []
-    for x, y in batches:
-        opt.zero_grad()
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses, [p.detach() for p in model.parameters()]
 
 
 #: Seeds of the random signs of :func:`torch_steps`'s perturbed float64 runs,
@@ -127,13 +113,20 @@ def _float_loop(kind: str, dim: int, layers: int, seed: int, opt_name: str, lr: 
     return losses, [p.detach() for p in params], magnitude
 
 
+def torch_loop(kind, dim, layers, seed, opt_name, lr, batches):
+    """The oracle: plain fp32 training with torch, step by step; the losses and
+    the final parameters."""
+    losses, params, _ = _float_loop(kind, dim, layers, seed, opt_name, lr, batches, torch.float32)
+    return losses, params
+
+
 @dataclass(frozen=True)
 class Steps:
     """What fp32 training steps must produce (see tests/tolerances.py for the
     rule): the float64 ``losses`` and final ``params`` of the torch loop, how
-    far that loop's own float32 run and float64 runs perturbed by one float32
-    rounding at every step land from them (``*_error``), and the sizes of the
-    values involved (``*_magnitude``)."""
+    far that loop's own float32 run and float64 runs perturbed by
+    ``JITTER_EPS`` float32 roundings at every step land from them
+    (``*_error``), and the sizes of the values involved (``*_magnitude``)."""
 
     losses: torch.Tensor
     loss_error: torch.Tensor
@@ -162,6 +155,20 @@ def torch_steps(kind: str, dim: int, layers: int, seed: int, opt_name: str, lr: 
                                  oracle_error(e, [j[1][i] for j in jittered], torch.float64))
                    for i, e in enumerate(exact_params)]
     return Steps(losses, loss_error, exact_params, param_error, magnitude)
+
+
+def steps_ratio(got: Any, expected: Steps) -> float:
+    """The largest ratio of ``got``'s distance from ``expected``'s exact run to
+    the bound :func:`assert_same_steps` allows, over the losses and every
+    parameter (a run it accepts stays at or below 1)."""
+    losses = torch.tensor(got["losses"], dtype=torch.float32)
+    ratio = worst_ratio(losses, expected.losses, bound_to_exact(
+        expected.losses, dtype=torch.float32, error=expected.loss_error, magnitude=expected.losses.abs()))
+    for g, e, error, magnitude in zip(got["params"], expected.params, expected.param_error,
+                                      expected.param_magnitude, strict=True):
+        ratio = max(ratio, worst_ratio(g, e, bound_to_exact(e, dtype=torch.float32, error=error,
+                                                            magnitude=magnitude)))
+    return ratio
 
 
 def assert_same_steps(got: Any, expected: Steps, what: str) -> None:
