@@ -4,12 +4,18 @@
                      [--profile dev|ci|grade] [--problems a,b] [--public-only]
                      [--sandbox auto|bwrap|rlimits] [--call-cpu S] [--cpu-budget S]
                      [--memory-limit GIB] [--parallel N] [--reveal-hidden] [--seed N] [--rubric FILE] [--quiet]
+                     [--no-progress]
 
 SUBMISSION is a folder or zip holding ``student/`` (default: this repository's
 ``student/``). The exit code is 0 whenever grading completed, whatever the
 score (a submission without ``student/`` gets an error result, not a crash);
 2 for bad arguments (a SUBMISSION path that does not exist among them); 1 when
 the grader itself could not run.
+
+While it grades, each problem's start and finish go to stderr
+(:mod:`grader.progress`: a rich display on a terminal, plain lines otherwise);
+the table goes to stdout. ``--help`` imports nothing heavy (no torch, not the
+engine): the pipeline is imported after the arguments are parsed.
 """
 
 from __future__ import annotations
@@ -19,9 +25,14 @@ import os
 import sys
 from pathlib import Path
 
-from grader import engine, report
-from grader.rubric import DEFAULT_RUBRIC, RubricError
 from grader.util import PROFILES, printable
+
+#: What ``--help`` says (plain text: argparse prints it as it is).
+DESCRIPTION = "Grade one submission (a folder or zip holding student/) and print a score table per problem."
+EPILOG = ("Exit code: 0 when grading completed, whatever the score; 2 for bad arguments (a SUBMISSION that does "
+          "not exist among them); 1 when the grader could not run. Each problem's start and finish are shown on "
+          "stderr as it grades; the table goes to stdout. "
+          "Also: python -m grader batch|release|gradescope|similarity|mutants ... (instructors).")
 
 
 def _env_int(name: str) -> int | None:
@@ -34,15 +45,16 @@ def _env_int(name: str) -> int | None:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m grader", description=__doc__.split("\n\n")[0],
-                                 epilog="Also: python -m grader batch|release|gradescope|similarity|mutants ... "
-                                        "(instructors).")
+    """The command line's parser (building it imports nothing of the pipeline)."""
+    ap = argparse.ArgumentParser(prog="python -m grader", description=DESCRIPTION, epilog=EPILOG)
     ap.add_argument("submission", nargs="?", default=None,
                     help="a folder or zip holding student/ (default: this repository's student/)")
     ap.add_argument("--json", metavar="FILE", help="write the full results as JSON (see grader/report.py)")
     ap.add_argument("--gradescope", metavar="FILE", help="write Gradescope's results.json")
     ap.add_argument("--junit", metavar="FILE", help="write JUnit XML")
-    ap.add_argument("--profile", choices=PROFILES, help="hypothesis profile (default: the rubric's, grade)")
+    ap.add_argument("--profile", "--hypothesis-profile", dest="profile", choices=PROFILES, metavar="NAME",
+                    help=f"hypothesis profile of the checks: {', '.join(PROFILES)} (default: the rubric's, grade); "
+                         "--hypothesis-profile is the same option under pytest's name")
     ap.add_argument("--problems", help="comma-separated problems to grade (default: all)")
     ap.add_argument("--public-only", action="store_true", help="run the public tests only")
     ap.add_argument("--sandbox", choices=("auto", "bwrap", "rlimits"), default="auto",
@@ -60,8 +72,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, metavar="N",
                     help="seed of the hidden checks' inputs (default: a fresh one, recorded in --json; "
                          "pass a recorded one to replay a grade exactly)")
-    ap.add_argument("--rubric", type=Path, default=DEFAULT_RUBRIC, help="rubric TOML file")
+    ap.add_argument("--rubric", type=Path, metavar="FILE", help="rubric TOML file (default: grader/rubric.toml)")
     ap.add_argument("--quiet", "-q", action="store_true", help="print the table only, without details")
+    ap.add_argument("--no-progress", action="store_true",
+                    help="do not show each problem's start and finish on stderr")
     return ap
 
 
@@ -75,11 +89,17 @@ def main(argv: list[str] | None = None) -> int:
         # A mistyped path is the caller's argument, not a submission to score 0.
         print(f"grader: {args.submission} does not exist (give a folder or zip holding student/)", file=sys.stderr)
         return 2
+    # The pipeline (and torch, which some of it imports) only once the arguments are good.
+    from grader import engine, report
+    from grader.progress import GradeProgress
+    from grader.rubric import DEFAULT_RUBRIC, RubricError
+
+    progress = None if args.no_progress else GradeProgress(sys.stderr)
     options = engine.Options(
         profile=args.profile, problems=[p for p in args.problems.split(",") if p] if args.problems else None,
         public_only=args.public_only, sandbox=args.sandbox, call_cpu=args.call_cpu,
         cpu_budget=args.cpu_budget, memory_limit_gib=args.memory_limit, reveal_hidden=args.reveal_hidden,
-        rubric=args.rubric, seed=args.seed, parallel=args.parallel,
+        rubric=args.rubric or DEFAULT_RUBRIC, seed=args.seed, parallel=args.parallel, progress=progress,
     )
     try:
         result = engine.grade(args.submission, options)
@@ -89,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as e:
         print(f"grader: could not run: {e}", file=sys.stderr)
         return 1
+    finally:
+        if progress is not None:
+            progress.close()
     report.write_reports(result, json_path=args.json, gradescope=args.gradescope, junit=args.junit,
                          reveal=result.reveal)
     sys.stdout.write(printable(report.table(result, details=not args.quiet)))

@@ -34,6 +34,7 @@ from pathlib import Path
 from grader import budgets
 from grader import rubric as rubric_mod
 from grader.groups import base_plan, run_groups
+from grader.progress import GradeProgress
 from grader.protocol import RunResults
 from grader.results import ERROR, GRADER_ERROR, GradeResult, ProblemResult
 from grader.sandbox import (
@@ -68,6 +69,7 @@ class Options:
     rubric: Path = rubric_mod.DEFAULT_RUBRIC
     seed: int | None = None  # hidden checks' inputs; None: a fresh one, recorded in the result
     parallel: int | None = None  # concurrent trusted pytest processes (problem groups); None: auto
+    progress: GradeProgress | None = None  # told as each problem starts and finishes; None: silent
 
 
 def hidden_available() -> bool:
@@ -146,7 +148,8 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
 
         def attempt(problems: list[rubric_mod.Problem], parallel: int | None, where: Path) -> list[ProblemResult]:
             outcomes, errors = run_groups(rub, problems, plan, public_only=public_only, parallel=parallel,
-                                          cpu_budget=opts.cpu_budget, costs=costs, speed=speed, run=where)
+                                          cpu_budget=opts.cpu_budget, costs=costs, speed=speed, run=where,
+                                          progress=opts.progress)
             result.notes.extend(e for e in errors if e not in result.notes)
             _record_seccomp(outcomes, result, sandbox)
             return [_scored(p, outcomes.get(p.name, RunResults()), cuda, public_only, reveal, repro)

@@ -14,17 +14,20 @@ its problems are grader errors rather than failures, and are regraded.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from grader.budgets import Costs, problem_budget
 from grader.limits import LOG_CAP
 from grader.planning import group_plans, parallelism, partition, units_of
+from grader.progress import GradeProgress
 from grader.protocol import PLAN_ENV, Plan, ProblemPlan, RunResults, SandboxSpec, WorkerRecord
 from grader.rubric import Problem, Rubric
 from grader.sandbox import Sandbox
@@ -33,8 +36,8 @@ from grader.util import REPO, cores, memory_available
 
 
 def run_groups(rub: Rubric, selected: list[Problem], plan: Plan, *, public_only: bool, parallel: int | None,
-               cpu_budget: float | None, costs: Costs, speed: float,
-               run: Path) -> tuple[dict[str, RunResults], list[str]]:
+               cpu_budget: float | None, costs: Costs, speed: float, run: Path,
+               progress: GradeProgress | None = None) -> tuple[dict[str, RunResults], list[str]]:
     """Run the selected problems' check files in K concurrent trusted pytest
     processes; return each planned problem's results (a problem absent was not
     run) and the groups' errors.
@@ -43,7 +46,8 @@ def run_groups(rub: Rubric, selected: list[Problem], plan: Plan, *, public_only:
     with its problems, scratch folder and pipe); ``cpu_budget`` overrides every
     problem's budget (CPU seconds, as given); ``costs`` and ``speed`` are the
     reference's measured costs and this machine's speed (grader/budgets.py);
-    ``run`` is the run's temporary folder.
+    ``run`` is the run's temporary folder; ``progress``, when given, is told
+    which process holds which problem and fed each process's progress events.
     """
     planned = [(p, p.check_files(REPO, public_only=public_only)) for p in selected]
     planned = [(p, files) for p, files in planned if files and not (p.gpu and not plan.sandbox.gpu)]
@@ -55,6 +59,8 @@ def run_groups(rub: Rubric, selected: list[Problem], plan: Plan, *, public_only:
     results: list[RunResults] = [RunResults() for _ in groups]
     failures: list[BaseException] = []
     s = rub.settings
+    if progress is not None:
+        progress.plan([[p.name for p, _ in group_plans(g)] for g in groups])
 
     def planned_problem(p: Problem, files: list[str]) -> ProblemPlan:
         budget, reference, _ = problem_budget(files, plan.profile, costs, slowdown=s.slowdown, floor=s.budget_floor,
@@ -66,9 +72,13 @@ def run_groups(rub: Rubric, selected: list[Problem], plan: Plan, *, public_only:
     def one(i: int) -> None:
         problems = tuple(planned_problem(p, files) for p, files in group_plans(groups[i]))
         try:
-            results[i] = run_pytest(rub, plan, problems, run / f"group-{i}", threads)
+            results[i] = run_pytest(rub, plan, problems, run / f"group-{i}", threads,
+                                    progress=(lambda line: progress.event(i, line)) if progress else None)
         except BaseException as e:  # re-raised below, in the caller's thread
             failures.append(e)
+        finally:
+            if progress is not None:
+                progress.group_ended(i)
 
     if len(groups) == 1:
         one(0)
@@ -87,15 +97,17 @@ def run_groups(rub: Rubric, selected: list[Problem], plan: Plan, *, public_only:
 
 
 def run_pytest(rub: Rubric, base: Plan, problems: tuple[ProblemPlan, ...], run: Path,
-               threads: int) -> RunResults:
+               threads: int, progress: Callable[[bytes], None] | None = None) -> RunResults:
     """Run one trusted pytest process over ``problems``; return the plugin's
-    results, or a ``fatal`` record saying why there are none."""
+    results, or a ``fatal`` record saying why there are none. ``progress``, when
+    given, gets each progress event line the process writes, as it comes."""
     run.mkdir(parents=True, exist_ok=True)
     scratch = run / "scratch"
     scratch.mkdir()
     scratch.chmod(0o777)
     read_fd, write_fd = os.pipe()
-    plan = replace(base, scratch=str(scratch), problems=problems, results_fd=write_fd)
+    events_r, events_w = os.pipe() if progress is not None else (-1, -1)
+    plan = replace(base, scratch=str(scratch), problems=problems, results_fd=write_fd, progress_fd=events_w)
     (run / "plan.json").write_text(plan.to_json())
     files = [f for p in problems for f in p.files]
     # No per-test wall-clock timeout (--timeout=0): on a busy machine a test
@@ -117,14 +129,26 @@ def run_pytest(rub: Rubric, base: Plan, problems: tuple[ProblemPlan, ...], run: 
             while chunk := f.read(1 << 16):
                 chunks.append(chunk)
 
+    def relay() -> None:
+        with os.fdopen(events_r, "rb") as f:
+            for line in f:
+                with contextlib.suppress(Exception):  # progress only informs: it never stops a grade
+                    progress(line)  # type: ignore[misc]
+
     reader = threading.Thread(target=collect, daemon=True)
     reader.start()
+    relayer = threading.Thread(target=relay, daemon=True) if progress is not None else None
+    if relayer is not None:
+        relayer.start()
     hard_limit = hard_limit_of(plan)
     try:
-        proc = subprocess.Popen(argv, cwd=REPO, env=env, pass_fds=(write_fd,), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, pass_fds=tuple(fd for fd in (write_fd, events_w) if fd >= 0),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     finally:
         os.close(write_fd)
+        if events_w >= 0:
+            os.close(events_w)
     peak = _PeakMemory(proc.pid)
     try:
         out, _ = proc.communicate(timeout=hard_limit)
@@ -136,6 +160,8 @@ def run_pytest(rub: Rubric, base: Plan, problems: tuple[ProblemPlan, ...], run: 
     finally:
         peak.stop()
     reader.join(timeout=30)
+    if relayer is not None:
+        relayer.join(timeout=30)
     text = out.decode("utf-8", "replace")
     try:
         return RunResults.from_json(b"".join(chunks)) if chunks else _no_results(killed, hard_limit, proc, text,

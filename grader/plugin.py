@@ -23,6 +23,10 @@ It does nothing unless :data:`grader.protocol.PLAN_ENV` names a plan file (a
     and for hidden checks the public test their ``extends`` marker names and the
     kind of input they declared with ``input_kind`` (read here, on the trusted
     side: the submission's worker never sees the test items);
+  * tells the engine, over the inherited progress pipe ``progress_fd`` (when
+    the plan has one), as each problem starts, each check ends and each
+    problem's last check here ends (:mod:`grader.progress`; nothing is scored
+    from it);
   * at the end writes them with each problem's worker record (timeouts,
     crashes, capped log) as :class:`grader.protocol.RunResults` JSON to the
     inherited file descriptor ``results_fd`` (a pipe to the engine: there is no
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import time
 from collections.abc import Generator
@@ -100,6 +105,8 @@ class GraderRun:
         self.problem_files = {p.name: p.files for p in plan.problems}
         self.gpu_lock: tuple[str, contextlib.ExitStack] | None = None  # (problem, what releases it)
         self.gpu_busy: dict[str, str] = {}  # problems that could not get the device, and why
+        self.checks: dict[str, int] = {}  # each problem's checks in this process (after collection)
+        self.begun: set[str] = set()  # problems whose start the engine has been told
 
     def where(self, item: pytest.Item) -> tuple[str, int, int]:
         """(problem, problem's rank, file's rank) of a test; ("", big, 0) for a stray one."""
@@ -130,6 +137,10 @@ class GraderRun:
             items[:] = [it for it in items if it.get_closest_marker("feedback_only") is None]
             config.hook.pytest_deselected(items=unscored)
         items.sort(key=lambda it: self.where(it)[1:])  # stable: file order kept within a problem
+        self.checks = {}
+        for it in items:
+            problem = self.where(it)[0]
+            self.checks[problem] = self.checks.get(problem, 0) + 1
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
@@ -153,6 +164,9 @@ class GraderRun:
         first of its problem: that is where the time goes)."""
         self.hold_gpu_lock(item)
         problem = self.where(item)[0] if self.impl is not None else ""
+        if problem and problem not in self.begun:
+            self.begun.add(problem)
+            self.progress(problem, "start", checks=self.checks.get(problem, 0))
         start, cpu = time.monotonic(), self.impl.cpu_used(problem) if problem and self.impl else 0.0
         try:
             return (yield)
@@ -162,6 +176,18 @@ class GraderRun:
                 entry.duration = round(time.monotonic() - start, 4)
                 if problem and self.impl is not None:
                     entry.cpu = round(self.impl.cpu_used(problem) - cpu, 4)
+            if problem:
+                self.progress(problem, "check", outcome=entry.outcome if entry is not None else "error")
+                if nextitem is None or self.where(nextitem)[0] != problem:  # items run problem by problem
+                    self.progress(problem, "end")
+
+    def progress(self, problem: str, event: str, **fields: Any) -> None:
+        """One progress event to the engine (a line of JSON); a closed pipe is ignored."""
+        if self.plan.progress_fd < 0:
+            return
+        line = json.dumps({"problem": problem, "event": event, **fields}).encode() + b"\n"
+        with contextlib.suppress(OSError):
+            os.write(self.plan.progress_fd, line)  # one line is far below PIPE_BUF: written whole
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> None:
@@ -226,6 +252,9 @@ class GraderRun:
         while view:
             view = view[os.write(fd, view):]
         os.close(fd)
+        if self.plan.progress_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.plan.progress_fd)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.release_gpu_lock()  # (the kernel would drop it at exit anyway)

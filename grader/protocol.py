@@ -86,7 +86,9 @@ class Plan:
     of a worker's start-up, ``wall_factor`` how many times its CPU limit a
     wait may last in wall-clock time (a backstop). ``results_fd`` is the write
     end of the pipe to the engine. ``seed`` seeds the hidden checks' draws
-    (:func:`grader.plugin.hidden_seed`).
+    (:func:`grader.plugin.hidden_seed`). ``progress_fd`` (-1: none) is the
+    write end of a second pipe, for progress events (:mod:`grader.progress`):
+    they only inform, nothing is scored from them.
     """
 
     name: str
@@ -101,6 +103,7 @@ class Plan:
     wall_factor: float
     results_fd: int
     seed: int
+    progress_fd: int = -1
 
     @property
     def gpu_problems(self) -> list[str]:

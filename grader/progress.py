@@ -1,0 +1,185 @@
+"""A single grade's progress: each problem as it starts and as it finishes.
+
+The trusted pytest processes (:mod:`grader.plugin`) write one JSON line per
+event to a progress pipe (``Plan.progress_fd``): ``start`` (with the number of
+the problem's checks that process holds), ``check`` (one check's outcome) and
+``end`` (that process ran the problem's last check). A problem split over
+several processes (:mod:`grader.planning`) starts with its first ``start`` and
+finishes when every process holding it has ended it, or has exited.
+
+:class:`GradeProgress` turns these events into a rich display on a terminal
+(one bar per problem, its checks done) or, elsewhere, one plain line when a
+problem starts and one when it finishes::
+
+    optimizers: started
+    optimizers: 15/15 checks passed in 41 s
+
+Contract: everything shown is a problem name the engine planned, counts and
+times; nothing the submission says reaches it (its code runs only in the
+workers, and an event naming an unplanned problem or holding anything but the
+fields above is dropped). Progress is written to ``stream`` (stderr by
+default), so a table or JSON on stdout stays clean. The events only inform:
+the verdicts and points come from :mod:`grader.scoring`, never from here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from grader.util import printable
+
+__all__ = ["OUTCOMES", "GradeProgress", "summary"]
+
+#: The outcomes a check event may carry (grader.protocol.CheckOutcome's).
+OUTCOMES = ("passed", "failed", "error", "skipped", "timeout", "not run", "grader error")
+
+
+@dataclass
+class _Problem:
+    """One problem's progress, summed over the processes that hold it."""
+
+    groups: set[int]  # the processes (groups) planned to run some of its checks
+    ended: set[int] = field(default_factory=set)
+    total: int = 0  # checks announced by the processes that started it
+    outcomes: dict[str, int] = field(default_factory=dict)
+    start: float | None = None
+    done: bool = False
+    task: Any = None  # its rich task, on a terminal
+
+    @property
+    def checked(self) -> int:
+        return sum(self.outcomes.values())
+
+
+def summary(passed: int, total: int, others: dict[str, int], seconds: float, missing: int = 0) -> str:
+    """A finished problem's line after its name: ``15/15 checks passed in 41 s``,
+    ``12/15 checks passed (2 failed, 1 timeout) in 41 s``."""
+    extra = [f"{n} {outcome}" for outcome, n in others.items() if n]
+    if missing:
+        extra.append(f"{missing} without a result")
+    took = f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    return f"{passed}/{total} checks passed" + (f" ({', '.join(extra)})" if extra else "") + f" in {took}"
+
+
+class GradeProgress:
+    """The progress of one grade, fed by the engine from several threads.
+
+    ``rich``: None picks a rich display when ``stream`` is a terminal and plain
+    lines otherwise. Call :meth:`plan` before a run's events, :meth:`close`
+    before anything else is printed (it stops the rich display)."""
+
+    def __init__(self, stream: TextIO | None = None, *, rich: bool | None = None,
+                 clock: Any = time.monotonic) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.clock = clock
+        self.problems: dict[str, _Problem] = {}
+        self.lock = threading.Lock()
+        self.bar: Any = None
+        if rich is None:
+            rich = bool(getattr(self.stream, "isatty", lambda: False)())
+        if rich:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self.bar = Progress(SpinnerColumn(finished_text="•"), TextColumn("{task.description:<11}"),
+                                BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                TextColumn("{task.fields[status]}"),
+                                console=Console(file=self.stream), transient=False)
+            self.bar.start()
+
+    # ------------------------------------------------------------------ fed by the engine
+    def plan(self, groups: list[list[str]]) -> None:
+        """A run of trusted processes starts: ``groups[i]`` names the problems
+        process ``i`` holds. A problem planned again (its regrade) starts afresh."""
+        with self.lock:
+            for name in {n for g in groups for n in g}:
+                self.problems[name] = _Problem(groups={i for i, g in enumerate(groups) if name in g})
+
+    def event(self, group: int, line: bytes | str) -> None:
+        """One event line from process ``group``; anything malformed is dropped."""
+        try:
+            raw = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(raw, dict):
+            return
+        name, kind = raw.get("problem"), raw.get("event")
+        with self.lock:
+            p = self.problems.get(name) if isinstance(name, str) else None
+            if p is None or group not in p.groups or p.done:
+                return
+            if kind == "start":
+                checks = raw.get("checks")
+                p.total += checks if isinstance(checks, int) and 0 <= checks < 1_000_000 else 0
+                self._started(name, p)
+            elif kind == "check" and raw.get("outcome") in OUTCOMES:
+                self._started(name, p)
+                outcome = raw["outcome"]
+                p.outcomes[outcome] = p.outcomes.get(outcome, 0) + 1
+                if self.bar is not None and p.task is not None:
+                    self.bar.update(p.task, total=max(p.total, p.checked), completed=p.checked)
+            elif kind == "end":
+                p.ended.add(group)
+                self._maybe_finished(name, p)
+
+    def group_ended(self, group: int) -> None:
+        """Process ``group`` exited: whatever it held and did not end is over."""
+        with self.lock:
+            for name, p in self.problems.items():
+                if group in p.groups and not p.done:
+                    p.ended.add(group)
+                    self._maybe_finished(name, p)
+
+    def close(self) -> None:
+        """Stop the rich display (if any); safe to call twice."""
+        bar, self.bar = self.bar, None
+        if bar is not None:
+            bar.stop()
+
+    # ------------------------------------------------------------------ rendering (under the lock)
+    def _started(self, name: str, p: _Problem) -> None:
+        if p.start is not None:
+            if self.bar is not None and p.task is not None:
+                self.bar.update(p.task, total=max(p.total, p.checked))
+            return
+        p.start = self.clock()
+        if self.bar is not None:
+            p.task = self.bar.add_task(name, total=max(p.total, 1), completed=0, status="")
+        else:
+            self._line(f"{name}: started")
+
+    def _maybe_finished(self, name: str, p: _Problem) -> None:
+        if p.done or p.ended < p.groups:
+            return
+        p.done = True
+        if p.start is None and not p.checked:  # its processes never reached it (a crash, a collection error)
+            p.start = self.clock()
+            if self.bar is not None:
+                p.task = self.bar.add_task(name, total=1, completed=0, status="")
+        passed = p.outcomes.get("passed", 0)
+        others = {o: p.outcomes[o] for o in OUTCOMES if o != "passed" and p.outcomes.get(o)}
+        text = "no checks ran" if not p.total and not p.checked else summary(
+            passed, max(p.total, p.checked), others, self.clock() - (p.start or 0.0),
+            missing=max(0, p.total - p.checked))
+        if self.bar is not None and p.task is not None:
+            total = max(p.total, p.checked, 1)
+            self.bar.update(p.task, total=total, completed=total, status=printable(text.split(" in ")[0]))
+        else:
+            self._line(f"{name}: {text}")
+
+    def _line(self, text: str) -> None:
+        with contextlib.suppress(OSError, ValueError):  # a closed stderr never stops a grade
+            print(printable(text), file=self.stream, flush=True)

@@ -1,0 +1,231 @@
+"""The command line's manners: ``python -m grader --help`` imports nothing heavy
+and shows no markup, the grader's exit codes, ``./lab`` names an unknown
+command and says what its set-up installs, and a grade shows each problem as
+it starts and finishes (grader/progress.py) on stderr, never on stdout.
+
+The help's speed is measured in benchmarks/cli.py (figures, not asserts); here
+the test is what makes it fast: torch and the pipeline are not imported.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader import cli
+from grader.progress import GradeProgress, summary
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _imported(importtime_stderr: str) -> set[str]:
+    """Module names from ``python -X importtime`` output."""
+    return {line.rsplit("|", 1)[1].strip() for line in importtime_stderr.splitlines()
+            if line.startswith("import time:") and line.count("|") == 2}
+
+
+# ------------------------------------------------------------------ python -m grader --help
+
+
+def test_help_imports_neither_torch_nor_the_pipeline_and_shows_no_markup():
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "grader", "--help"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    modules = _imported(proc.stderr)
+    assert "grader.cli" in modules, "the importtime output was not read"  # the parse above is not vacuous
+    heavy = sorted(m for m in modules if m.split(".")[0] in ("torch", "numpy", "hypothesis", "pytest", "rich")
+                   or m in ("grader.engine", "grader.report", "grader.groups", "grader.sandbox"))
+    assert not heavy, f"--help imported {heavy}"
+    assert proc.stdout.startswith("usage: python -m grader"), proc.stdout[:200]
+    for markup in ("``", ":mod:", ":func:", ":class:"):
+        assert markup not in proc.stdout, f"{markup!r} in --help:\n{proc.stdout}"
+    assert "--hypothesis-profile" in proc.stdout and "Exit code" in proc.stdout
+
+
+@pytest.mark.parametrize("option", ["--profile", "--hypothesis-profile"])
+def test_profile_has_pytests_name_too(option):
+    assert cli.parser().parse_args([option, "ci"]).profile == "ci"
+    assert cli.parser().parse_args([]).profile is None  # the rubric's default, decided by the engine
+
+
+@pytest.mark.parametrize("argv", [["--hypothesis-profile", "fast"], ["--frobnicate"], ["--parallel", "x"]])
+def test_bad_options_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    assert "usage: python -m grader" in capsys.readouterr().err
+
+
+def test_parallel_below_one_exits_2_before_grading(capsys):
+    assert cli.main(["--parallel", "0", "--no-progress"]) == 2
+    out = capsys.readouterr()
+    assert "--parallel" in out.err and out.out == ""
+
+
+# ------------------------------------------------------------------ ./lab
+
+
+def test_lab_names_an_unknown_command_and_exits_2():
+    proc = subprocess.run([str(REPO / "lab"), "frobnicate"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("lab: unknown command 'frobnicate'\n"), proc.stderr
+    assert "./lab grade" in proc.stderr and proc.stdout == ""  # the usage, on stderr with the error
+    helped = subprocess.run([str(REPO / "lab"), "help"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert helped.returncode == 0 and "./lab grade" in helped.stdout and "unknown" not in helped.stderr
+    assert "set -euo" not in helped.stdout  # the usage is the header comment, not the script
+
+
+FAKE_PYTHON = """#!/bin/sh
+# Stands in for python3: "-m venv DIR" makes DIR/bin/python, which logs pip's
+# arguments instead of installing and runs anything else with the real python.
+if [ "$1" = -m ] && [ "$2" = venv ]; then
+    mkdir -p "$3/bin"
+    cat > "$3/bin/python" <<EOF
+#!/bin/sh
+if [ "\\$1" = -m ] && [ "\\$2" = pip ]; then echo "pip \\$*" >> "$PIP_LOG"; exit 0; fi
+exec "$REAL_PYTHON" "\\$@"
+EOF
+    chmod +x "$3/bin/python"
+    exit 0
+fi
+exec "$REAL_PYTHON" "$@"
+"""
+
+
+def test_lab_setup_says_what_it_installs(tmp_path):
+    """A fresh set-up names the packages (torch with its pin) and where they go,
+    on stderr; pip itself stays quiet (-q) and nothing reaches stdout."""
+    repo = tmp_path / "clone"
+    repo.mkdir()
+    for name in ("lab", "pyproject.toml", "constraints.txt"):
+        shutil.copy2(REPO / name, repo / name)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text(FAKE_PYTHON)
+    (fake / "python3").chmod(0o755)
+    (fake / "uname").write_text("#!/bin/sh\necho Darwin\n")  # skips the bubblewrap install (it may apt-get)
+    (fake / "uname").chmod(0o755)
+    log = tmp_path / "pip.log"
+    env = {**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}", "PYTHON": str(fake / "python3"),
+           "REAL_PYTHON": sys.executable, "PIP_LOG": str(log)}
+    proc = subprocess.run([str(repo / "lab"), "setup"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    pin = next(line.strip() for line in (REPO / "constraints.txt").read_text().splitlines()
+               if line.startswith("torch=="))
+    installing = [line for line in proc.stderr.splitlines() if line.startswith("lab: installing ")]
+    assert len(installing) == 1, proc.stderr
+    assert installing[0].startswith(f"lab: installing {pin}, numpy, einops, ") and " into .venv (" in installing[0]
+    assert "matplotlib" not in installing[0]  # no reference/: a student's checkout, no instructor extras
+    pips = log.read_text().splitlines()
+    assert any("install -q -c constraints.txt -r .venv/requirements.txt" in p for p in pips), pips
+    assert (repo / ".venv" / ".lab-stamp").is_file()
+
+
+# ------------------------------------------------------------------ progress
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _line(problem: str, event: str, **fields: object) -> bytes:
+    return json.dumps({"problem": problem, "event": event, **fields}).encode() + b"\n"
+
+
+def test_progress_lines_a_problem_split_over_two_processes():
+    out, clock = io.StringIO(), _Clock()
+    progress = GradeProgress(out, rich=False, clock=clock)
+    progress.plan([["views", "optimizers"], ["optimizers"]])
+    progress.event(0, _line("views", "start", checks=2))
+    progress.event(1, _line("optimizers", "start", checks=1))
+    progress.event(0, _line("views", "check", outcome="passed"))
+    clock.now += 3
+    progress.event(0, _line("views", "check", outcome="failed"))
+    progress.event(0, _line("views", "end"))
+    progress.event(1, _line("optimizers", "check", outcome="passed"))
+    progress.event(1, _line("optimizers", "end"))
+    assert "optimizers: 1" not in out.getvalue()  # process 0 still holds some of its checks
+    progress.event(0, _line("optimizers", "start", checks=2))
+    progress.event(0, _line("optimizers", "check", outcome="timeout"))
+    clock.now += 38
+    progress.event(0, _line("optimizers", "check", outcome="passed"))
+    progress.event(0, _line("optimizers", "end"))
+    assert out.getvalue().splitlines() == [
+        "views: started",
+        "optimizers: started",
+        "views: 1/2 checks passed (1 failed) in 3.0 s",
+        "optimizers: 2/3 checks passed (1 timeout) in 41 s",
+    ]
+
+
+def test_progress_drops_what_was_not_planned_and_ends_with_the_process():
+    out = io.StringIO()
+    progress = GradeProgress(out, rich=False, clock=_Clock())
+    progress.plan([["data"], ["flops"]])
+    for group, line in [(0, b"not json"), (0, b"[1]"), (0, _line("\x1b[2Jevil", "start", checks=1)),
+                        (1, _line("data", "start", checks=1)),  # data is not process 1's
+                        (0, _line("data", "check", outcome="\x1b[31mpassed")),
+                        (0, _line("data", "start", checks=3))]:
+        progress.event(group, line)
+    assert out.getvalue() == "data: started\n"
+    progress.group_ended(0)  # the process died with data's checks not done: it is over, without their results
+    progress.group_ended(1)  # flops never started there (a collection error): it is over too
+    assert out.getvalue().splitlines()[1:] == ["data: 0/3 checks passed (3 without a result) in 0.0 s",
+                                               "flops: no checks ran"]
+    progress.event(0, _line("data", "check", outcome="passed"))  # after its end: ignored
+    assert len(out.getvalue().splitlines()) == 3
+
+
+def test_progress_summary_names_every_kind_of_outcome():
+    assert summary(15, 15, {}, 41.2) == "15/15 checks passed in 41 s"
+    assert summary(1, 4, {"failed": 1, "not run": 2}, 2.04) == "1/4 checks passed (1 failed, 2 not run) in 2.0 s"
+
+
+def test_progress_on_a_terminal_is_a_rich_display_that_ends_with_each_result():
+    out = io.StringIO()
+    progress = GradeProgress(out, rich=True, clock=_Clock())
+    progress.plan([["views"]])
+    progress.event(0, _line("views", "start", checks=2))
+    progress.event(0, _line("views", "check", outcome="passed"))
+    progress.event(0, _line("views", "check", outcome="passed"))
+    progress.event(0, _line("views", "end"))
+    progress.close()
+    progress.close()  # twice is fine
+    text = out.getvalue()
+    assert "views" in text and "2/2 checks passed" in text and "views: started" not in text
+
+
+def test_a_grade_shows_each_problem_on_stderr_and_keeps_stdout_for_the_table(tmp_path):
+    """A real grade (the reference, one problem): its start and its finish on
+    stderr, in that order, counting the checks the JSON records; stdout is the table."""
+    (tmp_path / "sub").mkdir()
+    shutil.copytree(REPO / "reference", tmp_path / "sub" / "student")
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "grader", str(tmp_path / "sub"), "--problems", "precision",
+                           "--hypothesis-profile", "dev", "--json", str(out)], cwd=REPO, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["profile"] == "dev"  # --hypothesis-profile is --profile
+    (problem,) = result["problems"]
+    checks = len(problem["checks"])
+    assert checks > 0 and problem["status"] == "passed"
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("precision:")]
+    assert len(lines) == 2 and lines[0] == "precision: started", proc.stderr
+    assert re.fullmatch(rf"precision: {checks}/{checks} checks passed in [0-9.]+ s", lines[1]), lines
+    assert "started" not in proc.stdout and "checks passed" not in proc.stdout
+    assert re.search(r"^precision +1\.1 +10/10 +passed", proc.stdout, flags=re.M), proc.stdout  # the table
