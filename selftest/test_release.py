@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.compat import tomllib
 from grader.instructor import release
 from tests.harness import HANDOUT_MODULES
 
@@ -60,6 +61,38 @@ def test_layout(release_dir):
         status = subprocess.run(["git", "status", "--porcelain"], cwd=release_dir, capture_output=True,
                                 text=True).stdout
         assert status == "", f"the release's commit misses files:\n{status}"
+
+
+def test_pyproject_describes_only_what_a_student_has(release_dir):
+    """The release's pyproject.toml: the same dependencies and pytest set-up,
+    but no instructor extras and no marker that only selftests or hidden checks
+    use (each marker it declares is a problem's or used by a shipped file)."""
+    text = (release_dir / "pyproject.toml").read_text()
+    ours = tomllib.loads((REPO / "pyproject.toml").read_text())
+    theirs = tomllib.loads(text)
+    assert theirs["project"]["dependencies"] == ours["project"]["dependencies"]
+    assert "optional-dependencies" not in theirs["project"] and "optional-dependencies" in ours["project"]
+    for word in ("LAB_FULL_CORPUS", "grader/hidden", "grader/corpus", "copydetect", "cosmic-ray", "mutation",
+                 "similarity", "selftest"):
+        assert word not in text, f"{word!r} in the release's pyproject.toml"
+    declared = {re.match(r"\w+", m)[0] for m in theirs["tool"]["pytest"]["ini_options"]["markers"]}
+    shipped = "\n".join(p.read_text(errors="replace") for p in _files(release_dir) if p.suffix == ".py")
+    unused = sorted(m for m in declared if m not in HANDOUT_MODULES and f"mark.{m}" not in shipped
+                    and f'"{m}"' not in shipped)
+    assert not unused, f"markers the release declares but nothing there uses: {unused}"
+    assert {"gpu", "feedback_only"} <= declared and set(HANDOUT_MODULES) & declared
+    assert not declared & set(release.INSTRUCTOR_MARKERS)
+    ours_pytest = {k: v for k, v in ours["tool"]["pytest"]["ini_options"].items() if k != "markers"}
+    assert {k: v for k, v in theirs["tool"]["pytest"]["ini_options"].items() if k != "markers"} == ours_pytest
+
+
+def test_student_pyproject_refuses_an_instructor_line_it_does_not_know():
+    text = (REPO / "pyproject.toml").read_text()
+    release.student_pyproject(text)  # this repository's own file is handled
+    with pytest.raises(RuntimeError, match="LAB_FULL_CORPUS"):
+        release.student_pyproject(text + "\n# LAB_FULL_CORPUS=1 runs the whole corpus\n")
+    with pytest.raises(RuntimeError, match="does not parse"):
+        release.student_pyproject(text + "\n[broken\n")
 
 
 def test_instructor_commands_say_they_are_absent(release_dir):

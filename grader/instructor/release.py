@@ -17,6 +17,11 @@ The students' ``python -m grader`` still works in the release: the grading
 pipeline never imports ``grader.instructor``, and ``grader/__main__.py`` answers
 an instructor command there with "not available in this checkout".
 
+Rewritten: ``pyproject.toml`` describes only what a student has
+(:func:`student_pyproject`): no instructor extras (``[project.optional-dependencies]``:
+plots, similarity, mutation testing), no marker that only the selftests or the
+hidden checks use (:data:`INSTRUCTOR_MARKERS`), no path of a folder left out.
+
 Added instead: a README for students (their two commands: ``pytest`` and
 ``./lab grade``, which runs the public checks only since the reference and the
 hidden checks are absent), ``.ci/run`` and ``.github/workflows/grade.yml`` (the
@@ -27,6 +32,7 @@ git repository with one commit when git is available.
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -36,7 +42,8 @@ from pathlib import Path
 from grader.instructor.files import TEMPLATES
 from grader.util import REPO
 
-__all__ = ["EXCLUDED_DIRS", "EXCLUDED_FILES", "build_release", "candidate_files", "main", "release_files"]
+__all__ = ["EXCLUDED_DIRS", "EXCLUDED_FILES", "INSTRUCTOR_MARKERS", "build_release", "candidate_files", "main",
+           "release_files", "student_pyproject"]
 
 
 #: Folders never shipped (relative to the repository root).
@@ -45,6 +52,11 @@ EXCLUDED_DIRS = (
 )
 #: Files never shipped (replaced, for README.md).
 EXCLUDED_FILES = ("README.md", "grader/README.md")
+#: pytest markers only the selftests or the hidden checks use: not declared in the release's pyproject.toml.
+INSTRUCTOR_MARKERS = ("extends", "slow", "full", "load")
+#: Words no line of the release's pyproject.toml may hold (instructor tooling and what it reads).
+_INSTRUCTOR_WORDS = ("LAB_FULL_CORPUS", "optional-dependencies", "cosmic-ray", "copydetect", "selftest",
+                     "grader/hidden", "grader/corpus", "grader/instructor", "reference/")
 #: Never copied whatever git says (local state).
 _LOCAL = (".venv", ".git", "__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", "grade-out", "build",
           "dist")
@@ -116,6 +128,8 @@ def build_release(out: Path, repo: Path = REPO, *, force: bool = False, git: boo
     written = release_files(repo)
     for name in written:
         _copy(repo / name, out / name)
+    if (out / "pyproject.toml").is_file():
+        (out / "pyproject.toml").write_text(student_pyproject((repo / "pyproject.toml").read_text()))
     added = {
         "README.md": TEMPLATES / "release" / "README.md",
         ".ci/run": TEMPLATES / "ci" / "run",
@@ -131,6 +145,58 @@ def build_release(out: Path, repo: Path = REPO, *, force: bool = False, git: boo
     if git:
         _git_commit(out)
     return sorted([*written, *added])
+
+
+def student_pyproject(text: str) -> str:
+    """``pyproject.toml``'s text as the release ships it: without the
+    ``[project.optional-dependencies]`` table (instructor extras) and its
+    comments, without the markers of :data:`INSTRUCTOR_MARKERS` (their entries,
+    and their names in a "X, Y and Z are set by hand" comment), and without
+    array entries naming a folder the release leaves out. Everything else is
+    kept as written. Raises RuntimeError when the result does not parse or still
+    names instructor tooling (a new instructor-only line must be handled here)."""
+    out: list[str] = []
+    skipping = False
+    for line in text.splitlines():
+        if re.match(r"\s*\[", line):  # a table header: skip the extras' table up to the next one
+            skipping = line.strip() == "[project.optional-dependencies]"
+            if skipping:
+                while out and (out[-1].startswith("#") or not out[-1].strip()):
+                    out.pop()  # its comments above it, and the blank lines before them
+                out.append("")
+        if skipping:
+            continue
+        marker = re.match(r'\s*"(\w+)[(:]', line)
+        if marker and marker[1] in INSTRUCTOR_MARKERS:
+            continue
+        line = re.sub(r"((?:\w+, )*\w+ and \w+) (are|is) set by hand",
+                      lambda m: _by_hand(m[1]), line)
+        line = re.sub(r'\s*"({})",?'.format("|".join(map(re.escape, EXCLUDED_DIRS))), "", line)
+        line = re.sub(r",\s*\]", "]", line)
+        out.append(line)
+    while out and not out[-1].strip():
+        out.pop()
+    result = "\n".join(out) + "\n"
+    try:
+        from grader.compat import tomllib
+
+        tomllib.loads(result)
+    except ValueError as e:
+        raise RuntimeError(f"release: the student pyproject.toml does not parse: {e}") from e
+    left = [w for w in _INSTRUCTOR_WORDS if w in result]
+    left += [m for m in INSTRUCTOR_MARKERS if re.search(rf'"{m}[(:]|\b{m}\b.*set by hand', result)]
+    if left:
+        raise RuntimeError(f"release: the student pyproject.toml still names instructor tooling: {', '.join(left)}")
+    return result
+
+
+def _by_hand(names: str) -> str:
+    """"gpu, extends, slow and full" -> "gpu is set by hand" (instructor markers dropped)."""
+    kept = [n for n in re.split(r", | and ", names) if n not in INSTRUCTOR_MARKERS]
+    if not kept:
+        return "the others are set by hand"
+    listed = kept[0] if len(kept) == 1 else ", ".join(kept[:-1]) + " and " + kept[-1]
+    return f"{listed} {'is' if len(kept) == 1 else 'are'} set by hand"
 
 
 def _check_nothing_excluded(out: Path) -> None:
