@@ -159,6 +159,8 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
         faulty = [p for p, res in zip(selected, result.problems, strict=True) if res.status == GRADER_ERROR]
         if faulty:
             first = {res.name: res for res in result.problems if res.status == GRADER_ERROR}
+            if opts.progress is not None:
+                opts.progress.note(f"regrading {', '.join(first)} alone, after a grader error")
             again = {res.name: res for res in attempt(faulty, 1, run / "regrade")}
             result.problems = [again.get(res.name, res) for res in result.problems]
             for name, res in again.items():

@@ -29,6 +29,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -75,7 +76,7 @@ class GradeProgress:
     before anything else is printed (it stops the rich display)."""
 
     def __init__(self, stream: TextIO | None = None, *, rich: bool | None = None,
-                 clock: Any = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.clock = clock
         self.problems: dict[str, _Problem] = {}
@@ -142,6 +143,14 @@ class GradeProgress:
                 if group in p.groups and not p.done:
                     p.ended.add(group)
                     self._maybe_finished(name, p)
+
+    def note(self, text: str) -> None:
+        """A line of the engine's own (a regrade, say), above the display."""
+        with self.lock:
+            if self.bar is not None:
+                self.bar.console.print(printable(text), markup=False, highlight=False)
+            else:
+                self._line(text)
 
     def close(self) -> None:
         """Stop the rich display (if any); safe to call twice."""

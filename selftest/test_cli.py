@@ -203,10 +203,12 @@ def test_progress_on_a_terminal_is_a_rich_display_that_ends_with_each_result():
     progress.event(0, _line("views", "check", outcome="passed"))
     progress.event(0, _line("views", "check", outcome="passed"))
     progress.event(0, _line("views", "end"))
+    progress.note("regrading views alone, after a grader error")
     progress.close()
     progress.close()  # twice is fine
     text = out.getvalue()
     assert "views" in text and "2/2 checks passed" in text and "views: started" not in text
+    assert "regrading views alone" in text
 
 
 def test_a_grade_shows_each_problem_on_stderr_and_keeps_stdout_for_the_table(tmp_path):
