@@ -39,6 +39,7 @@ __all__ = ["OUTCOMES", "GradeProgress", "summary"]
 
 #: The outcomes a check event may carry (grader.protocol.CheckOutcome's).
 OUTCOMES = ("passed", "failed", "error", "skipped", "timeout", "not run", "grader error")
+_NOUNS = ("error", "timeout", "grader error")  # the outcomes counted as "2 timeouts", not "2 failed"
 
 
 @dataclass
@@ -61,7 +62,7 @@ class _Problem:
 def summary(passed: int, total: int, others: dict[str, int], seconds: float, missing: int = 0) -> str:
     """A finished problem's line after its name: ``15/15 checks passed in 41 s``,
     ``12/15 checks passed (2 failed, 1 timeout) in 41 s``."""
-    extra = [f"{n} {outcome}" for outcome, n in others.items() if n]
+    extra = [f"{n} {outcome}" + ("s" if n != 1 and outcome in _NOUNS else "") for outcome, n in others.items() if n]
     if missing:
         extra.append(f"{missing} without a result")
     took = f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"

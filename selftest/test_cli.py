@@ -193,6 +193,8 @@ def test_progress_drops_what_was_not_planned_and_ends_with_the_process():
 def test_progress_summary_names_every_kind_of_outcome():
     assert summary(15, 15, {}, 41.2) == "15/15 checks passed in 41 s"
     assert summary(1, 4, {"failed": 1, "not run": 2}, 2.04) == "1/4 checks passed (1 failed, 2 not run) in 2.0 s"
+    assert summary(0, 3, {"timeout": 2, "grader error": 1}, 1) == \
+        "0/3 checks passed (2 timeouts, 1 grader error) in 1.0 s"
 
 
 def test_progress_on_a_terminal_is_a_rich_display_that_ends_with_each_result():
