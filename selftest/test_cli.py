@@ -215,13 +215,15 @@ def test_progress_on_a_terminal_is_a_rich_display_that_ends_with_each_result():
 
 def test_a_grade_shows_each_problem_on_stderr_and_keeps_stdout_for_the_table(tmp_path):
     """A real grade (the reference, one problem): its start and its finish on
-    stderr, in that order, counting the checks the JSON records; stdout is the table."""
+    stderr, in that order, counting the checks the JSON records; stdout is the
+    table. With --parallel 2 the problem's public and hidden files run in two
+    processes (where memory allows): still one start and one finish."""
     (tmp_path / "sub").mkdir()
     shutil.copytree(REPO / "reference", tmp_path / "sub" / "student")
     out = tmp_path / "r.json"
     proc = subprocess.run([sys.executable, "-m", "grader", str(tmp_path / "sub"), "--problems", "precision",
-                           "--hypothesis-profile", "dev", "--json", str(out)], cwd=REPO, capture_output=True,
-                          text=True, timeout=900)
+                           "--hypothesis-profile", "dev", "--parallel", "2", "--json", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["profile"] == "dev"  # --hypothesis-profile is --profile
