@@ -36,9 +36,10 @@ SUPERVISOR = "grader.instructor.supervisor"
 
 
 def grader_command() -> list[str]:
-    """``python -m grader``, or the command in ``$LAB_GRADER_CMD`` (tests)."""
+    """``python -m grader --no-progress``, or the command in ``$LAB_GRADER_CMD`` (tests)."""
     custom = os.environ.get(GRADER_ENV, "").strip()
-    return shlex.split(custom) if custom else [sys.executable, "-m", "grader"]
+    # Batch shows its own progress; the grader's per-problem lines would only fill stderr_tail.
+    return shlex.split(custom) if custom else [sys.executable, "-m", "grader", "--no-progress"]
 
 
 def _tail(text: str, lines: int = 20) -> str:
