@@ -14,6 +14,14 @@ tests/wire.py, never this):
   item's first failure as a :class:`Failure`, structured fields that the reports
   render and nothing parses back.
 
+:meth:`RunResults.from_json` is where everything a grading run says reaches
+the engine, and so every report: it is the one place that normalises its
+strings (:func:`grader.util.feedback_text`: no terminal controls, no lone
+surrogates or other code points UTF-8 or XML cannot hold, the student's own
+paths). Submission text gets into them by many routes inside the trusted
+pytest process (an error reply's message and traceback, a returned string an
+assertion quotes, the worker's output), all through here.
+
 ``from_json`` fills in the defaults of fields an older or partial record
 leaves out (the selftests build partial records by hand) and ignores keys it
 does not know; it never raises on a missing field of a record.
@@ -26,6 +34,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from grader.sandbox import Limits, Sandbox
+from grader.util import feedback_text
 
 #: The environment variable naming the plan file of a trusted pytest process.
 PLAN_ENV = "GRADER_PLAN"
@@ -215,12 +224,25 @@ class RunResults:
 
     @classmethod
     def from_json(cls, raw: str | bytes | dict[str, Any]) -> RunResults:
-        d = json.loads(raw) if isinstance(raw, str | bytes) else raw
+        """The record a trusted pytest process sent, every string in it (keys
+        included) normalised by :func:`grader.util.feedback_text`."""
+        d = _normalised(json.loads(raw) if isinstance(raw, str | bytes) else raw)
         return cls(**{
             **_known(cls, d),
             "tests": {k: CheckOutcome.from_json(v) for k, v in d.get("tests", {}).items()},
             "problems": {k: WorkerRecord.from_json(v) for k, v in d.get("problems", {}).items()},
         })
+
+
+def _normalised(value: Any) -> Any:
+    """``value`` (decoded JSON) with :func:`grader.util.feedback_text` applied to every string."""
+    if isinstance(value, str):
+        return feedback_text(value)
+    if isinstance(value, list):
+        return [_normalised(v) for v in value]
+    if isinstance(value, dict):
+        return {_normalised(k): _normalised(v) for k, v in value.items()}
+    return value
 
 
 # --------------------------------------------------------------------------- engine -> reports

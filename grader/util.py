@@ -174,14 +174,46 @@ def cuda_available() -> bool:
 
 
 # Terminal escape sequences (CSI, OSC up to BEL or ST, other ESC pairs), C0/C1
-# controls but newline and tab, and the bidirectional overrides that reorder
-# what a reader sees.
+# controls but newline and tab, the bidirectional overrides that reorder what a
+# reader sees, and Unicode's noncharacters (U+FDD0..U+FDEF and the last two code
+# points of every plane: XML refuses U+FFFE/U+FFFF, and none is text).
+_NONCHARACTERS = "\ufdd0-\ufdef" + "".join(f"{chr(p * 0x10000 + 0xFFFE)}{chr(p * 0x10000 + 0xFFFF)}"
+                                           for p in range(17))
 _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]?|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[ -~]?"
-                      r"|[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+                      r"|[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069" + _NONCHARACTERS + "]")
+# A lone surrogate (a str can hold one; UTF-8 and XML cannot encode it).
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def printable(text: str) -> str:
-    """``text`` without terminal control sequences (what a submission's
-    exception message could use to rewrite a terminal or a report): escape
-    sequences and control characters are dropped, ``\\n`` and ``\\t`` kept."""
-    return _CONTROL.sub("", text.replace("\r\n", "\n"))
+    """``text`` as any report can hold it and any terminal show it: terminal
+    control sequences (what a submission's exception message could use to
+    rewrite a terminal or a report), control characters and noncharacters
+    dropped (``\\n`` and ``\\t`` kept), each lone surrogate replaced by U+FFFD.
+    The result encodes as UTF-8 and is valid XML 1.0 character data."""
+    return _CONTROL.sub("", _SURROGATE.sub("\ufffd", text.replace("\r\n", "\n")))
+
+
+# A path to a module of the submission as the grader ran it (its working copy
+# in a temporary folder, or /submission inside the sandbox) and the file's
+# line as a traceback writes it.
+_STUDENT_FRAME = re.compile(r'File "(?:[^"\n]*/)?(student/[\w./-]+\.py)", line (\d+)')
+_STUDENT_PATH = re.compile(r"(?<![\w.-])/[^\s\"':]*?/(student/[\w.-]+\.py)\b")
+
+
+def student_paths(text: str) -> str:
+    """``text`` with every path the grader's copies give a submission's module
+    written as the student's own checkout names it: a traceback's
+    ``File ".../work/student/optimizers.py", line 42`` becomes
+    ``student/optimizers.py:42``, and any other absolute path to a file of
+    ``student/`` its ``student/...`` part; the grader's checkout
+    (``tests/``, ``grader/``) is written relative to the repository."""
+    text = _STUDENT_FRAME.sub(r"\1:\2", text)
+    text = _STUDENT_PATH.sub(r"\1", text)
+    return text.replace(f"{REPO}{os.sep}", "")
+
+
+def feedback_text(text: str) -> str:
+    """What every string of a grading run becomes on its way to the reports
+    (:func:`printable`, then :func:`student_paths`)."""
+    return student_paths(printable(text))

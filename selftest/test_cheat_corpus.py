@@ -10,6 +10,7 @@ import platform
 import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,7 @@ CASES = {
     "disk_fill": ("precision", "bwrap", "error|timeout"),
     "deep_scratch": ("precision", "bwrap", "error|timeout"),
     "escape_codes": ("precision", None, "failed"),
+    "hostile_strings": ("precision", None, "failed"),
     "symlink_student": ("precision", None, "error"),
     "symlink_loose": ("precision", None, "error"),
     "memory_hungry": ("precision", None, "failed|timeout"),  # refused allocations take a while on busy cores
@@ -104,13 +106,13 @@ def test_cheat_gains_nothing(name, tmp_path):
         pytest.skip(f"grading {name} safely needs bubblewrap ({WHY})")
     if needs == "seccomp" and not SECCOMP:
         pytest.skip(f"grading {name} safely needs the seccomp filter (Linux x86_64/aarch64)")
-    out, gs = tmp_path / "result.json", tmp_path / "gradescope.json"
+    out, gs, junit = tmp_path / "result.json", tmp_path / "gradescope.json", tmp_path / "junit.xml"
     folder = build_cheat(name, tmp_path / "built")
     forged = name.startswith("forge_")  # whole problems of real work: the limits of a real submission
     call_cpu = "4" if name == "infinite_loop" else "60" if forged or name == "disk_fill" else "10"
     proc = subprocess.run(
         [sys.executable, "-m", "grader", str(folder), "--problems", problems, "--profile", "dev",
-         "--json", str(out), "--gradescope", str(gs), "--call-cpu", call_cpu,
+         "--json", str(out), "--gradescope", str(gs), "--junit", str(junit), "--call-cpu", call_cpu,
          "--cpu-budget", "600" if forged else "60", "--memory-limit", "8" if forged else "1.5"],
         cwd=REPO, capture_output=True, text=True, timeout=1800 if forged else 600,
         env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -134,6 +136,15 @@ def test_cheat_gains_nothing(name, tmp_path):
     if name == "escape_codes":
         assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", proc.stdout + json.dumps(
             gradescope, ensure_ascii=False) + out.read_text()), "control characters reached an output"
+    if name == "hostile_strings":  # every report written, readable by a strict parser, and honest
+        suite = ET.parse(junit).getroot()  # (raises on a code point XML refuses)
+        assert suite.get("failures") == str(len(by["precision"]["items"])), ET.tostring(suite)[:2000]
+        everything = proc.stdout + json.dumps(gradescope, ensure_ascii=False) + out.read_text() + junit.read_text()
+        everything.encode("utf-8")  # no lone surrogate left (it cannot be encoded)
+        assert not re.search("[\x00-\x08\x0b\x0c\x0e-\x1f\ufdd0-\ufdef\ufffe\uffff\U0010fffe\U0010ffff]",
+                             everything), "a code point XML or a terminal cannot take reached a report"
+        assert "lone \ufffd surrogate" in by["precision"]["output"]  # replaced, not silently lost
+        assert "The autograder itself failed" not in json.dumps(gradescope) and not proc.stderr.strip(), proc.stderr
     if name in ("disk_fill", "deep_scratch"):
         assert "killed by the grader: the scratch folder" in by["precision"]["output"] or \
             by["precision"]["status"] == "timeout", by["precision"]["output"]
