@@ -25,7 +25,7 @@ import os
 import sys
 from pathlib import Path
 
-from grader.util import PROFILES, printable
+from grader.util import PROFILES
 
 #: What ``--help`` says (plain text: argparse prints it as it is).
 DESCRIPTION = "Grade one submission (a folder or zip holding student/) and print a score table per problem."
@@ -112,7 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if progress is not None:
             progress.close()
-    report.write_reports(result, json_path=args.json, gradescope=args.gradescope, junit=args.junit,
-                         reveal=result.reveal)
-    sys.stdout.write(printable(report.table(result, details=not args.quiet)))
+    # Each report stands alone; one that could not be written is the grader's
+    # fault, said on stderr (and in the table), never a crash or a student's result.
+    for failure in report.write_reports(result, json_path=args.json, gradescope=args.gradescope, junit=args.junit,
+                                        reveal=result.reveal):
+        print(f"grader: {failure}", file=sys.stderr)
+    report.print_table(result, details=not args.quiet)
     return 0

@@ -131,7 +131,6 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
         result.notes.append(f"sandbox: rlimits only ({sandbox.why})")
     start = time.monotonic()
     run = Path(tempfile.mkdtemp(prefix="grader-"))
-    repro = str(path) if path.is_dir() else "FOLDER_HOLDING_YOUR_student"
     try:
         try:
             folder = locate(path, run / "unpacked")
@@ -152,8 +151,7 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
                                           progress=opts.progress)
             result.notes.extend(e for e in errors if e not in result.notes)
             _record_seccomp(outcomes, result, sandbox)
-            return [_scored(p, outcomes.get(p.name, RunResults()), cuda, public_only, reveal, repro)
-                    for p in problems]
+            return [_scored(p, outcomes.get(p.name, RunResults()), cuda, public_only, reveal) for p in problems]
 
         result.problems = attempt(selected, opts.parallel, run)
         faulty = [p for p, res in zip(selected, result.problems, strict=True) if res.status == GRADER_ERROR]
@@ -177,9 +175,8 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
     return total(result, result.execution_time)
 
 
-def _scored(p: rubric_mod.Problem, own: RunResults, cuda: bool, public_only: bool, reveal: bool,
-            repro: str) -> ProblemResult:
-    res = score_problem(p, own, cuda, public_only, reveal, repro)
+def _scored(p: rubric_mod.Problem, own: RunResults, cuda: bool, public_only: bool, reveal: bool) -> ProblemResult:
+    res = score_problem(p, own, cuda, public_only, reveal)
     res.time = round(sum(c.duration for c in res.checks), 3)
     if own.fatal and own.log:
         res.log = own.log  # the trusted run's output: instructors only

@@ -9,13 +9,13 @@ The ``--json`` schema (stable; other tools build on it)::
      "points_without_checks": float, "seed": int,
      "problems": [{"name": str, "section": str, "score": float,
                    "max_score": float, "status": str, "visibility": str,
-                   "output": str, "log": str, "time": float, "cpu": float,
+                   "output": str, "log": str, "time": float, "cpu": float, "not_counted": float,
                    "cpu_budget": float, "reference_cpu": float, "not_run": int,
                    "checks": [{"test": str, "outcome": str, "message": str,
                                "duration": float, "cpu": float}],
                    "items": [{"name": str, "points": float, "score": float,
                               "status": str, "checks": int, "failed": int,
-                              "not_run": int, "note": str, "failure": null | {
+                              "not_run": int, "note": str, "not_counted": float, "failure": null | {
                                   "test": str, "hidden": bool, "outcome": str,
                                   "property_test": str, "property": str,
                                   "input_kind": {str: str}, "parameters": [str],
@@ -38,10 +38,14 @@ its first failed check: for a hidden one, the public test it extends
 the kind of input (``input_kind``, word-like ``parameters``), its message and
 example only when revealed. ``unmapped`` names checks that no single item
 holds (a rubric gap, which selftest/test_rubric_items.py forbids): they count
-toward every item of their problem. ``max_score`` counts only the problems graded
-on this machine; ``gpu_points_not_run`` the points of problems that need a GPU
-and were not run; ``points_without_checks`` those of problems whose check files
-do not exist (yet). Hidden checks' messages are withheld unless revealed.
+toward every item of their problem. Points are left out of every total, never
+failed, where a problem or item needs a GPU on a machine without one ("not run
+on a GPU") or has no check files yet ("no checks"): its ``max_score`` (an item's
+``points``) is 0 and ``not_counted`` holds its points; ``gpu_points_not_run``
+and ``points_without_checks`` sum them. So the items' scores and maxima add up
+to their problem's, and the problems' to the top-level ``score`` and
+``max_score``, in this file as in Gradescope's results.json and the JUnit XML
+(whose testsuite carries ``score`` and ``max_score`` properties). Hidden checks' messages are withheld unless revealed.
 ``log`` is the submission's own (capped) output, for instructors; it is never
 copied into the Gradescope output (it could echo hidden inputs).
 ``time`` (per problem) and ``duration`` (per check) are seconds measured by the
@@ -55,12 +59,17 @@ times the measuring machine's figures.
 from __future__ import annotations
 
 import json
+import sys
+import textwrap
 import xml.etree.ElementTree as ET
-from typing import Any
+from typing import Any, TextIO
 
 from grader.results import (
     GRADER_ERROR,
+    NEEDS_GPU,
     NO_CHECKS,
+    NO_CHECKS_YET,
+    NOT_COUNTED,
     NOT_RUN_GPU,
     PASSED,
     Failure,
@@ -71,7 +80,7 @@ from grader.results import (
 )
 from grader.results import fmt as _fmt
 from grader.rubric import function_name
-from grader.util import write_atomic
+from grader.util import printable, write_atomic
 
 
 def summary(r: GradeResult) -> str:
@@ -80,14 +89,36 @@ def summary(r: GradeResult) -> str:
     line = f"score {_fmt(r.score)}/{_fmt(r.max_score)}{where}"
     gpu = [p.name for p in r.problems if p.status == NOT_RUN_GPU]
     if gpu:
-        line += f"; {_fmt(r.gpu_points_not_run)} points ({', '.join(gpu)}) need a GPU"
+        line += f"; {_fmt(r.gpu_points_not_run)} points ({', '.join(gpu)}) need a GPU: not counted"
     missing = [p.name for p in r.problems if p.status == NO_CHECKS]
     if missing:
-        line += f"; {_fmt(r.points_without_checks)} points ({', '.join(missing)}) have no checks yet"
+        line += f"; {_fmt(r.points_without_checks)} points ({', '.join(missing)}) have no checks yet: not counted"
     faulty = [p.name for p in r.problems if p.status == GRADER_ERROR]
     if faulty:
         line += f"; not graded because of a grader error (not your code): {', '.join(faulty)}"
     return line
+
+
+def _distinct(lines: list[str]) -> list[str]:
+    """``lines`` without repeats: a line another one already says (the sandbox
+    note inside the sandbox line, say) is dropped."""
+    out: list[str] = []
+    for ln in lines:
+        if ln and ln not in out and not any(ln != other and ln in other for other in lines):
+            out.append(ln)
+    return out
+
+
+def _run_lines(r: GradeResult) -> list[str]:
+    """The run's own lines after the summary: which checks, the sandbox, notes, the submission's error."""
+    error = [f"not graded: {r.error}"] if r.error else []
+    return _distinct([*error, f"checks: {r.checks}", f"sandbox: {r.sandbox}", *r.notes])
+
+
+def unreadable(r: GradeResult) -> bool:
+    """Whether the submission itself could not be read (``r.error``): no problem was graded,
+    and the reports say so once instead of once per problem and item."""
+    return bool(r.error)
 
 
 def _visible_checks(p: ProblemResult, reveal: bool) -> list[dict[str, Any]]:
@@ -103,7 +134,7 @@ def _visible_checks(p: ProblemResult, reveal: bool) -> list[dict[str, Any]]:
 
 def _item_json(i: ItemResult) -> dict[str, Any]:
     return {"name": i.name, "points": i.max_score, "score": i.score, "status": i.status, "checks": i.checks,
-            "failed": i.failed, "not_run": i.not_run, "note": i.note,
+            "failed": i.failed, "not_run": i.not_run, "note": i.note, "not_counted": i.not_counted,
             "failure": i.failure.to_json() if i.failure else None}
 
 
@@ -118,8 +149,8 @@ def to_json(r: GradeResult, reveal: bool = True) -> dict[str, Any]:
             "name": p.name, "section": p.section, "score": p.score, "max_score": p.max_score,
             "status": p.status, "visibility": p.visibility, "output": p.output, "log": p.log,
             "time": p.time, "cpu": p.cpu, "cpu_budget": p.cpu_budget, "reference_cpu": p.reference_cpu,
-            "not_run": p.not_run, "checks": _visible_checks(p, reveal), "items": [_item_json(i) for i in p.items],
-            "unmapped": p.unmapped,
+            "not_run": p.not_run, "not_counted": p.not_counted, "checks": _visible_checks(p, reveal),
+            "items": [_item_json(i) for i in p.items], "unmapped": p.unmapped,
         } for p in r.problems],
     }
 
@@ -131,57 +162,68 @@ def _title(p: ProblemResult) -> str:
 def _item_output(p: ProblemResult, i: ItemResult) -> str:
     """An item's Gradescope/JUnit text: its result, first failure or why it was not run."""
     text = item_text(i)
-    if p.status not in (PASSED, NOT_RUN_GPU, NO_CHECKS) and i.status != PASSED and p.output and not i.failure \
+    if p.status not in (PASSED, *NOT_COUNTED) and i.status != PASSED and p.output and not i.failure \
             and not i.note:
         text += "\n" + p.output
     return text
 
 
+def _not_counted_line(status: str, points: float) -> str:
+    return f"{NEEDS_GPU if status == NOT_RUN_GPU else NO_CHECKS_YET} ({_fmt(points)} points)"
+
+
 def to_gradescope(r: GradeResult) -> dict[str, Any]:
     """Gradescope's results.json: one test per rubric item, named "problem §section:
-    item" (problems without checks left out); a problem without items is one test."""
+    item"; a problem without items is one test. An item left out of the totals
+    (needs a GPU, no checks yet) is a test of max_score 0 without a status,
+    whose output says so: never a failed test. A submission that could not be
+    read has no tests, its reason in the top-level output."""
     tests = []
-    for p in r.problems:
-        if p.status == NO_CHECKS:
-            continue
-        if not p.items:
-            tests.append({"name": _title(p), "score": p.score, "max_score": p.max_score,
-                          "status": "passed" if p.status == PASSED else "failed",
-                          "output": f"[{p.status}] {p.output}".strip(), "visibility": p.visibility})
-            continue
-        for i in p.items:
-            tests.append({
-                "name": f"{_title(p)}: {i.name}", "score": i.score, "max_score": i.max_score,
-                "status": "passed" if i.status == PASSED and i.score == i.max_score else "failed",
-                "output": _item_output(p, i), "visibility": p.visibility,
-            })
-    output = "\n".join([summary(r), f"checks: {r.checks}", f"sandbox: {r.sandbox}", *r.notes,
-                        *([r.error] if r.error else [])])
+    for p in [] if unreadable(r) else r.problems:
+        rows = [(_title(p), p.score, p.max_score, p.status, f"[{p.status}] {p.output}".strip())] \
+            if not p.items else [(f"{_title(p)}: {i.name}", i.score, i.max_score,
+                                  i.status if i.status != PASSED or i.score == i.max_score else "failed",
+                                  _item_output(p, i)) for i in p.items]
+        for name, score, max_score, status, output in rows:
+            test: dict[str, Any] = {"name": name, "score": score, "max_score": max_score}
+            if status not in NOT_COUNTED:  # (the output of one not counted says so)
+                test["status"] = "passed" if status == PASSED else "failed"
+            tests.append({**test, "output": output, "visibility": p.visibility})
+    output = "\n".join([summary(r), *_run_lines(r)])
     return {"score": r.score, "execution_time": r.execution_time, "output": output, "tests": tests}
 
 
 def to_junit(r: GradeResult) -> str:
-    """JUnit XML: one testcase per rubric item (classname: the problem)."""
-    cases: list[tuple[ProblemResult, str, float, float, str, str]] = []
-    for p in r.problems:
+    """JUnit XML: one testcase per rubric item (classname: the problem); an item
+    left out of the totals is ``skipped``; a submission that could not be read
+    is one failed testcase. The testsuite's ``score`` and ``max_score``
+    properties are the totals the testcases' own add up to."""
+    cases: list[tuple[str, str, float, float, str, str]] = []
+    if unreadable(r):
+        cases.append(("submission", "submission", r.score, r.max_score, "error", r.error))
+    for p in [] if unreadable(r) else r.problems:
         for i in p.items or []:
             status = i.status if i.status != PASSED or i.score == i.max_score else "failed"
-            cases.append((p, i.name, i.score, i.max_score, status, _item_output(p, i)))
+            cases.append((p.name, i.name, i.score, i.max_score, status, _item_output(p, i)))
         if not p.items:
-            cases.append((p, p.name, p.score, p.max_score, p.status, p.output))
-    skipped = (NOT_RUN_GPU, NO_CHECKS)
+            cases.append((p.name, p.name, p.score, p.max_score, p.status, p.output))
     suite = ET.Element("testsuite", name="grader", tests=str(len(cases)),
-                       failures=str(sum(c[4] not in (PASSED, GRADER_ERROR, *skipped) for c in cases)),
+                       failures=str(sum(c[4] not in (PASSED, GRADER_ERROR, *NOT_COUNTED) for c in cases)),
                        errors=str(sum(c[4] == GRADER_ERROR for c in cases)),
-                       skipped=str(sum(c[4] in skipped for c in cases)), time=f"{r.execution_time:.3f}")
-    for p, name, score, max_score, status, output in cases:
-        case = ET.SubElement(suite, "testcase", classname=p.name, name=name)
+                       skipped=str(sum(c[4] in NOT_COUNTED for c in cases)), time=f"{r.execution_time:.3f}")
+    ET.SubElement(suite, "properties").extend([
+        ET.Element("property", name="score", value=_fmt(r.score)),
+        ET.Element("property", name="max_score", value=_fmt(r.max_score)),
+        ET.Element("property", name="summary", value=summary(r)),
+    ])
+    for classname, name, score, max_score, status, output in cases:
+        case = ET.SubElement(suite, "testcase", classname=classname, name=name)
         ET.SubElement(case, "properties").extend([
             ET.Element("property", name="score", value=_fmt(score)),
             ET.Element("property", name="max_score", value=_fmt(max_score)),
         ])
-        if status in skipped:
-            ET.SubElement(case, "skipped", message=status).text = output
+        if status in NOT_COUNTED:
+            ET.SubElement(case, "skipped", message=NEEDS_GPU if status == NOT_RUN_GPU else NO_CHECKS_YET).text = output
         elif status == GRADER_ERROR:  # the grader's fault, not a failed test
             ET.SubElement(case, "error", message=status, type=status).text = output
         elif status != PASSED:
@@ -202,31 +244,42 @@ def shorten(text: str, width: int) -> str:
 
 
 def _reason(f: Failure | None, note: str) -> str:
-    """What went wrong, in a few words: the test and its message's first line."""
+    """What went wrong, in a few words: the failure's message (its first line),
+    then the test that failed; for a withheld hidden check, the public test it
+    extends and the kind of input."""
     if f is None:
-        return note
-    if f.hidden:
-        what = f"hidden {f.test}"
+        return note.splitlines()[0] if note else ""
+    test = function_name(f.test) + (f"[{f.test.split('[', 1)[1]}" if "[" in f.test else "")
+    if f.hidden and not f.message:
+        what = f"a hidden check failed: {function_name(f.test)}"
         if f.property_test:
-            what += f" (extends {f.property_test.split('::')[-1]})"
+            what += f" (extends {function_name(f.property_test)})"
         kind = ", ".join(f"{k}={v}" for k, v in f.input_kind.items())
-        return f"{what}: {kind}" if kind else what
+        return f"{what}; inputs: {kind}" if kind else what
     message = next((ln for ln in f.message.splitlines() if ln.strip()), "").removeprefix("AssertionError: ")
-    return f"{f.test.split('::')[-1]}: {message}" if message else f.test.split("::")[-1]
+    return f"{message} (in {test})" if message else f"failed: {test}"
+
+
+#: How many lines the first-failure column may take per row.
+_CELL_LINES = 3
 
 
 def table(r: GradeResult, *, details: bool = True, width: int = 110) -> str:
     """The terminal report: a per-problem table (with an item breakdown for a
-    problem partly earned), the summary, then each problem's failed items."""
+    problem partly earned; one row for a submission that could not be read),
+    the summary, then each problem's failed items. The first-failure column
+    says what failed, wrapped at word boundaries."""
     lines = [f"grading {r.submission}", f"sandbox: {r.sandbox}; profile: {r.profile}", f"checks: {r.checks}"]
-    lines += [f"note: {n}" for n in r.notes]
-    if r.error:
-        lines.append(f"error: {r.error}")
+    lines += [f"note: {n}" for n in _distinct(r.notes) if n not in f"sandbox: {r.sandbox}"]
     rows: list[tuple[str, str, str, str, str]] = [("problem", "§", "points", "status", "first failure")]
-    for p in r.problems:
-        failed = [i for i in p.items if i.score < i.max_score and i.status != NOT_RUN_GPU]
+    if unreadable(r):
+        rows.append(("submission", "", f"{_fmt(r.score)}/{_fmt(r.max_score)}", "error", r.error))
+    for p in [] if unreadable(r) else r.problems:
+        failed = [i for i in p.items if i.score < i.max_score]
         first = ""
-        if p.status != PASSED:
+        if p.status in NOT_COUNTED:
+            first = _not_counted_line(p.status, p.not_counted)
+        elif p.status != PASSED:
             if p.not_run:
                 ref = f", reference {p.reference_cpu:.1f}" if p.reference_cpu else ""
                 first = (f"cut short: used {p.cpu:.1f} of {p.cpu_budget:.4g} CPU s{ref}; "
@@ -237,33 +290,68 @@ def table(r: GradeResult, *, details: bool = True, width: int = 110) -> str:
                 first = "lost: " + "; ".join(i.name for i in failed)
             elif failed:
                 first = _reason(failed[0].failure, failed[0].note)
-                first = f"{failed[0].name}: {first}" if len(p.items) > 1 else first
             elif p.output:
                 first = p.output.splitlines()[0]
         rows.append((p.name, p.section, f"{_fmt(p.score)}/{_fmt(p.max_score)}", p.status, first))
         if 0 < p.score < p.max_score:
             for i in p.items:
-                rows.append((f"  · {i.name}", "", f"{_fmt(i.score)}/{_fmt(i.max_score)}", i.status,
-                             "" if i.status == PASSED else _reason(i.failure, i.note)))
+                why = _not_counted_line(i.status, i.not_counted) if i.status in NOT_COUNTED else \
+                    "" if i.status == PASSED else _reason(i.failure, i.note)
+                rows.append((f"  · {i.name}", "", f"{_fmt(i.score)}/{_fmt(i.max_score)}", i.status, why))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    room = max(60, width - sum(widths) - 8)
-    rendered = [("  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)) + "  "
-                 + shorten(row[4], room)).rstrip() for row in rows]
+    room = max(40, width - sum(widths) - 8)
+    indent = " " * (sum(widths) + 8)
+    rendered = []
+    for row in rows:
+        cell = textwrap.wrap(" ".join(row[4].split()), room, max_lines=_CELL_LINES, placeholder=" …",
+                             break_on_hyphens=False) or [""]
+        rendered.append(("  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)) + "  "
+                         + cell[0]).rstrip())
+        rendered += [indent + ln for ln in cell[1:]]
     lines += [rendered[0], "-" * max(len(ln) for ln in rendered), *rendered[1:]]
     lines.append(summary(r))
-    if details:
+    if details and not unreadable(r):
         for p in r.problems:
-            if p.status not in (PASSED, NO_CHECKS, NOT_RUN_GPU) and p.output:
+            if p.status not in (PASSED, *NOT_COUNTED) and p.output:
                 lines += ["", f"== {p.name}: {p.status}, {_fmt(p.score)}/{_fmt(p.max_score)}", p.output]
     return "\n".join(lines) + "\n"
 
 
+def print_table(r: GradeResult, *, details: bool = True, stream: TextIO | None = None) -> None:
+    """Print :func:`table` to ``stream`` (stdout): printable, in whatever encoding the
+    stream has (what it cannot encode is replaced), and never an exception of
+    the table's own: a table that cannot be rendered prints the summary and
+    says the grader failed, not the submission."""
+    out = stream if stream is not None else sys.stdout
+    try:
+        text = table(r, details=details)
+    except Exception as e:  # the grader's own bug: the result and the other reports stand
+        text = (f"grading {r.submission}\n{summary(r)}\nthe grader could not render its table "
+                f"({type(e).__name__}: {e}): a fault of the grader, not of the submission\n")
+    text = printable(text)
+    encoding = getattr(out, "encoding", None) or "utf-8"
+    out.write(text.encode(encoding, "replace").decode(encoding, "replace"))
+    out.flush()
+
+
 def write_reports(r: GradeResult, *, json_path: str | None, gradescope: str | None, junit: str | None,
-                  reveal: bool) -> None:
-    """Write each report asked for, atomically (``reveal``: hidden checks' details in the ``--json`` file)."""
-    if json_path:
-        write_atomic(json_path, json.dumps(to_json(r, reveal), indent=1) + "\n")
-    if gradescope:
-        write_atomic(gradescope, json.dumps(to_gradescope(r), indent=1) + "\n")
-    if junit:
-        write_atomic(junit, to_junit(r))
+                  reveal: bool) -> list[str]:
+    """Write each report asked for, atomically (``reveal``: hidden checks' details in
+    the ``--json`` file). Each writer stands alone: one that fails (the grader's
+    own fault, never the submission's) neither stops the others nor raises.
+    Returns one line per report that could not be written, saying why; each is
+    also added to ``r.notes``, so the table printed afterwards says it."""
+    writers = [("--json", json_path, lambda: json.dumps(to_json(r, reveal), indent=1) + "\n"),
+               ("--gradescope", gradescope, lambda: json.dumps(to_gradescope(r), indent=1) + "\n"),
+               ("--junit", junit, lambda: to_junit(r))]
+    failed = []
+    for option, path, render in writers:
+        if not path:
+            continue
+        try:
+            write_atomic(path, render())
+        except Exception as e:
+            failed.append(f"the grader could not write its {option} report {path} ({type(e).__name__}: "
+                          f"{printable(str(e))[:300]}): a fault of the grader, not of the submission")
+    r.notes.extend(failed)
+    return failed

@@ -14,17 +14,26 @@ from grader.rubric import function_name
 
 PASSED, FAILED, ERROR, TIMEOUT = "passed", "failed", "error", "timeout"
 NOT_RUN_GPU, NO_CHECKS = "not run on a GPU", "no checks"
+#: Statuses whose points are left out of every total (max_score 0, the points in
+#: ``not_counted``): never a failed test, in any report.
+NOT_COUNTED = (NOT_RUN_GPU, NO_CHECKS)
 #: A check (or an item, a problem) that did not run: the problem's CPU budget was
 #: spent, or it was cut short, before it. Not a verdict on the submission's answers.
 NOT_RUN = "not run"
 #: The machine or the grader failed (a worker that could not start, a trusted
 #: process killed from outside): the submission is not graded there, never blamed.
 GRADER_ERROR = "grader error"
+#: What a report says of points left out of every total: a problem (or item) that
+#: needs a GPU on a machine without one, or whose check files do not exist yet.
+#: Such a record has max_score 0 and its points in ``not_counted``.
+NEEDS_GPU = "needs a GPU; not counted"
+NO_CHECKS_YET = "no checks yet; not counted"
 #: What a student reads for a grader error.
 NOT_GRADED = "not graded: a fault of the grading machine or the grader, not of your code; it will be regraded"
 
-__all__ = ["ERROR", "FAILED", "GRADER_ERROR", "NOT_GRADED", "NOT_RUN", "NOT_RUN_GPU", "NO_CHECKS", "PASSED", "TIMEOUT",
-           "Check", "Failure", "GradeResult", "ItemResult", "ProblemResult", "failure_text", "fmt", "item_text"]
+__all__ = ["ERROR", "FAILED", "GRADER_ERROR", "NEEDS_GPU", "NOT_COUNTED", "NOT_GRADED", "NOT_RUN", "NOT_RUN_GPU",
+           "NO_CHECKS", "NO_CHECKS_YET", "PASSED", "TIMEOUT", "Check", "Failure", "GradeResult", "ItemResult",
+           "ProblemResult", "failure_text", "fmt", "item_text"]
 
 
 @dataclass
@@ -54,6 +63,7 @@ class ItemResult:
     not_run: int = 0  # how many did not run (the problem's budget was spent before them)
     failure: Failure | None = None
     note: str = ""  # why it was not credited (a gate, the grader's own trouble)
+    not_counted: float = 0.0  # points left out of every total (NOT_COUNTED statuses; max_score is then 0)
 
 
 @dataclass
@@ -74,6 +84,7 @@ class ProblemResult:
     not_run: int = 0  # checks that did not run
     items: list[ItemResult] = field(default_factory=list)
     unmapped: list[str] = field(default_factory=list)  # checks no single item holds (they count toward all)
+    not_counted: float = 0.0  # points left out of every total (NOT_COUNTED statuses; max_score is then 0)
 
 
 @dataclass
@@ -129,6 +140,9 @@ def failure_text(f: Failure) -> str:
 
 def item_text(i: ItemResult) -> str:
     """One item's result as text: its score, then its first failure or why it earned nothing."""
+    if i.status in NOT_COUNTED:
+        head = f"[{NEEDS_GPU if i.status == NOT_RUN_GPU else NO_CHECKS_YET}] {i.name} ({fmt(i.not_counted)} points)"
+        return "\n".join([head, *(f"  {ln}" for ln in i.note.splitlines())])
     head = f"[{fmt(i.score)}/{fmt(i.max_score)}] {i.name}: {i.status}"
     if i.status == PASSED and not i.note:
         return f"{head} ({i.checks} checks)"

@@ -27,7 +27,10 @@ from grader.results import (
     ERROR,
     FAILED,
     GRADER_ERROR,
+    NEEDS_GPU,
     NO_CHECKS,
+    NO_CHECKS_YET,
+    NOT_COUNTED,
     NOT_GRADED,
     NOT_RUN,
     NOT_RUN_GPU,
@@ -47,15 +50,11 @@ _IMPORT_ERRORS = {"remote:SyntaxError", "remote:ImportError", "remote:ModuleNotF
                   "remote:IndentationError", "remote:SystemExit"}
 
 
-def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool, reveal: bool,
-                  repro: str) -> ProblemResult:
-    """Problem ``p``'s result from its checks' outcomes (``repro``: the
-    submission's folder as the reproduction lines name it)."""
+def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool, reveal: bool) -> ProblemResult:
+    """Problem ``p``'s result from its checks' outcomes."""
     files = p.check_files(REPO, public_only=public_only)
     if not files:
-        why = f"no check files yet ({', '.join(p.checks)}): not graded"
-        return ProblemResult(p.name, p.section, 0.0, p.points, NO_CHECKS, p.visibility, why,
-                             items=[ItemResult(i.name, 0.0, i.points, NO_CHECKS, note=why) for i in p.items])
+        return unavailable(p, NO_CHECKS, f"its check files do not exist yet ({', '.join(p.checks)})", cuda)
     if p.gpu and not cuda:
         return unavailable(p, NOT_RUN_GPU, "", cuda)
     if outcome.fatal:
@@ -85,14 +84,16 @@ def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool
         res.status, res.output = GRADER_ERROR, why
         res.items = [ItemResult(i.name, 0.0, i.points, GRADER_ERROR, note=NOT_GRADED) for i in p.items]
         return res
-    res.items = [score_item(i, [c for c in checks if c.item in (i.name, "")], reveal, repro) for i in p.items]
+    res.items = [score_item(i, [c for c in checks if c.item in (i.name, "")], reveal) for i in p.items]
     for spec, gate in zip(p.items, res.items, strict=True):
         if spec.gate and gate.status != PASSED:
             for other in res.items:
                 if other is not gate and other.score:
                     other.score, other.note = 0.0, f"not credited: it needs \"{gate.name}\", which did not pass"
     gpu_items = [i for i in res.items if i.status == NOT_RUN_GPU]
-    res.max_score = p.points - sum(i.max_score for i in gpu_items)
+    for i in gpu_items:  # left out of every total, not failed
+        i.max_score, i.not_counted = 0.0, i.max_score
+    res.max_score = p.points - sum(i.not_counted for i in gpu_items)
     res.score = sum(i.score for i in res.items)
     ran = [c for c in checks if c.outcome not in _DID_NOT_RUN]
     gpu_skipped = [c for c in checks if c.outcome == "skipped" and c.gpu]
@@ -105,8 +106,8 @@ def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool
         res.status, res.output = GRADER_ERROR, f"{NOT_GRADED} (no checks were collected for this problem)"
         return res
     if len(gpu_items) == len(res.items):
-        res.status, res.max_score = NOT_RUN_GPU, p.points
-        res.output = f"all {len(gpu_skipped)} checks need a CUDA device: not run"
+        res.status, res.max_score, res.not_counted = NOT_RUN_GPU, 0.0, p.points
+        res.output = f"{NEEDS_GPU}: all {len(gpu_skipped)} of its checks need a CUDA device, and this machine has none"
         return res
     if all(i.status in (PASSED, NOT_RUN_GPU) for i in res.items) and res.score == res.max_score:
         res.status, res.output = PASSED, f"passed all {counts}{note}"
@@ -155,7 +156,7 @@ def _budget_text(res: ProblemResult, cut: str) -> str:
             "they belong to earn nothing, those whose checks all ran and passed keep their points.")
 
 
-def score_item(item: Item, checks: list[Check], reveal: bool, repro: str) -> ItemResult:
+def score_item(item: Item, checks: list[Check], reveal: bool) -> ItemResult:
     """An item earns its points when every check of it ran and passed. A wrong
     answer outranks a timeout, which outranks a grader error, which outranks
     checks that did not run: the item's status is the first that applies."""
@@ -170,12 +171,12 @@ def score_item(item: Item, checks: list[Check], reveal: bool, repro: str) -> Ite
         if names & (_IMPORT_ERRORS | {"WorkerCrashed", "ProtocolError"}):
             res.status = ERROR
         first = next((c for c in wrong if not c.hidden), None) or wrong[0]
-        res.failure = first_failure(first, reveal, repro)
+        res.failure = first_failure(first, reveal)
         return res
     if failed:  # only timeouts
         res.status = TIMEOUT
         first = next((c for c in failed if not c.hidden), None) or failed[0]
-        res.failure = first_failure(first, reveal, repro)
+        res.failure = first_failure(first, reveal)
         # The message is the grader's own account of the limit (no input, no
         # output of the submission): shown for hidden checks too, without the example.
         res.failure.message, res.failure.example = _clean(first.message, 1000), ""
@@ -190,7 +191,7 @@ def score_item(item: Item, checks: list[Check], reveal: bool, repro: str) -> Ite
         return res
     if not ran:
         if any(c.gpu for c in checks):
-            res.status, res.note = NOT_RUN_GPU, "its checks need a CUDA device: not run"
+            res.status, res.note = NOT_RUN_GPU, "its checks need a CUDA device, and this machine has none"
         else:
             res.status, res.note = GRADER_ERROR, f"{NOT_GRADED} (none of its checks ran)"
         return res
@@ -199,9 +200,17 @@ def score_item(item: Item, checks: list[Check], reveal: bool, repro: str) -> Ite
 
 
 def unavailable(p: Problem, status: str, output: str, cuda: bool) -> ProblemResult:
-    """Problem ``p`` not graded (``status`` and why), or not run for want of a GPU."""
+    """Problem ``p`` not graded (``status`` and why), or not run for want of a GPU.
+    A problem that needs a GPU here, or has no checks yet, is left out of every
+    total: max_score 0, its points in ``not_counted``."""
     if p.gpu and not cuda:
-        status, output = NOT_RUN_GPU, f"{p.name} needs a CUDA device; this machine has none, so it was not run"
+        status, output = NOT_RUN_GPU, f"{p.name} needs a CUDA device, and this machine has none"
+    if status in NOT_COUNTED:
+        head = NEEDS_GPU if status == NOT_RUN_GPU else NO_CHECKS_YET
+        return ProblemResult(p.name, p.section, 0.0, 0.0, status, p.visibility, f"{head}: {output}",
+                             not_counted=p.points,
+                             items=[ItemResult(i.name, 0.0, 0.0, status, note=output, not_counted=i.points)
+                                    for i in p.items])
     return ProblemResult(p.name, p.section, 0.0, p.points, status, p.visibility, output,
                          items=[ItemResult(i.name, 0.0, i.points, status, note=output) for i in p.items])
 
@@ -210,34 +219,29 @@ def total(result: GradeResult, elapsed: float) -> GradeResult:
     """Fill in the run's totals from its problems (``elapsed``: its seconds)."""
     result.execution_time = round(elapsed, 3)
     result.score = sum(p.score for p in result.problems)
-    result.max_score = sum(p.max_score for p in result.problems if p.status not in (NOT_RUN_GPU, NO_CHECKS))
-    result.gpu_points_not_run = sum(p.max_score for p in result.problems if p.status == NOT_RUN_GPU) + sum(
-        i.max_score for p in result.problems if p.status != NOT_RUN_GPU for i in p.items if i.status == NOT_RUN_GPU)
-    result.points_without_checks = sum(p.max_score for p in result.problems if p.status == NO_CHECKS)
+    result.max_score = sum(p.max_score for p in result.problems)  # 0 for those not counted
+    result.gpu_points_not_run = sum(p.not_counted for p in result.problems if p.status == NOT_RUN_GPU) + sum(
+        i.not_counted for p in result.problems if p.status != NOT_RUN_GPU for i in p.items if i.status == NOT_RUN_GPU)
+    result.points_without_checks = sum(p.not_counted for p in result.problems if p.status == NO_CHECKS)
     return result
 
 
 def strip_controls(result: GradeResult) -> None:
-    """No terminal escape sequence of a submission's messages reaches a report or a terminal."""
+    """The engine's own run-level strings made printable (:func:`grader.util.printable`).
+    Everything a grading run reports per check was normalised once already, where
+    it reached the engine (:meth:`grader.protocol.RunResults.from_json`); the
+    trusted run's output that stands in for a run without results (a log, for
+    instructors) did not cross there and is normalised here."""
     result.notes = [printable(n) for n in result.notes]
     result.error = printable(result.error)
     for p in result.problems:
-        p.output, p.log = printable(p.output), printable(p.log)
-        for c in p.checks:
-            c.message, c.example = printable(c.message), printable(c.example)
-        for i in p.items:
-            if i.failure is not None:
-                i.failure.message, i.failure.example = printable(i.failure.message), printable(i.failure.example)
+        p.log = printable(p.log)
 
 
 # --------------------------------------------------------------------------- the first failure, as fields
-# Control characters (bar newline and tab) and ANSI escapes never reach a report:
-# a message may quote a string the submission returned.
-_CONTROL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f]")
-
-
 def _clean(text: str, limit: int) -> str:
-    text = _CONTROL.sub("", text).strip()
+    """``text`` printable (a message may quote a string the submission returned), cut to ``limit``."""
+    text = printable(text).strip()
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
@@ -287,14 +291,16 @@ def public_docstring(test: str) -> str:
     return _DOCS[path].get(name, "")
 
 
-def first_failure(c: Check, reveal: bool, repro: str) -> Failure:
-    """Check ``c``'s failure as fields; a hidden one's message and example only when revealed."""
+def first_failure(c: Check, reveal: bool) -> Failure:
+    """Check ``c``'s failure as fields; a hidden one's message and example only when revealed.
+    The reproduction line is the command the student runs in their own checkout
+    (``pytest tests/test_x.py::test_y``: the default ``--impl`` is their ``student/``)."""
     prop = c.test.split("[")[0] if not c.hidden else c.extends
     f = Failure(test=c.test, hidden=c.hidden, outcome=c.outcome, property_test=prop,
                 property=public_docstring(prop) if prop else "", input_kind=dict(c.input_kind),
                 parameters=_parameters(c.test))
     if prop:
-        f.reproduce = f"pytest {prop} --impl {repro}"
+        f.reproduce = f"pytest {prop}"
     if c.hidden and not reveal:
         f.test, f.withheld = function_name(c.test), True
         return f

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -30,7 +33,9 @@ GRADESCOPE_SCHEMA = {
         "output": {"type": "string"},
         "tests": {"type": "array", "items": {
             "type": "object",
-            "required": ["name", "score", "max_score", "status", "output", "visibility"],
+            # status is optional in Gradescope's format: a test left out of the totals
+            # (max_score 0: needs a GPU, no checks yet) has none, so it never shows as failed
+            "required": ["name", "score", "max_score", "output", "visibility"],
             "additionalProperties": False,
             "properties": {
                 "name": {"type": "string"}, "score": {"type": "number"}, "max_score": {"type": "number"},
@@ -62,7 +67,8 @@ RESULT_SCHEMA = {
                     "type": "object",
                     "required": ["name", "points", "score", "status", "failure"],
                     "properties": {
-                        "name": {"type": "string"}, "points": {"type": "number", "exclusiveMinimum": 0},
+                        "name": {"type": "string"}, "points": {"type": "number", "minimum": 0},
+                        "not_counted": {"type": "number", "minimum": 0},
                         "score": {"type": "number", "minimum": 0}, "status": {"enum": STATUSES},
                         "failure": {"oneOf": [{"type": "null"}, {
                             "type": "object",
@@ -127,7 +133,8 @@ def test_zip_submission_all_reports(tmp_path):
 
 
 def test_gpu_problem_in_gradescope_output(tmp_path):
-    """Where there is no GPU, the GPU-only problem appears with score 0, its max_score, and why."""
+    """Where there is no GPU, the GPU-only problem's items appear with max_score 0,
+    no status (never failed) and "needs a GPU; not counted" with their points."""
     import torch
 
     if torch.cuda.is_available():
@@ -138,11 +145,14 @@ def test_gpu_problem_in_gradescope_output(tmp_path):
     doc = json.loads(gs.read_text())
     jsonschema.validate(doc, GRADESCOPE_SCHEMA)
     tests = doc["tests"]
-    assert tests and all(t["score"] == 0 and t["max_score"] > 0 and "not run" in t["output"] for t in tests)
+    assert tests and all(t["score"] == t["max_score"] == 0 and "status" not in t for t in tests), tests
+    assert all(t["output"].startswith("[needs a GPU; not counted]") for t in tests), tests
     assert all(t["name"].startswith("mfu §") for t in tests)
     result = json.loads((tmp_path / "r.json").read_text())
-    assert result["max_score"] == 0 and result["gpu_points_not_run"] == sum(t["max_score"] for t in tests)
-    assert "need a GPU" in proc.stdout and "on CPU" in proc.stdout
+    (mfu,) = result["problems"]
+    assert result["max_score"] == 0 and result["gpu_points_not_run"] == mfu["not_counted"] == sum(
+        i["not_counted"] for i in mfu["items"]) > 0
+    assert "need a GPU: not counted" in proc.stdout and "on CPU" in proc.stdout
 
 
 def test_missing_student_is_an_error_result(tmp_path):
@@ -190,3 +200,238 @@ def test_workflow_dispatch_reports_missing_modules(monkeypatch, capsys):
     monkeypatch.setitem(entry._WORKFLOWS, "batch", "grader._no_such_module")
     assert entry.main(["batch", "x"]) == 1
     assert "not available" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- every report adds up
+_ROW = re.compile(r"\s(\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)\s+(passed|failed|error|timeout|grader error|not run on a GPU"
+                  r"|not run|no checks)(?:\s|$)")
+_SUMMARY = re.compile(r"^score (\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)")
+
+
+def _case_submission(case: str, tmp_path: Path) -> tuple[str, list[str]]:
+    """The submission and extra arguments of one case of :func:`test_every_report_adds_up`."""
+    if case == "reference":
+        shutil.copytree(REPO / "reference", tmp_path / "ref" / "student")
+        return str(tmp_path / "ref"), ["--problems", "views"]
+    if case == "stubs":  # rlimits: its note must not repeat the sandbox line
+        return str(REPO), ["--problems", "precision,mfu", "--sandbox", "rlimits"]
+    return str(REPO / "grader" / "corpus" / "cheat" / "bad_archives" / "corrupt_member.zip"), [
+        "--problems", "precision,views,mfu"]
+
+
+def _table_rows(stdout: str) -> tuple[list[tuple[float, float, str]], tuple[float, float]]:
+    """The table's problem rows (score, max, status) and its summary's (score, max)."""
+    lines = stdout.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("-----")) + 1
+    end = next(i for i, ln in enumerate(lines) if _SUMMARY.match(ln))
+    rows = [_ROW.search(ln) for ln in lines[start:end] if not ln.startswith(" ")]  # item rows and wrapped cells indent
+    assert all(rows), lines[start:end]
+    total = _SUMMARY.match(lines[end])
+    assert total
+    return [(float(m[1]), float(m[2]), m[3]) for m in rows if m], (float(total[1]), float(total[2]))
+
+
+@pytest.mark.parametrize("case", ["reference", "stubs", "unreadable"])
+def test_every_report_adds_up(case, tmp_path):
+    """Parses every report (--json, Gradescope, JUnit, the table) and checks that
+    per-test scores and maxima add up to the totals, that points not counted
+    (a GPU problem on a machine without one) are never a failed test, that no
+    top-level line repeats, and that an unreadable zip is one row or message."""
+    import torch
+
+    sub, extra = _case_submission(case, tmp_path)
+    files = {k: tmp_path / f"out.{k}" for k in ("json", "gs.json", "xml")}
+    proc = run_grader(sub, "--profile", "dev", "--json", str(files["json"]), "--gradescope", str(files["gs.json"]),
+                      "--junit", str(files["xml"]), *extra)
+    assert proc.returncode == 0 and not proc.stderr.strip(), proc.stderr[-3000:]
+    result, gs = json.loads(files["json"].read_text()), json.loads(files["gs.json"].read_text())
+    jsonschema.validate(result, RESULT_SCHEMA)
+    jsonschema.validate(gs, GRADESCOPE_SCHEMA)
+    suite = ET.parse(files["xml"]).getroot()
+    total, most = result["score"], result["max_score"]
+
+    # --json: items add up to their problem, problems to the totals; not counted is max 0
+    for p in result["problems"]:
+        assert sum(i["score"] for i in p["items"]) == p["score"], p["name"]
+        assert sum(i["points"] for i in p["items"]) == p["max_score"], p["name"]
+        if p["status"] in ("not run on a GPU", "no checks"):
+            assert p["max_score"] == 0 and p["not_counted"] > 0, p
+    assert sum(p["score"] for p in result["problems"]) == total
+    assert sum(p["max_score"] for p in result["problems"]) == most
+    assert result["gpu_points_not_run"] == sum(p["not_counted"] for p in result["problems"]
+                                               if p["status"] == "not run on a GPU")
+
+    # Gradescope: the tests add up; none left out of the totals is failed; no line twice
+    assert gs["score"] == total == sum(t["score"] for t in gs["tests"])
+    if case != "unreadable":
+        assert sum(t["max_score"] for t in gs["tests"]) == most
+    for t in gs["tests"]:
+        if "not counted" in t["output"] or "not run on a GPU" in t["output"]:
+            assert t["max_score"] == 0 and "status" not in t, t
+        else:
+            assert t["status"] in ("passed", "failed") and t["max_score"] > 0, t
+    top = gs["output"].splitlines()
+    assert len(top) == len(set(top)) and not [a for a in top for b in top if a != b and a in b], top
+
+    # JUnit: the testcases add up to the suite's totals; not counted is skipped
+    props = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    assert (float(props["score"]), float(props["max_score"])) == (total, most)
+    cases = suite.findall("testcase")
+    case_props = [{p.get("name"): float(p.get("value")) for p in c.find("properties")} for c in cases]
+    assert sum(c["score"] for c in case_props) == total and sum(c["max_score"] for c in case_props) == most
+    for c, cp in zip(cases, case_props, strict=True):
+        if c.find("skipped") is not None:
+            assert cp["max_score"] == 0 and c.find("failure") is None, ET.tostring(c)
+    assert suite.get("tests") == str(len(cases))
+
+    # the table: its problem rows add up to its summary; no line of the header twice
+    rows, (t_score, t_max) = _table_rows(proc.stdout)
+    assert (t_score, t_max) == (total, most) == (sum(r[0] for r in rows), sum(r[1] for r in rows))
+    header = proc.stdout.split("\nproblem ")[0].splitlines()
+    assert len(header) == len(set(header)), header
+    assert proc.stdout.count("rlimits only") <= 1, proc.stdout
+
+    if case == "unreadable":  # one row, one testcase, no tests: the reason once per report
+        assert result["error"] and len(rows) == 1 and not gs["tests"] and len(cases) == 1
+        assert gs["output"].count(result["error"]) == 1 and proc.stdout.count("is not a readable zip") <= 1 \
+            and proc.stdout.count(result["error"][:60]) == 1, proc.stdout
+    if case == "stubs" and not torch.cuda.is_available():
+        mfu = next(p for p in result["problems"] if p["name"] == "mfu")
+        assert mfu["status"] == "not run on a GPU" and mfu["not_counted"] == 5
+        assert rows[1][1:] == (0.0, "not run on a GPU"), rows  # (precision, mfu): mfu is 0/0, not failed
+        assert any(c.get("classname") == "mfu" and c.find("skipped") is not None for c in cases)
+    if case == "reference":
+        assert total == most > 0 and all(t["status"] == "passed" for t in gs["tests"])
+    if case == "stubs":  # what failed, and the command the student runs in their checkout
+        assert "NotImplementedYet: bytes_per_element is not implemented yet" in proc.stdout
+        reproduce = [i["failure"]["reproduce"] for p in result["problems"] for i in p["items"] if i["failure"]]
+        assert reproduce and all(re.fullmatch(r"pytest tests/test_\w+\.py::test_\w+", r) for r in reproduce), \
+            reproduce
+        assert "--impl" not in json.dumps(gs) and "--impl" not in proc.stdout
+
+
+# --------------------------------------------------------------------------- hostile strings, independent writers
+HOSTILE = "lone \ud800 nonchar \uffff \ufdd0 \U0010ffff nul \x00 esc \x1b[2J bidi \u202e end"
+
+
+def test_run_results_are_normalised_where_they_reach_the_engine():
+    """Every string of a trusted run's record, keys included, is normalised once at
+    RunResults.from_json: lone surrogates become U+FFFD, code points UTF-8, XML or a
+    terminal cannot take are dropped, and the grader's copies of a submission's
+    modules are named as the student's checkout names them."""
+    from grader.protocol import RunResults
+    from grader.util import REPO as GRADER_REPO
+
+    tb = ('Traceback (most recent call last):\n  File "/tmp/grader-x1/work/student/optimizers.py", line 42, in step\n'
+          f'  File "/submission/student/views.py", line 7, in f\n  File "{GRADER_REPO}/tests/test_views.py", line 3')
+    raw = json.dumps({"tests": {f"tests/test_x.py::test_y[{HOSTILE}]": {
+        "problem": "precision", "file": "tests/test_x.py", "outcome": "failed", "message": f"{HOSTILE}\n{tb}",
+        "exceptions": [HOSTILE], "input_kind": {HOSTILE: HOSTILE}}},
+        "problems": {"precision": {"crashes": [HOSTILE], "log": HOSTILE, "fault": HOSTILE}}})
+    res = RunResults.from_json(raw)
+    (node, check), = res.tests.items()
+    record = res.problems["precision"]
+    strings = [node, check.message, *check.exceptions, *check.input_kind, *check.input_kind.values(),
+               *record.crashes, record.log, record.fault]
+    for text in strings:
+        text.encode("utf-8")
+        ET.fromstring(f"<a>{text.replace('<', '').replace('&', '')}</a>")
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e\ufdd0\uffff\U0010ffff]", text), repr(text)
+        assert "lone \ufffd nonchar" in text, repr(text)
+    assert "student/optimizers.py:42, in step" in check.message and "student/views.py:7, in f" in check.message
+    assert 'File "tests/test_views.py", line 3' in check.message
+    assert "/tmp/grader-x1" not in check.message and "/submission/" not in check.message
+
+
+def _hostile_result() -> Any:
+    from grader import results
+
+    item = results.ItemResult("item", 0.0, 2.0, results.FAILED, 1, 1,
+                              failure=results.Failure(test="tests/test_x.py::test_y", hidden=False,
+                                                      outcome="failed", message=HOSTILE))
+    p = results.ProblemResult("precision", "1.1", 0.0, 2.0, results.FAILED, "visible", HOSTILE, items=[item])
+    return results.GradeResult("SUB", max_score=2.0, problems=[p], notes=[HOSTILE], sandbox="rlimits only (x)")
+
+
+def test_a_report_writer_that_fails_stops_no_other(tmp_path, monkeypatch, capsys):
+    """A writer that raises (here the JUnit one) is the grader's error, said on
+    stderr and in the table: the other reports are written, the exit code is 0."""
+    from grader import cli, engine, report
+
+    def broken(_r: Any) -> str:
+        raise UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
+
+    monkeypatch.setattr(report, "to_junit", broken)
+    monkeypatch.setattr(engine, "grade", lambda *_a, **_k: _hostile_result())
+    files = {k: tmp_path / f"out.{k}" for k in ("json", "gs.json", "xml")}
+    code = cli.main([str(tmp_path), "--json", str(files["json"]), "--gradescope", str(files["gs.json"]),
+                     "--junit", str(files["xml"])])
+    out, err = capsys.readouterr()
+    assert code == 0 and not files["xml"].exists()
+    assert json.loads(files["json"].read_text())["score"] == 0 and json.loads(files["gs.json"].read_text())["tests"]
+    assert "could not write its --junit report" in err and "a fault of the grader, not of the submission" in err
+    assert "could not write its --junit report" in out and "score 0/2" in out
+
+
+def test_table_prints_in_any_encoding():
+    """Whatever is left in a result (here strings never normalised), the table
+    prints in the stream's own encoding, an ASCII one included, without raising."""
+    import io
+
+    from grader import report
+
+    stream = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    report.print_table(_hostile_result(), stream=stream)
+    stream.seek(0)
+    text = stream.buffer.getvalue().decode("ascii")
+    assert "score 0/2" in text and "\x1b" not in text and "\x00" not in text
+
+
+# --------------------------------------------------------------------------- CSV cells a spreadsheet would run
+FORMULAS = ["=HYPERLINK(\"http://x.invalid\",\"a\")", "@SUM(1+1)*cmd|' /C calc'!A0", "+1+1", "-2+3",
+            "\t=1+1", "\r=1+1", "  =1+1"]
+
+
+def _csv_cells(text: str) -> list[str]:
+    import csv
+    import io
+
+    return [cell for row in csv.reader(io.StringIO(text, newline="")) for cell in row]
+
+
+def _runs_as_formula(cell: str) -> bool:
+    return cell.lstrip(" ").startswith(("=", "+", "-", "@", "\t", "\r"))
+
+
+def test_gradebook_csv_neutralises_formulas():
+    """Names, ids and emails from Gradescope's metadata (and a reason) that start
+    like a formula reach gradebook.csv as text: a leading apostrophe, the value kept."""
+    from grader.instructor import gradebook
+
+    records = [{"id": f"s{k}", "status": "graded", "reason": bad, "score": 1.0, "max_score": 2.0,
+                "submitters": [{"name": bad, "sid": bad, "email": bad}],
+                "result": {"problems": [{"name": "views", "score": 1.0}]}} for k, bad in enumerate(FORMULAS)]
+    cells = _csv_cells(gradebook.gradebook_csv(records))
+    assert not [c for c in cells if _runs_as_formula(c)], cells
+    for bad in FORMULAS:  # name, sid, email, reason (a CR inside a cell is a newline: one the csv module quotes)
+        assert cells.count(("'" + bad).replace("\r", "\n")) == 4, (bad, cells)
+    assert "1" in cells and "2" in cells  # numbers stay numbers
+
+
+def test_similarity_csvs_neutralise_formulas():
+    """similarity.csv and pairs.csv: submission ids and submitters that start like
+    a formula (a leading TAB included) are text; the scores stay numbers."""
+    import itertools
+
+    import numpy as np
+
+    from grader.instructor import similarity
+
+    sources = [similarity.Source(id=bad, submitters=bad) for bad in FORMULAS]
+    slices = np.zeros((2, 0), dtype=np.int64)
+    pairs = [similarity.Pair("views", a.id, b.id, 0.9, 0.9, 0.9, 40, slices, slices)
+             for a, b in itertools.pairwise(sources)]
+    for text in (similarity.submissions_csv(pairs, sources, 0.5), similarity.pairs_csv(pairs, sources, 0.5)):
+        cells = _csv_cells(text)
+        assert not [c for c in cells if _runs_as_formula(c)], cells
+        assert "'\t=1+1" in cells and "0.900" in cells, cells
