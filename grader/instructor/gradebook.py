@@ -8,15 +8,13 @@ written atomically (:mod:`.files`), so a reader never sees half a gradebook.
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from grader.instructor.files import write_atomic
+from grader.instructor.files import csv_text, write_atomic
 from grader.instructor.records import STATUSES
 
 __all__ = ["class_summary", "gradebook_csv", "print_summary", "summary_markdown", "summary_png", "write_outputs"]
@@ -43,18 +41,16 @@ def _fmt(x: float | None) -> str:
 
 
 def gradebook_csv(records: Sequence[dict[str, Any]]) -> str:
-    """One row per record: who, what happened and why, total and per-problem scores."""
+    """One row per record: who, what happened and why, total and per-problem scores
+    (cells a spreadsheet would run as formulas are neutralised: :func:`.files.csv_text`)."""
     problems = _problem_names(records)
     class_max = _class_max(records)
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["id", "name", "sid", "email", "status", "reason", "score", "max_score",
-                "gpu_points_not_run", *problems, "wall_time_s", "source"])
+    rows = []
     for rec in sorted(records, key=lambda r: r["id"]):
         people = rec.get("submitters") or []
         result = rec.get("result") or {}
         per = {p.get("name"): p.get("score", 0.0) for p in result.get("problems", [])}
-        w.writerow([
+        rows.append([
             rec["id"],
             "; ".join(p.get("name", "") for p in people),
             "; ".join(p.get("sid", "") for p in people),
@@ -66,7 +62,8 @@ def gradebook_csv(records: Sequence[dict[str, Any]]) -> str:
             *[_fmt(per.get(name, 0.0)) for name in problems],
             _fmt(rec.get("wall_time")), rec.get("source", ""),
         ])
-    return buf.getvalue()
+    return csv_text(["id", "name", "sid", "email", "status", "reason", "score", "max_score",
+                     "gpu_points_not_run", *problems, "wall_time_s", "source"], rows)
 
 def class_summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per-problem pass rates (over every submission: one that could not be graded

@@ -38,7 +38,6 @@ Contract:
 from __future__ import annotations
 
 import argparse
-import csv
 import html
 import io
 import sys
@@ -52,7 +51,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from grader.instructor.discovery import Submission, discover, unpack_export
-from grader.instructor.files import write_atomic
+from grader.instructor.files import csv_text, write_atomic
 from grader.instructor.precheck import precheck
 from grader.sandbox import SubmissionError, make_working_copy
 from grader.submission import locate
@@ -198,21 +197,14 @@ def stubs_of(repo: Path = REPO) -> dict[str, str]:
 def pairs_csv(pairs: Sequence[Pair], sources: Sequence[Source], threshold: float) -> str:
     """``pairs.csv``: every pair sharing code, ranked (columns: :data:`PAIR_COLUMNS`)."""
     who = {s.id: s.submitters for s in sources}
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(PAIR_COLUMNS)
-    for rank, p in enumerate(pairs, 1):
-        w.writerow([rank, p.module, p.a, p.b, f"{p.similarity:.3f}", f"{p.similarity_a:.3f}",
-                    f"{p.similarity_b:.3f}", p.shared_tokens, int(p.similarity >= threshold),
-                    who.get(p.a, ""), who.get(p.b, "")])
-    return buf.getvalue()
+    return csv_text(PAIR_COLUMNS, ([rank, p.module, p.a, p.b, f"{p.similarity:.3f}", f"{p.similarity_a:.3f}",
+                                    f"{p.similarity_b:.3f}", p.shared_tokens, int(p.similarity >= threshold),
+                                    who.get(p.a, ""), who.get(p.b, "")] for rank, p in enumerate(pairs, 1)))
 
 
 def submissions_csv(pairs: Sequence[Pair], sources: Sequence[Source], threshold: float) -> str:
     """``similarity.csv``: one row per submission (columns: :data:`SUBMISSION_COLUMNS`)."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(SUBMISSION_COLUMNS)
+    rows = []
     for s in sources:
         if s.id == REFERENCE_ID:
             continue
@@ -220,10 +212,10 @@ def submissions_csv(pairs: Sequence[Pair], sources: Sequence[Source], threshold:
         best = mine[0] if mine else None
         ref = max((p.similarity for p in mine if REFERENCE_ID in (p.a, p.b)), default=0.0)
         other = "" if best is None else (best.b if best.a == s.id else best.a)
-        w.writerow([s.id, s.submitters, f"{best.similarity:.3f}" if best else "0.000", other,
-                    best.module if best else "", f"{ref:.3f}", int(bool(best) and best.similarity >= threshold),
-                    s.skipped])
-    return buf.getvalue()
+        rows.append([s.id, s.submitters, f"{best.similarity:.3f}" if best else "0.000", other,
+                     best.module if best else "", f"{ref:.3f}", int(bool(best) and best.similarity >= threshold),
+                     s.skipped])
+    return csv_text(SUBMISSION_COLUMNS, rows)
 
 
 def _marked(text: str, slices: np.ndarray) -> str:
