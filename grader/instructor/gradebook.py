@@ -76,7 +76,8 @@ def class_summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         counts: dict[str, int] = {}
         for p in entries:
             counts[p.get("status", "?")] = counts.get(p.get("status", "?"), 0) + 1
-        max_score = max((p.get("max_score", 0.0) for p in entries), default=0.0)
+        # a problem's worth, where it counted or not (max_score 0 and not_counted its points: needs a GPU)
+        max_score = max((p.get("max_score", 0.0) + p.get("not_counted", 0.0) for p in entries), default=0.0)
         mean = sum(p.get("score", 0.0) for p in entries) / n if n else 0.0
         problems.append({"name": name, "max_score": max_score, "mean_score": mean,
                          "pass_rate": counts.get("passed", 0) / n if n else 0.0, "counts": counts})
