@@ -51,29 +51,32 @@ imports from here; nothing here imports ``grader``.
 
 from __future__ import annotations
 
+import ast
 import builtins
 import contextlib
 import importlib
+import inspect
 import os
 import re
 import select
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
+from types import FunctionType, ModuleType
 from typing import Any, Protocol
 
 from tests import wire
 
 __all__ = [
     "HANDOUT_MODULES", "CouldNotRun", "Impl", "Interrupted", "LocalImpl", "MemoryWatch", "Modules",
-    "NotImplementedYet", "process_tree", "resolve_scenario", "return_freed_memory", "scenario_name",
-    "stubs_fail_fast",
+    "NotImplementedYet", "fail_if_only_stubs", "process_tree", "resolve_scenario", "return_freed_memory",
+    "scenario_name", "stub_message", "stubs_fail_fast",
 ]
 
 REPO = Path(__file__).resolve().parent.parent
@@ -106,7 +109,16 @@ class NotImplementedYet(BaseException):
     avoided it, so the test fails at once, in one line: a ``BaseException``,
     which hypothesis neither shrinks nor retries (there is nothing to shrink
     towards) and no ``pytest.raises(...)`` in a test swallows. Its cause is the
-    stub's ``NotImplementedError``."""
+    stub's ``NotImplementedError``; ``function`` and ``section`` are the stub's
+    name and handout section, as its message states them."""
+
+    def __init__(self, function: str, section: str) -> None:
+        super().__init__(f"{function} is not implemented yet: see handout §{section}")
+        self.function = function
+        self.section = section
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles with both arguments
+        return type(self), (self.function, self.section)
 
 
 @contextlib.contextmanager
@@ -120,7 +132,81 @@ def stubs_fail_fast() -> Iterator[None]:
         found = _STUB.match(str(e))
         if type(e) is not NotImplementedError or found is None:
             raise
-        raise NotImplementedYet(f"{found.group(1)} is not implemented yet: see handout §{found.group(2)}") from e
+        raise NotImplementedYet(found.group(1), found.group(2)) from e
+
+
+def stub_message(fn: object) -> str | None:
+    """The message of ``fn`` when it is an untouched stub: a plain function
+    whose body is (a docstring and) ``raise NotImplementedError("<name>: see
+    handout §N")``, as in the code it runs now (the source is read from its code
+    object, so a decorator's ``__wrapped__`` cannot stand in for it); None for
+    anything else."""
+    if not isinstance(fn, FunctionType) or fn.__code__.co_names != ("NotImplementedError",):
+        return None
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn.__code__)))
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return None
+    func = tree.body[0] if len(tree.body) == 1 else None
+    if not isinstance(func, ast.FunctionDef):
+        return None
+    body = func.body[1:] if ast.get_docstring(func) is not None else func.body
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or not isinstance(body[0].exc, ast.Call):
+        return None
+    call = body[0].exc
+    if not (isinstance(call.func, ast.Name) and call.func.id == "NotImplementedError" and not call.keywords
+            and len(call.args) == 1 and isinstance(call.args[0], ast.Constant)):
+        return None
+    message = call.args[0].value
+    if not isinstance(message, str) or message not in fn.__code__.co_consts or not _STUB.fullmatch(message):
+        return None
+    return message
+
+
+def _scenario_calls(fn: Callable[..., Any]) -> list[tuple[str, str]] | None:
+    """The ``lab.<module>.<name>`` a scenario uses, in source order, when those
+    are its only uses of ``lab`` (its first parameter); None when it hands
+    ``lab`` to anything else (a helper could call other functions first)."""
+    try:
+        func = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return None
+    if not isinstance(func, ast.FunctionDef) or not func.args.args:
+        return None
+    lab = func.args.args[0].arg
+    parent = {id(child): node for node in ast.walk(func) for child in ast.iter_child_nodes(node)}
+    used: list[tuple[int, int, str, str]] = []
+    for node in ast.walk(func):
+        if not (isinstance(node, ast.Name) and node.id == lab):
+            continue
+        module, name = parent.get(id(node)), None
+        if isinstance(module, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            name = parent.get(id(module))
+        if not isinstance(name, ast.Attribute) or not isinstance(name.ctx, ast.Load):
+            return None
+        used.append((node.lineno, node.col_offset, module.attr, name.attr))
+    return [(m, n) for _, _, m, n in sorted(used)] or None
+
+
+def fail_if_only_stubs(modules: Modules, fn: Callable[..., Any]) -> None:
+    """Raise :class:`NotImplementedYet` when every function of the
+    implementation that the scenario ``fn`` uses is an untouched stub: its first
+    call into the implementation would raise it, so no process need start (and
+    import torch) to find out. Anything else returns, and the scenario runs."""
+    calls = _scenario_calls(fn)
+    if calls is None:
+        return
+    messages = []
+    for module, name in calls:
+        try:
+            message = stub_message(getattr(getattr(modules, module), name))
+        except Exception:  # an import error and the like: the scenario's own run reports it
+            return
+        if message is None:
+            return
+        messages.append(message)
+    with stubs_fail_fast():
+        raise NotImplementedError(messages[0])
 
 
 @dataclass(frozen=True)
@@ -308,13 +394,16 @@ class LocalImpl(ImplBase):
     # The three below run in a child process: on a student's machine nothing
     # needs defending, but a fresh process is what makes "state only travels
     # through the file" true, and a child is what the test can kill.
+    # An untouched stub fails them at once, without a child (fail_if_only_stubs).
     def fresh_scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        fail_if_only_stubs(self.modules, fn)
         with _Child(self.name) as child:
             child.send(scenario_name(fn), args, kwargs)
             return child.reply(time.monotonic() + 600)
 
     def interrupted_scenario(self, fn: Callable[..., Any], *args: Any, kill_when: Callable[[], bool],
                              timeout: float = 120.0, **kwargs: Any) -> Interrupted:
+        fail_if_only_stubs(self.modules, fn)
         with _Child(self.name) as child:
             child.wait_ready(time.monotonic() + 600)
             child.send(scenario_name(fn), args, kwargs)
@@ -329,6 +418,7 @@ class LocalImpl(ImplBase):
 
     def measured_scenario(self, fn: Callable[..., Any], *args: Any, warm_up: Callable[..., Any] | None = None,
                           **kwargs: Any) -> tuple[Any, int]:
+        fail_if_only_stubs(self.modules, fn)
         with _Child(self.name) as child:
             child.wait_ready(time.monotonic() + 600)
             if warm_up is not None:
