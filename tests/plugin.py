@@ -5,6 +5,7 @@ serves the public tests and the grader's hidden checks alike."""
 from __future__ import annotations
 
 import os
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -73,11 +74,17 @@ def _problem_of(path: str) -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with its problem, taken from its file: test_<problem>.py."""
+    """Mark each test with its problem, taken from its file: test_<problem>.py;
+    and run the problems in handout order (§1.1 first, where a student starts,
+    not alphabetically), each problem's tests in their collected order, tests
+    of no problem last. The order depends on the items alone, so every xdist
+    worker collects the same list; ``--lf``/``--ff`` reorder after this."""
     for item in items:
-        problem = _problem_of(str(item.fspath))
+        problem = _problem_of(str(item.path))
         if problem is not None:
             item.add_marker(getattr(pytest.mark, problem))
+    rank = {problem: i for i, problem in enumerate(HANDOUT_MODULES)}
+    items.sort(key=lambda item: rank.get(_problem_of(str(item.path)), len(rank)))  # stable
 
 
 @pytest.fixture(scope="session")
@@ -93,6 +100,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
     * a test that reached an untouched stub fails naming it and its handout
       section (no falsifying example either: no input could have avoided it);
+      its ``not_implemented`` user property, ``[function, section]``, lets the
+      terminal summary list it once per stub instead of once per test;
     * a check that could not be carried out here (:class:`tests.harness.CouldNotRun`)
       is skipped with its reason when the implementation is tested locally (the
       grader, whose implementation is remote, counts it as its own error).
@@ -101,8 +110,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         return None
     properties = list(item.user_properties)
     if call.excinfo.errisinstance(NotImplementedYet):
-        outcome, longrepr = "failed", f"{item.nodeid}: {call.excinfo.value}"
-        properties.append(("not_implemented", True))
+        stub = call.excinfo.value
+        outcome, longrepr = "failed", f"{item.nodeid}: {stub}"
+        properties.append(("not_implemented", [stub.function, stub.section]))
     elif call.excinfo.errisinstance(CouldNotRun) and isinstance(item.config.stash.get(IMPL_KEY, None), LocalImpl):
         outcome = "skipped"
         longrepr = (str(item.path), item.location[1] or 0, f"Skipped: could not run here: {call.excinfo.value}")
@@ -113,57 +123,106 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                              user_properties=properties)
 
 
-#: Per problem (marker), what its tests did: passed, failed (a stub among them counted apart), skipped.
-_OVERVIEW_KEY = pytest.StashKey[dict[str, dict[str, int]]]()
+def _stub_of(report: pytest.TestReport) -> tuple[str, str] | None:
+    """(function, section) of the stub a failed test reached; None for any other ending."""
+    if not report.failed:
+        return None
+    for key, value in report.user_properties:
+        if key == "not_implemented" and isinstance(value, (list, tuple)) and len(value) == 2:
+            return str(value[0]), str(value[1])
+    return None
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Count each test once (its call, or the phase that failed), per problem;
-    runs where the reports arrive (the xdist controller too)."""
-    if report.when != "call" and not (report.failed or report.skipped):
-        return
-    problem = _problem_of(report.nodeid.split("::")[0])
-    config = getattr(report, "config", None) or _CONFIG[0] if _CONFIG else None
-    if problem is None or config is None:
-        return
-    counts = config.stash.setdefault(_OVERVIEW_KEY, {}).setdefault(
-        problem, {"passed": 0, "failed": 0, "stub": 0, "skipped": 0})
-    if report.skipped:
-        counts["skipped"] += 1
-    elif report.failed:
-        counts["stub" if ("not_implemented", True) in report.user_properties else "failed"] += 1
-    else:
-        counts["passed"] += 1
+def _section_key(section: str) -> tuple[int, ...]:
+    """"3.1" -> (3, 1): handout sections sort as numbers (§10 after §9)."""
+    return tuple(int(part) if part.isdigit() else 0 for part in section.split("."))
 
 
-_CONFIG: list[pytest.Config] = []
+def pytest_report_teststatus(report: pytest.TestReport,
+                             config: pytest.Config) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+    """A test that reached a stub is a failure of its own category, "not
+    implemented": still failed (the exit status and ``report.failed`` say so), but
+    pytest's FAILURES section and short summary, which list the "failed"
+    category, leave it out; :class:`Overview` lists each stub once instead."""
+    if report.when == "call" and _stub_of(report) is not None:
+        return "not implemented", "F", ("FAILED (not implemented yet)", {"red": True})
+    return None
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_sessionstart(session: pytest.Session) -> None:
-    _CONFIG[:] = [session.config]
+class Overview:
+    """The end of a session, for a student: where each problem stands, in
+    handout order (not started: every test reached a stub; failing; passing),
+    and each untouched stub once, with how many tests reached it, in place of
+    one failure per test (pytest's FAILURES section leaves them out: see
+    :func:`pytest_report_teststatus`); every other failure keeps its full report.
 
+    It counts the reports where they arrive: in the single process, or in the
+    xdist controller (workers print nothing)."""
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
-                            config: pytest.Config) -> None:
-    """Where each problem stands, in handout order: not started (every test
-    reached a stub), failing (and how many tests), passing."""
-    overview = config.stash.get(_OVERVIEW_KEY, {})
-    if not overview or hasattr(config, "workerinput"):
-        return
-    terminalreporter.section("problems, in handout order")
-    for problem in HANDOUT_MODULES:
-        c = overview.get(problem)
-        if c is None:
-            continue
-        ran = c["passed"] + c["failed"] + c["stub"]
-        if ran == 0:
-            state = "not run here (its tests need a GPU)"
-        elif c["stub"] == ran:
-            state = f"not started: every test reaches a stub (pytest -m {problem})"
-        elif c["failed"] or c["stub"]:
-            bad = c["failed"] + c["stub"]
-            state = f"failing: {bad} of {ran} tests" + (f" ({c['stub']} reach a stub)" if c["stub"] else "")
+    def __init__(self) -> None:
+        #: Per problem (marker): tests passed, failed, reaching a stub, skipped.
+        self.counts: dict[str, dict[str, int]] = {}
+        #: Per stub (function, section): the tests that reached it.
+        self.stubs: dict[tuple[str, str], int] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Count each test once: its call, or the phase that failed or skipped it."""
+        if report.when != "call" and not (report.failed or report.skipped):
+            return
+        stub = _stub_of(report)
+        if stub is not None:
+            self.stubs[stub] = self.stubs.get(stub, 0) + 1
+        problem = _problem_of(report.nodeid.split("::")[0])
+        if problem is None:
+            return
+        counts = self.counts.setdefault(problem, {"passed": 0, "failed": 0, "stub": 0, "skipped": 0})
+        if report.skipped:
+            counts["skipped"] += 1
+        elif report.failed:
+            counts["stub" if stub is not None else "failed"] += 1
         else:
-            state = f"passing: all {ran} tests"
-        terminalreporter.write_line(f"{problem:<11} {state}")
+            counts["passed"] += 1
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> Generator[None]:
+        """The stubs and the overview last, after pytest's own summary
+        (FAILURES ... short test summary), just above the final count."""
+        try:
+            return (yield)
+        finally:
+            self._write(terminalreporter)
+
+    def _write(self, tr: pytest.TerminalReporter) -> None:
+        tr.ensure_newline()  # after a progress line that nothing else ended
+        if self.stubs:
+            total = sum(self.stubs.values())
+            tr.section(f"not implemented yet: {total} test{'s' * (total != 1)} reached an untouched stub",
+                       sep="=", yellow=True)
+            width = max(len(function) for function, _ in self.stubs)
+            for (function, section), n in sorted(self.stubs.items(), key=lambda kv: (_section_key(kv[0][1]),
+                                                                                     kv[0][0])):
+                tr.write_line(f"§{section:<4} {function:<{width}}  {n} test{'s' * (n != 1)}")
+        if not self.counts:
+            return
+        tr.section("problems, in handout order", sep="=")
+        for problem in HANDOUT_MODULES:
+            c = self.counts.get(problem)
+            if c is None:
+                continue
+            ran = c["passed"] + c["failed"] + c["stub"]
+            if ran == 0:
+                state, markup = f"not run here: its {c['skipped']} tests were skipped (a GPU, say)", {"yellow": True}
+            elif c["stub"] == ran:
+                state, markup = f"not started: every test reaches a stub (pytest -m {problem})", {"yellow": True}
+            elif c["failed"] or c["stub"]:
+                bad = c["failed"] + c["stub"]
+                state = f"failing: {bad} of {ran} tests" + (f" ({c['stub']} reach a stub)" if c["stub"] else "")
+                markup = {"red": True}
+            else:
+                state, markup = f"passing: all {ran} tests", {"green": True}
+            tr.write_line(f"{problem:<11} {state}", **markup)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # an xdist worker: its controller prints the summary
+        session.config.pluginmanager.register(Overview(), "lab-overview")
