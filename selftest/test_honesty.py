@@ -1,14 +1,18 @@
 """No vacuous tests: every public test fails on the untouched stubs, and fails
 there because of the stub's NotImplementedError (not a collection error, not an
-assertion that happens to be false on ``None``)."""
+assertion that happens to be false on ``None``). And what a student's ``pytest``
+prints for them: each untouched stub once (no traceback, no hypothesis output),
+the problems in handout order, and where each problem stands at the end."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,3 +59,94 @@ def test_stubs_raise_with_handout_pointer():
             if not re.search(rf'NotImplementedError\("{name}: see handout §\d', text):
                 missing.append(f"student/{module}.py: {name}")
     assert not missing, "stubs without a NotImplementedError naming the handout: " + ", ".join(missing)
+
+
+# --------------------------------------------------------------------------- what a student sees on the stubs
+
+STUB_LINE = re.compile(r"^§(?P<section>[\d.]+)\s+(?P<function>[\w.]+)\s+(?P<tests>\d+) tests?$")
+
+
+@pytest.fixture(scope="module")
+def mixed_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One student's default ``pytest`` output over three problems, alphabetically
+    memory < precision < views, in handout order precision (§1.1, the reference:
+    passing), views (§1.2, the untouched stubs: not started), memory (§1.3, a
+    wrong-corpus entry: failing)."""
+    from grader.corpus import build_wrong, wrong_submissions
+
+    wrong = next(s for s in wrong_submissions() if s.name == "memory-adam_state_once")
+    folder = build_wrong(wrong, tmp_path_factory.mktemp("mixed"))
+    shutil.copy(REPO / "student" / "views.py", folder / "student" / "views.py")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests", "--impl", str(folder), "-m", "precision or views or memory",
+         "-p", "no:cacheprovider"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )
+    return {"returncode": proc.returncode, "lines": (proc.stdout + proc.stderr).splitlines(),
+            "output": proc.stdout + proc.stderr}
+
+
+def _test_names(problem: str) -> set[str]:
+    return set(re.findall(r"^def (test_\w+)\(", (REPO / "tests" / f"test_{problem}.py").read_text(), flags=re.M))
+
+
+@pytest.mark.timeout(900)
+def test_a_stub_is_one_line_per_function_and_real_failures_keep_their_report(mixed_run):
+    out, lines = mixed_run["output"], mixed_run["lines"]
+    stubs = {m["function"]: m for line in lines if (m := STUB_LINE.match(line))}
+    views_stubs = set(re.findall(r'NotImplementedError\("(\w+): see handout §1\.2"\)',
+                                 (REPO / "student" / "views.py").read_text()))
+    assert set(stubs) == views_stubs, f"expected one line per views stub, got {sorted(stubs)}:\n{out[-3000:]}"
+    assert all(m["section"] == "1.2" for m in stubs.values())
+    assert sum(1 for line in lines if STUB_LINE.match(line)) == len(views_stubs), "a stub listed twice"
+    reached = sum(int(m["tests"]) for m in stubs.values())
+    assert re.search(rf"\b{reached} not implemented\b", lines[-1]), f"the final count: {lines[-1]}"
+    # Nothing per test for the stubs: no traceback, no FAILURES block, no short-summary line, no hypothesis seed.
+    blocks = {m[1] for line in lines if (m := re.match(r"^_{2,} (test_\w+)", line))}
+    assert not blocks & _test_names("views"), f"a stub's test got a FAILURES block: {blocks & _test_names('views')}"
+    for text in ("test_views.py::", "NotImplementedError", "@seed(", "Falsifying example"):
+        assert text not in out, f"{text!r} in the output of a stub's tests:\n{out[-3000:]}"
+    # The wrong entry's failures keep their whole report: block, assertion, hypothesis's example, summary line.
+    assert blocks and blocks <= _test_names("memory"), blocks
+    assert "AssertionError: optimizer_state_floats('adam'" in out
+    assert "@reproduce_failure(" in out, "a property test's failure lost its example"
+    assert "FAILED tests/test_memory.py::test_optimizer_state_floats_matches_torch[adam]" in lines
+    assert mixed_run["returncode"] == 1, "tests that reach a stub still fail the run"
+
+
+@pytest.mark.timeout(900)
+def test_problems_run_in_handout_order(mixed_run):
+    files = [m[1] for line in mixed_run["lines"] if (m := re.match(r"^(tests/test_\w+\.py) ", line))]
+    assert files == ["tests/test_precision.py", "tests/test_views.py", "tests/test_memory.py"], files
+
+
+def test_collection_sorts_every_problem_by_handout_section():
+    from tests import plugin
+
+    class Item:
+        def __init__(self, path: str, name: str) -> None:
+            self.path, self.name, self.markers = REPO / path, name, []
+
+        def add_marker(self, marker: Any) -> None:
+            self.markers.append(marker.name)
+
+    alphabetical = sorted(HANDOUT_MODULES)
+    assert alphabetical != list(HANDOUT_MODULES), "the check needs an order that sorting by name would get wrong"
+    items = [Item(f"tests/test_{p}.py", f"{p}-{i}") for p in alphabetical for i in range(2)]
+    items += [Item("grader/hidden/test_precision_hidden.py", "precision-hidden"), Item("tests/test_x.py", "other")]
+    plugin.pytest_collection_modifyitems(None, items)  # type: ignore[arg-type]
+    expected = [f"{p}-{i}" for p in HANDOUT_MODULES for i in range(2)]
+    expected.insert(2, "precision-hidden")
+    assert [i.name for i in items] == [*expected, "other"]
+    assert all(i.markers == [i.name.split("-")[0]] for i in items if i.name != "other")
+
+
+@pytest.mark.timeout(900)
+def test_overview_says_where_each_problem_stands_in_handout_order(mixed_run):
+    lines = mixed_run["lines"]
+    start = next(i for i, line in enumerate(lines) if "problems, in handout order" in line)
+    overview = lines[start + 1:-1]
+    assert len(overview) == 3, overview
+    assert re.fullmatch(r"precision\s+passing: all \d+ tests", overview[0]), overview
+    assert re.fullmatch(r"views\s+not started: every test reaches a stub \(pytest -m views\)", overview[1]), overview
+    assert re.fullmatch(r"memory\s+failing: \d+ of \d+ tests", overview[2]), overview
