@@ -150,3 +150,21 @@ def test_overview_says_where_each_problem_stands_in_handout_order(mixed_run):
     assert re.fullmatch(r"precision\s+passing: all \d+ tests", overview[0]), overview
     assert re.fullmatch(r"views\s+not started: every test reaches a stub \(pytest -m views\)", overview[1]), overview
     assert re.fullmatch(r"memory\s+failing: \d+ of \d+ tests", overview[2]), overview
+
+
+@pytest.mark.parametrize("readme", ["README.md", "grader/instructor/templates/release/README.md"])
+def test_readme_starts_students_with_the_first_handout_problem(readme):
+    """The first pytest command a student reads (this repository's student
+    section, and the release's README) runs §1.1's problem alone, and none
+    passes the default hypothesis profile explicitly."""
+    from grader.compat import tomllib
+
+    rubric = tomllib.loads((REPO / "grader" / "rubric.toml").read_text())
+    first = next(p["name"] for p in rubric["problem"] if p["section"] == "1.1")
+    text = (REPO / readme).read_text()
+    if readme == "README.md":
+        text = text[text.index("## For students"):text.index("## For instructors")]
+    commands = re.findall(r"^\s*(pytest\b[^#\n]*)", text, flags=re.M)
+    assert commands, f"no pytest command in {readme}"
+    assert commands[0].split() == ["pytest", "-m", first], f"{readme}: the first command is {commands[0]!r}"
+    assert "--hypothesis-profile dev" not in text, f"{readme} passes the default profile explicitly"
