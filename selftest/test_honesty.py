@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +169,22 @@ def test_readme_starts_students_with_the_first_handout_problem(readme):
     assert commands, f"no pytest command in {readme}"
     assert commands[0].split() == ["pytest", "-m", first], f"{readme}: the first command is {commands[0]!r}"
     assert "--hypothesis-profile dev" not in text, f"{readme} passes the default profile explicitly"
+
+
+@pytest.mark.timeout(900)
+def test_a_students_first_pytest_on_the_release_is_short():
+    """``benchmarks/stubs.py`` (what it measures cannot rot): the student release's
+    plain ``pytest`` on its stubs prints under 200 lines, every test that ran
+    reached a stub (none is a failure of another kind), and the overview calls
+    every problem not started. Its time is the benchmark's figure, not checked here."""
+    from benchmarks import stubs
+
+    with tempfile.TemporaryDirectory(prefix="release-") as tmp:
+        run = stubs.run_pytest(stubs.build_student_release(Path(tmp) / "release"))
+    out = run["output"]
+    assert run["returncode"] == 1, out[-3000:]
+    assert run["lines"] < stubs.TARGET_LINES, f"{run['lines']} lines:\n{out[-3000:]}"
+    assert re.search(r"\b\d+ not implemented\b", run["summary"]), run["summary"]
+    assert not re.search(r"\b(failed|errors?|passed)\b", run["summary"]), run["summary"]
+    for problem in HANDOUT_MODULES:
+        assert re.search(rf"^{problem}\s+not started: ", out, flags=re.M), f"{problem} is not 'not started':\n{out}"
