@@ -1,6 +1,8 @@
 """The pytest plugin of the assignment: ``--impl``, hypothesis profiles, one marker
-per handout problem, and the ``impl`` fixture. Loaded by the root conftest.py, so it
-serves the public tests and the grader's hidden checks alike."""
+per handout problem, the ``impl`` fixture, problems run in handout order, and the
+end of a run for a student (each untouched stub once, then where each problem
+stands). Loaded by the root conftest.py, so it serves the public tests and the
+grader's hidden checks alike."""
 
 from __future__ import annotations
 
@@ -190,7 +192,8 @@ class Overview:
         try:
             return (yield)
         finally:
-            self._write(terminalreporter)
+            if not terminalreporter.config.getoption("no_summary", False):
+                self._write(terminalreporter)
 
     def _write(self, tr: pytest.TerminalReporter) -> None:
         tr.ensure_newline()  # after a progress line that nothing else ended
