@@ -188,3 +188,30 @@ def test_a_students_first_pytest_on_the_release_is_short():
     assert not re.search(r"\b(failed|errors?|passed)\b", run["summary"]), run["summary"]
     for problem in HANDOUT_MODULES:
         assert re.search(rf"^{problem}\s+not started: ", out, flags=re.M), f"{problem} is not 'not started':\n{out}"
+
+
+def test_only_an_untouched_stub_skips_the_child_process(tmp_path):
+    """``fail_if_only_stubs`` (a scenario whose every call into the
+    implementation is an untouched stub fails before a process starts) tells a
+    stub from a started function, and leaves scenarios that hand ``lab`` on alone."""
+    from tests import harness
+    from tests.scenarios import optimizers, training
+
+    stub = harness.LocalImpl("student").modules.training
+    done = harness.LocalImpl("reference").modules.training
+    assert harness.stub_message(stub.checkpointed_forward) == "checkpointed_forward: see handout §6"
+    assert harness.stub_message(done.checkpointed_forward) is None
+    (tmp_path / "started.py").write_text(
+        'def f(x):\n    """Doc."""\n    if x:\n        return 1\n    raise NotImplementedError("f: see handout §6")\n'
+        'def g(x):\n    """Doc."""\n    raise NotImplementedError("g: see handout §6")\n')
+    namespace: dict[str, Any] = {}
+    exec(compile((tmp_path / "started.py").read_text(), str(tmp_path / "started.py"), "exec"), namespace)
+    assert harness.stub_message(namespace["f"]) is None, "a started function is no stub"
+    assert harness.stub_message(namespace["g"]) == "g: see handout §6"
+    with pytest.raises(harness.NotImplementedYet) as caught:
+        harness.fail_if_only_stubs(harness.LocalImpl("student").modules, training.checkpointed_memory)
+    assert (caught.value.function, caught.value.section) == ("checkpointed_forward", "6")
+    assert isinstance(caught.value.__cause__, NotImplementedError)
+    harness.fail_if_only_stubs(harness.LocalImpl("reference").modules, training.checkpointed_memory)  # no raise
+    # trajectory hands lab to a helper (build), which might call something else first: it runs.
+    harness.fail_if_only_stubs(harness.LocalImpl("student").modules, optimizers.trajectory)
