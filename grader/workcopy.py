@@ -7,10 +7,19 @@ harness the worker needs (``tests/__init__.py``, ``tests/wire.py``,
 ``tests/harness.py``, ``tests/scenarios/``) and the worker script
 (:data:`WORKER_SCRIPT`, a copy of grader/worker.py): nothing of
 ``reference/`` or of ``grader/hidden``.
+
+What Python imports from the working copy must be what the trusted side reads
+(the sources of :attr:`grader.remote.RemoteImpl`, the similarity report): so
+``student/`` may hold plain modules only, ``student/<name>.py``. A folder (a
+package, or a namespace package, that would shadow a module), an extension
+module, bytecode or a ``.pth`` file makes the submission a
+:class:`SubmissionError` (:func:`check_plain_modules`). Other files (notes,
+``.DS_Store``) import as nothing and are not copied; ``__pycache__`` is dropped.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import shutil
 import stat
@@ -30,10 +39,38 @@ class SubmissionError(Exception):
     """The submission cannot be graded (no student/, too big, unreadable)."""
 
 
+#: Endings of files Python would import or load code from, besides plain ``.py``.
+IMPORTABLE_SUFFIXES = tuple(sorted({*importlib.machinery.all_suffixes(), ".so", ".pyd", ".pyc", ".pyo", ".pyw",
+                                    ".pth", ".dylib", ".dll"} - {".py"}))
+
+
+def is_plain_module(name: str) -> bool:
+    """Whether ``name`` is a file name Python imports as a plain module (``x.py``)."""
+    return name.endswith(".py") and name[:-3].isidentifier()
+
+
+def check_plain_modules(student: Path) -> None:
+    """Raise :class:`SubmissionError` unless every module ``student/`` could
+    import is a plain ``.py`` file in it: no folder but ``__pycache__``, no
+    extension module, bytecode or ``.pth`` file (links are ignored: never followed)."""
+    for entry in sorted(student.iterdir()):
+        if entry.is_symlink() or entry.name == "__pycache__":
+            continue
+        if entry.is_dir():
+            raise SubmissionError(
+                f"student/{entry.name}/ is a folder: the grader reads and imports plain modules only "
+                f"(student/<name>.py), so a package would not be what it reads; move its code into student/*.py")
+        if entry.name.endswith(IMPORTABLE_SUFFIXES) or ".so." in entry.name:
+            raise SubmissionError(
+                f"student/{entry.name} is not a plain Python module (extension modules, bytecode and .pth files "
+                "are not graded): submit the .py sources only")
+
+
 def make_working_copy(student: Path, dest: Path) -> Path:
     """Fill ``dest`` with the submission's ``student/`` and the public harness."""
     if not student.is_dir():
         raise SubmissionError(f"no student/ folder in the submission ({student})")
+    check_plain_modules(student)
     dest.mkdir(parents=True, exist_ok=True)
     files = total = 0
     for root, dirs, names in os.walk(student, followlinks=False):
@@ -45,8 +82,8 @@ def make_working_copy(student: Path, dest: Path) -> Path:
         for name in sorted(names):
             src = Path(root) / name
             st = src.lstat()
-            if not stat.S_ISREG(st.st_mode) or name.endswith((".pyc", ".pyo")):
-                continue  # symlinks, devices, FIFOs: never followed
+            if not stat.S_ISREG(st.st_mode) or not is_plain_module(name):
+                continue  # symlinks, devices, FIFOs: never followed; other files import as nothing
             files, total = files + 1, total + st.st_size
             if files > MAX_FILES or total > MAX_BYTES:
                 raise SubmissionError(f"student/ is too big (more than {MAX_FILES} files or {MAX_BYTES >> 20} MiB)")
