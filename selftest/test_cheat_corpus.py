@@ -53,6 +53,11 @@ CASES = {
     "forge_checkpoints": ("training", None, "failed"),
     "forge_memory": ("data,training", None, "failed"),
     "forge_resume": ("training", None, "failed"),
+    # Delegation to torch.optim by routes no source reader resolves: the
+    # optimizers' worker has torch.optim's algorithms sealed, so they fail as the stubs do.
+    "dynamic_delegation": ("optimizers", None, "failed|error"),  # error: its reload is an ImportError
+    # A package student/optimizers/ shadowing the stub module the grader would read.
+    "package_shadow": ("optimizers", None, "error"),
     "leak_inputs": ("precision", None, "error"),
     "wire_inflate": ("precision", None, "error"),
     "disk_fill": ("precision", "bwrap", "error|timeout"),
@@ -145,6 +150,10 @@ def test_cheat_gains_nothing(name, tmp_path):
                              everything), "a code point XML or a terminal cannot take reached a report"
         assert "lone \ufffd surrogate" in by["precision"]["output"]  # replaced, not silently lost
         assert "The autograder itself failed" not in json.dumps(gradescope) and not proc.stderr.strip(), proc.stderr
+    if name == "package_shadow":  # refused at staging, saying why
+        assert "student/optimizers/ is a folder" in result["error"], result["error"]
+    if name == "dynamic_delegation":  # every optimizer failed by what it did: torch.optim's parts refused to run
+        assert "is not available to submissions" in json.dumps(by["optimizers"]["checks"]), by["optimizers"]["output"]
     if name in ("disk_fill", "deep_scratch"):
         assert "killed by the grader: the scratch folder" in by["precision"]["output"] or \
             by["precision"]["status"] == "timeout", by["precision"]["output"]
