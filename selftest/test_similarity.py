@@ -8,6 +8,11 @@ The class, all on the handout's ``views`` module:
   and rewrote the comments: the pair must score high (copydetect's tokens hide
   names);
 * ``dave`` copied the reference: he must be flagged against ``(reference)``;
+* ``helen`` copied alice into ``student/_impl.py``, which her ``views.py``
+  imports: compared as the code ``views`` imports, she pairs with alice;
+* ``ivan`` copied torch's own Adam (torch/optim/adam.py) as his optimizers:
+  he must be flagged against ``torch.optim (library)``, while the reference's
+  optimizers (written apart) stay low against it;
 * ``eve`` hides a ``<script>`` in her code (the report must show it as text)
   and a symlink to the reference's precision.py (never followed: staged copies
   hold regular files only), and her module would write a file if it were run
@@ -168,6 +173,17 @@ EVE = ALICE.replace('"""views, alice."""', '"""</pre><script>alert("pwned")</scr
     "X = '<script>document.title = 1</script>'\n")
 
 
+def _torch_adam() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    assert spec is not None and spec.origin
+    return Path(spec.origin).parent / "optim" / "adam.py"
+
+
+TORCH_ADAM = _torch_adam()
+
+
 def _student(root: Path, name: str, files: dict[str, str]) -> Path:
     pkg = root / name / "student"
     pkg.mkdir(parents=True)
@@ -186,6 +202,9 @@ def klass(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     _student(root, "carol", {"views": _renamed(ALICE)})
     dave = _student(root, "dave", {"views": (REPO / "reference" / "views.py").read_text()})
     shutil.copyfile(REPO / "reference" / "_validate.py", dave / "_validate.py")
+    helen = _student(root, "helen", {"views": "from ._impl import *  # noqa: F403\n"})
+    (helen / "_impl.py").write_text(ALICE)
+    _student(root, "ivan", {"optimizers": TORCH_ADAM.read_text().replace("class Adam(", "class MyAdam(")})
     eve = _student(root, "eve", {"views": EVE.replace("{marker}", str(marker))})
     os.symlink(REPO / "reference" / "precision.py", eve / "precision.py")
     # A zip submission and a broken one: staged (or skipped) as the batch does.
@@ -229,8 +248,41 @@ def test_copy_of_the_reference_is_flagged(klass):
     rows = {r["id"]: r for r in csv.DictReader(io.StringIO((out / "similarity.csv").read_text()))}
     assert rows["dave"]["most_similar_to"] == similarity.REFERENCE_ID and rows["dave"]["flagged"] == "1"
     assert float(rows["dave"]["reference_similarity"]) > 0.9
-    assert float(rows["alice"]["reference_similarity"]) < 0.2
+    # Below the flag: the reference's views is compared with the _validate.py it
+    # imports, whose argument checks resemble alice's _ints (0.298 measured).
+    assert float(rows["alice"]["reference_similarity"]) < similarity.THRESHOLD
     assert rows["bob"]["flagged"] == "0" or rows["bob"]["most_similar_to"] == "frank"
+
+
+def test_copy_in_a_helper_module_counts_where_it_is_imported(klass):
+    out, _ = klass
+    assert _score(out, "alice", "helen") > 0.9
+    assert _score(out, "bob", "helen") < 0.2
+
+
+def test_copy_of_torch_optim_is_flagged(klass):
+    out, _ = klass
+    assert _score(out, "ivan", similarity.LIBRARY_ID, "optimizers") > 0.9
+    rows = {r["id"]: r for r in csv.DictReader(io.StringIO((out / "similarity.csv").read_text()))}
+    assert rows["ivan"]["most_similar_to"] == similarity.LIBRARY_ID and rows["ivan"]["flagged"] == "1"
+    assert float(rows["ivan"]["library_similarity"]) > 0.9
+    assert float(rows["alice"]["library_similarity"]) == 0.0  # no optimizers: nothing to compare
+    # Optimizers written apart (the reference's) share little with torch's.
+    assert _score(out, similarity.REFERENCE_ID, similarity.LIBRARY_ID, "optimizers") < 0.5
+
+
+def test_module_units_follow_imports():
+    files = {"__init__": "from . import _shared\n", "_shared": "S = 1\n", "views": "from ._v import f\n",
+             "_v": "import student._w\n", "_w": "W = 2\n", "model": "from student import views\n",
+             "_orphan": "O = 3\n"}
+    units = similarity.module_units(files)
+    assert set(units) == {"views", "model"}
+    headers = {m: [line for line in text.splitlines() if line.startswith("# student/")] for m, text in units.items()}
+    assert headers["views"][0] == "# student/views.py"
+    assert sorted(headers["views"][1:]) == ["# student/__init__.py", "# student/_orphan.py", "# student/_shared.py",
+                                            "# student/_v.py", "# student/_w.py"]
+    # model imports views, a handout module compared as itself: not in model's unit.
+    assert "# student/views.py" not in headers["model"] and "# student/_orphan.py" in headers["model"]
 
 
 def test_symlinks_not_followed_and_nothing_run(klass):
@@ -245,7 +297,7 @@ def test_csv_columns_and_skipped(klass):
     assert (out / "pairs.csv").read_text().splitlines()[0].split(",") == similarity.PAIR_COLUMNS
     rows = list(csv.DictReader(io.StringIO((out / "similarity.csv").read_text())))
     assert list(rows[0]) == similarity.SUBMISSION_COLUMNS
-    assert {r["id"] for r in rows} == {"alice", "bob", "carol", "dave", "eve", "frank", "gina"}
+    assert {r["id"] for r in rows} == {"alice", "bob", "carol", "dave", "eve", "frank", "gina", "helen", "ivan"}
     assert next(r for r in rows if r["id"] == "gina")["skipped"]
     ranked = [float(r["similarity"]) for r in _pairs(out)]
     assert ranked == sorted(ranked, reverse=True)

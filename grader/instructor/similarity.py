@@ -17,6 +17,17 @@ Contract:
   bytes replaced) and tokenized by copydetect (pygments' lexer; winnowed
   k-gram fingerprints, with identifiers, function names and string literals
   replaced by placeholders, so renaming variables does not hide a copy).
+* A module is compared with all the code its import would run: per handout
+  module, ``student/<module>.py`` followed by every other module of
+  ``student/`` it imports, directly or not, and ``student/__init__.py`` (which
+  runs first) with what it imports (:func:`module_units`); a helper no handout
+  module imports statically (it may be imported by name) is added to every
+  handout module. So a copy moved into ``student/_impl.py`` counts where it is
+  used. (Staging refuses anything in ``student/`` but plain modules.)
+* torch.optim's own sources (its optimizer modules, read from the installed
+  torch, never imported) are one more source for ``optimizers``, named
+  ``torch.optim (library)``: a submission that copies torch's optimizers instead
+  of delegating to them shows up paired with it.
 * The stubs (``student/<module>.py``) are boilerplate: every fingerprint of a
   stub is removed before comparing, so the handout's signatures and docstrings
   never count. The reference (``reference/<module>.py``, when this checkout has
@@ -38,7 +49,9 @@ Contract:
 from __future__ import annotations
 
 import argparse
+import ast
 import html
+import importlib.util
 import io
 import sys
 import tempfile
@@ -56,12 +69,17 @@ from grader.instructor.precheck import precheck
 from grader.sandbox import SubmissionError, make_working_copy
 from grader.submission import locate
 from grader.util import REPO
+from grader.workcopy import is_plain_module
 from tests.harness import HANDOUT_MODULES
 
 if TYPE_CHECKING:
     from copydetect.detector import CodeFingerprint
 
 REFERENCE_ID = "(reference)"
+#: torch.optim's sources, compared as one more source of ``optimizers``.
+LIBRARY_ID = "torch.optim (library)"
+#: Modules of torch/optim that hold no optimizer (schedulers, weight averaging, the package's exports).
+LIBRARY_SKIPPED = frozenset({"__init__.py", "lr_scheduler.py", "swa_utils.py", "_stateless.py"})
 
 #: k: the shortest run of (filtered) code characters that counts as shared;
 #: copydetect's default noise threshold.
@@ -77,12 +95,13 @@ MAX_FILE_BYTES = 1 << 20
 PAIR_COLUMNS = ["rank", "module", "submission_a", "submission_b", "similarity", "similarity_a",
                 "similarity_b", "shared_tokens", "flagged", "submitters_a", "submitters_b"]
 SUBMISSION_COLUMNS = ["id", "submitters", "max_similarity", "most_similar_to", "module",
-                      "reference_similarity", "flagged", "skipped"]
+                      "reference_similarity", "library_similarity", "flagged", "skipped"]
 
 
 @dataclass
 class Source:
-    """One submission's module texts (or the reference's)."""
+    """One submission's code per handout module (or the reference's, or
+    torch.optim's): what :func:`module_units` makes of its files."""
 
     id: str
     submitters: str = ""
@@ -117,6 +136,73 @@ def _read(path: Path) -> str | None:
         return f.read(MAX_FILE_BYTES).decode("utf-8", "replace")
 
 
+def _own_imports(text: str) -> set[str] | None:
+    """The package's own modules ``text`` imports statically (``from . import x``,
+    ``from ._x import y``, ``import student.x``...); None when it does not parse."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            parts = (node.module or "").split(".") if node.module else []
+            if node.level == 0:
+                if not parts or parts[0] not in ("student", "reference"):
+                    continue
+                parts = parts[1:]
+            elif node.level > 1:
+                continue  # above the package
+            if parts:
+                found.add(parts[0])
+            else:  # from . import x, y
+                found.update(a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                parts = a.name.split(".")
+                if parts[0] in ("student", "reference") and len(parts) > 1:
+                    found.add(parts[1])
+    return found
+
+
+def module_units(files: dict[str, str]) -> dict[str, str]:
+    """Per handout module in ``files`` (module name -> text, every plain module of
+    a package), the code importing it runs: the module, then the other modules
+    it and ``__init__`` import (transitively, handout modules excepted: each is
+    compared as itself), then every helper that no handout module imports
+    statically. Each file starts with a ``# student/<name>.py`` line (a comment:
+    not compared)."""
+    handout = set(HANDOUT_MODULES)
+    imports = {name: _own_imports(text) for name, text in files.items()}
+
+    def closure(start: str) -> list[str]:
+        seen, todo = [], [start, "__init__"]
+        while todo:
+            name = todo.pop(0)
+            if name in seen or name not in files or (name in handout and name != start):
+                continue
+            seen.append(name)
+            todo += sorted(imports[name] or ())
+        return seen
+
+    units = {m: closure(m) for m in HANDOUT_MODULES if m in files}
+    reached = {n for names in units.values() for n in names}
+    helpers = sorted(n for n in files if n not in handout and n not in reached)
+    if any(v is None for v in imports.values()):  # what it imports is unknown: every helper may be
+        helpers = sorted(n for n in files if n not in handout)
+    return {m: "\n".join(f"# student/{n}.py\n{files[n]}" for n in dict.fromkeys([*names, *helpers]))
+            for m, names in units.items()}
+
+
+def _modules(package: Path) -> dict[str, str]:
+    """Every plain module of ``package`` (a staged ``student/``), by name."""
+    files = {}
+    for path in sorted(package.iterdir()):
+        if is_plain_module(path.name) and (text := _read(path)) is not None:
+            files[path.name[:-3]] = text
+    return files
+
+
 def stage(root: Path, tmp: Path, exclude: Iterable[Path] = ()) -> list[Source]:
     """The submissions in ``root`` as texts, staged exactly as the batch grades them."""
     sources = []
@@ -133,10 +219,7 @@ def stage(root: Path, tmp: Path, exclude: Iterable[Path] = ()) -> list[Source]:
         except (SubmissionError, OSError, zipfile.BadZipFile) as e:
             src.skipped = str(e)
             continue
-        for module in HANDOUT_MODULES:
-            text = _read(work / "student" / f"{module}.py")
-            if text is not None:
-                src.files[module] = text
+        src.files = module_units(_modules(work / "student"))
     return sources
 
 
@@ -144,8 +227,19 @@ def reference_source(repo: Path = REPO) -> Source | None:
     """The reference solutions as a source, where this checkout has them."""
     if not (repo / "reference").is_dir():
         return None
-    files = {m: t for m in HANDOUT_MODULES if (t := _read(repo / "reference" / f"{m}.py")) is not None}
-    return Source(REFERENCE_ID, "", files)
+    return Source(REFERENCE_ID, "", module_units(_modules(repo / "reference")))
+
+
+def library_source() -> Source | None:
+    """torch.optim's optimizer sources (read from the installed torch, which is
+    not imported) as the ``optimizers`` of one more source; None without torch."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return None
+    optim = Path(spec.origin).parent / "optim"
+    texts = [f"# torch/optim/{path.relative_to(optim)}\n{text}" for path in sorted(optim.rglob("*.py"))
+             if path.name not in LIBRARY_SKIPPED and (text := _read(path)) is not None]
+    return Source(LIBRARY_ID, "", {"optimizers": "\n".join(texts)}) if texts else None
 
 
 def _fingerprint(name: str, text: str, window: int, boilerplate: np.ndarray | None = None) -> CodeFingerprint:
@@ -206,15 +300,16 @@ def submissions_csv(pairs: Sequence[Pair], sources: Sequence[Source], threshold:
     """``similarity.csv``: one row per submission (columns: :data:`SUBMISSION_COLUMNS`)."""
     rows = []
     for s in sources:
-        if s.id == REFERENCE_ID:
+        if s.id in (REFERENCE_ID, LIBRARY_ID):
             continue
         mine = [p for p in pairs if s.id in (p.a, p.b)]  # ranked: the first is the highest
         best = mine[0] if mine else None
         ref = max((p.similarity for p in mine if REFERENCE_ID in (p.a, p.b)), default=0.0)
+        lib = max((p.similarity for p in mine if LIBRARY_ID in (p.a, p.b)), default=0.0)
         other = "" if best is None else (best.b if best.a == s.id else best.a)
         rows.append([s.id, s.submitters, f"{best.similarity:.3f}" if best else "0.000", other,
-                     best.module if best else "", f"{ref:.3f}", int(bool(best) and best.similarity >= threshold),
-                     s.skipped])
+                     best.module if best else "", f"{ref:.3f}", f"{lib:.3f}",
+                     int(bool(best) and best.similarity >= threshold), s.skipped])
     return csv_text(SUBMISSION_COLUMNS, rows)
 
 
@@ -255,9 +350,11 @@ def report_html(pairs: Sequence[Pair], sources: Sequence[Source], threshold: flo
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
         "style-src 'unsafe-inline'; script-src 'none'\">",
         f"<title>Similarity report</title><style>{_STYLE}</style></head><body>",
-        f"<h1>Similarity report</h1><p>{sum(s.id != REFERENCE_ID for s in sources)} submissions"
+        f"<h1>Similarity report</h1><p>{sum(s.id not in (REFERENCE_ID, LIBRARY_ID) for s in sources)} submissions"
         + (" and the reference" if any(s.id == REFERENCE_ID for s in sources) else "")
-        + f"; modules: {e(', '.join(HANDOUT_MODULES))}. The stubs' code never counts. "
+        + (f" and {e(LIBRARY_ID)}" if any(s.id == LIBRARY_ID for s in sources) else "")
+        + f"; modules: {e(', '.join(HANDOUT_MODULES))}, each with the modules of its package it imports. "
+        "The stubs' code never counts. "
         f"Similarity: the larger share of either side's code found in the other "
         f"(identifiers renamed do not hide a copy). Flagged: at or above {threshold:.0%}.</p>",
     ]
@@ -280,7 +377,8 @@ def report_html(pairs: Sequence[Pair], sources: Sequence[Source], threshold: flo
 
 
 def report(root: Path, out: Path, *, exclude: Iterable[Path] = (), with_reference: bool = True,
-           threshold: float = THRESHOLD, top: int = 100, quiet: bool = False) -> list[Pair]:
+           with_library: bool = True, threshold: float = THRESHOLD, top: int = 100,
+           quiet: bool = False) -> list[Pair]:
     """Stage the submissions in ``root``, compare them, write DIR's three files."""
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="similarity-") as tmp:
@@ -291,7 +389,8 @@ def report(root: Path, out: Path, *, exclude: Iterable[Path] = (), with_referenc
             raise SystemExit(f"similarity: {root} is not a folder (nor an export zip)")
         sources = stage(root, Path(tmp), exclude=[out, *exclude])
     ref = reference_source() if with_reference else None
-    everything = [*sources, *([ref] if ref else [])]
+    lib = library_source() if with_library else None
+    everything = [*sources, *(s for s in (ref, lib) if s is not None)]
     pairs = compare(everything, stubs_of())
     write_atomic(out / "pairs.csv", pairs_csv(pairs, everything, threshold))
     write_atomic(out / "similarity.csv", submissions_csv(pairs, everything, threshold))
@@ -314,6 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"flag pairs at or above this similarity, 0..1 (default: {THRESHOLD})")
     p.add_argument("--top", type=int, default=100, help="pairs listed in the report (default: 100)")
     p.add_argument("--no-reference", action="store_true", help="do not compare with reference/")
+    p.add_argument("--no-library", action="store_true", help="do not compare optimizers with torch.optim's sources")
     p.add_argument("--quiet", action="store_true")
     return p
 
@@ -326,8 +426,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"{args.submissions} does not exist")
     if not 0 <= args.threshold <= 1:
         parser.error("--threshold is a fraction between 0 and 1")
-    report(args.submissions, args.out.resolve(), with_reference=not args.no_reference, threshold=args.threshold,
-           top=args.top, quiet=args.quiet)
+    report(args.submissions, args.out.resolve(), with_reference=not args.no_reference,
+           with_library=not args.no_library, threshold=args.threshold, top=args.top, quiet=args.quiet)
     return 0
 
 
