@@ -186,6 +186,57 @@ def test_rerun_resumes_without_regrading(tmp_path, fake_grader):
     assert read_gradebook(out)["bob"]["score"] == "5"
 
 
+def test_rerun_regrades_a_resubmission_under_the_same_name(tmp_path, fake_grader):
+    """Records are keyed by content too: a folder whose files changed, a zip
+    replaced by another under the same name, are regraded without --force; an
+    unchanged one (its mtime touched) is not."""
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    make_sub(subs, "kept")
+    make_sub(subs, "edited", views=None)
+    make_sub(subs, "zipped", views=None, as_zip=True)
+    out, log = tmp_path / "out", tmp_path / "graded.log"
+    assert run_batch(subs, out, "--jobs", "2").returncode == 0
+    book = read_gradebook(out)
+    assert book["edited"]["score"] == "5" and book["zipped"]["score"] == "5", book
+    (subs / "edited" / "student" / "views.py").write_text("y = 2\n")  # the views problem done since
+    (subs / "zipped.zip").unlink()
+    make_sub(subs, "zipped", as_zip=True)
+    os.utime(subs / "kept" / "student" / "precision.py")
+    proc = run_batch(subs, out, "--jobs", "2", env={"FAKE_GRADER_LOG": str(log)})
+    assert proc.returncode == 0 and "resuming: 1 of 3" in proc.stdout and "2 changed since graded" in proc.stdout, \
+        proc.stdout
+    assert sorted(ln.split()[1] for ln in log.read_text().splitlines()) == ["edited", "zipped.zip"]  # the staged path
+    book = read_gradebook(out)
+    assert book["edited"]["score"] == "10" and book["zipped"]["score"] == "10" and book["kept"]["score"] == "10", book
+
+
+def test_content_hash_sees_what_a_grade_depends_on(tmp_path):
+    """A file's bytes, a new file, a renamed one, a link's target change the hash;
+    .git and __pycache__ do not."""
+    from grader.instructor.records import content_hash
+
+    folder = make_sub(tmp_path, "sub")
+    first = content_hash(folder)
+    assert content_hash(folder) == first
+    (folder / ".git").mkdir()
+    (folder / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (folder / "student" / "__pycache__").mkdir()
+    (folder / "student" / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    assert content_hash(folder) == first
+    hashes = {first}
+    (folder / "student" / "notes.txt").write_text("")
+    hashes.add(content_hash(folder))
+    (folder / "student" / "notes.txt").rename(folder / "student" / "notes.md")
+    hashes.add(content_hash(folder))
+    os.symlink("precision.py", folder / "student" / "link.py")
+    hashes.add(content_hash(folder))
+    (folder / "student" / "link.py").unlink()
+    os.symlink("views.py", folder / "student" / "link.py")
+    hashes.add(content_hash(folder))
+    assert len(hashes) == 5
+
+
 def test_rerun_regrades_what_held_no_verdict(tmp_path, fake_grader):
     """A timeout row, a grader-error row and a graded row with a problem in a
     grader error are regraded by a rerun; the others are kept."""

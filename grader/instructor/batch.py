@@ -19,7 +19,9 @@ Contract (instructors rely on each point):
   happened to it: graded, timeout, grader error, bad zip, no ``student/``; the row
   says why. (:mod:`.records`, :mod:`.gradebook`, :mod:`.files`.)
 * A rerun resumes: a submission whose results file exists and is complete is not
-  graded again (``--force`` regrades), unless what happened to it was no verdict
+  graded again (``--force`` regrades), unless its content changed since (the
+  record's ``content`` hash: a resubmission under the same name is regraded) or
+  what happened to it was no verdict
   on it: a batch timeout, a grader error, or a problem the grader reported as a
   grader error (each problem's grader error was regraded once, alone, by the
   grader already; a rerun tries again). Killing the batch (even SIGKILL) loses at
@@ -64,7 +66,7 @@ from grader.instructor.gradescope_metadata import parse_gradescope_metadata
 from grader.instructor.grading import GRADER_ENV, REPO, grade_submission, grader_command
 from grader.instructor.precheck import precheck
 from grader.instructor.progress import Progress
-from grader.instructor.records import STATUSES, error_record, load_record, load_records
+from grader.instructor.records import STATUSES, content_hash, error_record, load_record, load_records
 from grader.instructor.slurm import write_slurm
 from grader.sandbox import plan_jobs
 from grader.util import PROFILES
@@ -156,11 +158,14 @@ def _resume(subs: list[Submission], results: Path, grader_args: list[str],
     """(the records kept from an earlier run, by id; the submissions still to grade)."""
     records: dict[str, dict[str, Any]] = {}
     todo: list[Submission] = []
-    changed = 0
+    changed = resubmitted = 0
     for s in subs:
         rec = None if force else load_record(results / f"{s.id}.json", s.id)
         if rec is not None and Path(str(rec.get("source", ""))).name != s.path.name:
             rec = None  # another entry had this id in an earlier run: its grade is not this one's
+        if rec is not None and rec.get("content") != content_hash(s.path):
+            rec = None  # resubmitted (or changed) since it was graded: its grade is not this content's
+            resubmitted += 1
         if rec is not None and _no_verdict(rec):
             rec = None  # the machine's or the grader's trouble last time: grade it again
         if rec is None:
@@ -168,9 +173,10 @@ def _resume(subs: list[Submission], results: Path, grader_args: list[str],
         else:
             records[s.id] = rec
             changed += rec.get("grader_args") != grader_args
-    if records:
+    if records or resubmitted:
         print(f"batch: resuming: {len(records)} of {len(subs)} submissions already have results"
-              + (f" ({changed} graded with other options; --force regrades)" if changed else ""), flush=True)
+              + (f" ({changed} graded with other options; --force regrades)" if changed else "")
+              + (f"; {resubmitted} changed since graded, regraded" if resubmitted else ""), flush=True)
     return records, todo
 
 

@@ -1,22 +1,27 @@
 """A submission's record: what happened to it, as written to ``results/<id>.json``.
 
 Contract: a record is a JSON object with ``batch_version`` (:data:`RECORD_VERSION`),
-``id``, ``source``, ``submitters``, ``status`` (one of :data:`STATUSES`),
-``reason``, ``score``, ``max_score``, ``grader_args``, ``wall_time`` and
-``result`` (the grader's ``--json`` output, only when "graded"). A record that
-is not complete under :func:`record_complete` is treated as missing, so the
-submission is graded again.
+``id``, ``source``, ``content`` (:func:`content_hash` of the entry when it was
+graded), ``submitters``, ``status`` (one of :data:`STATUSES`), ``reason``,
+``score``, ``max_score``, ``grader_args``, ``wall_time`` and ``result`` (the
+grader's ``--json`` output, only when "graded"). A record that is not complete
+under :func:`record_complete` is treated as missing, so the submission is
+graded again; so is one whose ``content`` is not the entry's now (a
+resubmission under the same name).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 from grader.instructor.discovery import Submission
 
-__all__ = ["RECORD_VERSION", "STATUSES", "error_record", "load_record", "load_records", "new_record",
+__all__ = ["RECORD_VERSION", "STATUSES", "content_hash", "error_record", "load_record", "load_records", "new_record",
            "record_complete", "valid_result"]
 
 RECORD_VERSION = 1
@@ -26,10 +31,60 @@ RECORD_VERSION = 1
 STATUSES = ("graded", "timeout", "grader error", "bad zip", "no student/", "rejected")
 
 
+#: Folders of an entry that hold nothing the grader reads (version control, caches).
+UNHASHED_FOLDERS = frozenset({".git", ".hg", ".svn", "__pycache__"})
+
+
+def content_hash(path: Path) -> str:
+    """A SHA-256 of what the entry ``path`` holds: a file's bytes, or a folder's
+    tree (every entry's relative path and kind, a regular file's bytes, a link's
+    target, never followed), ``.git``-like folders and ``__pycache__`` left out.
+    Whatever cannot be read hashes as its error, so a later read differs."""
+    digest = hashlib.sha256()
+
+    def add_file(file: Path) -> None:
+        try:
+            with open(file, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    digest.update(chunk)
+        except OSError as e:
+            digest.update(f"unreadable: {e.strerror}".encode())
+
+    try:
+        st = path.lstat()
+    except OSError as e:
+        return f"unreadable: {e.strerror}"
+    if not stat.S_ISDIR(st.st_mode):
+        digest.update(b"file\0")
+        add_file(path)
+        return digest.hexdigest()
+    for root, dirs, names in os.walk(path, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d not in UNHASHED_FOLDERS)
+        rel = Path(root).relative_to(path)
+        for name in sorted(names + [d for d in dirs if (Path(root) / d).is_symlink()]):
+            entry = Path(root) / name
+            digest.update(f"\0{(rel / name).as_posix()}\0".encode())
+            try:
+                mode = entry.lstat().st_mode
+            except OSError as e:
+                digest.update(f"gone: {e.strerror}".encode())
+                continue
+            if stat.S_ISLNK(mode):
+                digest.update(b"link\0" + os.fsencode(os.readlink(entry)))
+            elif stat.S_ISREG(mode):
+                digest.update(b"file\0")
+                add_file(entry)
+            else:
+                digest.update(f"special {stat.S_IFMT(mode)}".encode())
+        digest.update(f"\0dir {rel.as_posix()}".encode())
+    return digest.hexdigest()
+
+
 def new_record(sub: Submission, grader_args: list[str]) -> dict[str, Any]:
-    """The record of ``sub`` before anything happened to it (status still empty)."""
+    """The record of ``sub`` before anything happened to it (status still empty),
+    with the hash of its content now (before it is staged and graded)."""
     return {
-        "batch_version": RECORD_VERSION, "id": sub.id, "source": str(sub.path),
+        "batch_version": RECORD_VERSION, "id": sub.id, "source": str(sub.path), "content": content_hash(sub.path),
         "submitters": sub.submitters, "status": "", "reason": "", "score": 0.0, "max_score": None,
         "grader_args": grader_args, "grader_exit": None, "wall_time": 0.0, "result": None,
     }
@@ -38,7 +93,7 @@ def new_record(sub: Submission, grader_args: list[str]) -> dict[str, Any]:
 def error_record(sub: Submission, grader_args: list[str], error: Exception) -> dict[str, Any]:
     """The record of a submission the batch itself failed on (a bug costs one row, not the batch)."""
     return {"batch_version": RECORD_VERSION, "id": sub.id, "source": str(sub.path),
-            "submitters": sub.submitters, "status": "grader error",
+            "content": content_hash(sub.path), "submitters": sub.submitters, "status": "grader error",
             "reason": f"batch could not run the grader: {type(error).__name__}: {error}",
             "score": 0.0, "max_score": None, "grader_args": grader_args, "result": None}
 
