@@ -1,0 +1,152 @@
+"""The optimizers' worker seals torch.optim (grader/worker.py ``seal_torch_optim``)
+and staging refuses what Python would import differently from what the grader
+reads (grader/workcopy.py ``check_plain_modules``).
+
+Sealing changes the process it runs in for good, so it runs in a child process
+that reports, as JSON, what each route to torch.optim's optimizers did."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader.workcopy import SubmissionError, make_working_copy
+
+REPO = Path(__file__).resolve().parent.parent
+
+ROUTES = r'''
+import builtins, importlib, json, operator, pkgutil, sys
+import torch
+from grader.worker import seal_torch_optim
+
+report = {"left": seal_torch_optim()}
+p = torch.nn.Parameter(torch.ones(3))
+p.grad = torch.ones(3)
+adam_args = dict(grad_scale=None, found_inf=None, amsgrad=False, has_complex=False, beta1=0.9, beta2=0.9,
+                 lr=0.1, weight_decay=0.0, eps=1e-8, maximize=False, capturable=False, differentiable=False,
+                 decoupled_weight_decay=False)
+adam_lists = lambda: ([p], [p.grad], [torch.zeros(3)], [torch.zeros(3)], [], [torch.tensor(0.0)])
+
+
+def bare_sgd():
+    """An SGD built by Optimizer.__init__ alone (SGD's own __init__ skipped)."""
+    opt = object.__new__(torch.optim.SGD)
+    torch.optim.Optimizer.__init__(opt, [p], dict(lr=0.1, momentum=0.0, dampening=0.0, weight_decay=0.0,
+                                                  nesterov=False, maximize=False, foreach=None,
+                                                  differentiable=False, fused=None))
+    return opt
+
+
+routes = {
+    "attribute": lambda: torch.optim.Adam([p]).step(),
+    "__init__ bypassed": lambda: bare_sgd().step(),
+    "pkgutil.resolve_name": lambda: pkgutil.resolve_name("torch.optim.adam:Adam")([p]).step(),
+    "__subclasses__": lambda: next(c for c in torch.optim.Optimizer.__subclasses__() if c.__name__ == "RMSprop")(
+        [p]).step(),
+    "builtins.__import__": lambda: builtins.__import__("torch.optim", fromlist=["Adagrad"]).Adagrad([p]).step(),
+    "operator.attrgetter": lambda: operator.attrgetter("optim.AdamW")(torch)([p]).step(),
+    "functional": lambda: sys.modules["torch.optim.adam"].adam(*adam_lists(), **{
+        k: v for k, v in adam_args.items() if k not in ("has_complex", "decoupled_weight_decay")}),
+    "_single_tensor": lambda: sys.modules["torch.optim.adam"]._single_tensor_adam(*adam_lists(), **adam_args),
+    "_multi_tensor": lambda: sys.modules["torch.optim.adam"]._multi_tensor_adam(*adam_lists(), **adam_args),
+    "_functional": lambda: sys.modules["torch.optim._functional"].sgd(
+        [p], [p.grad], [None], weight_decay=0.0, momentum=0.0, lr=0.1, dampening=0.0, nesterov=False,
+        maximize=False),
+    "__globals__ registry": lambda: torch.optim.Optimizer.__repr__.__globals__["_single_tensor_adam"](
+        *adam_lists(), **adam_args),
+    "importlib.reload": lambda: importlib.reload(sys.modules["torch.optim.adam"]).Adam([p]).step(),
+    "fresh import": lambda: importlib.import_module("torch.optim._multi_tensor").Adam([p]).step(),
+    "fused kernel": lambda: torch._fused_sgd_([p], [p.grad], [], weight_decay=0.0, momentum=0.0, lr=0.1,
+                                              dampening=0.0, nesterov=False, maximize=False, is_first_step=True),
+    "fused op": lambda: torch.ops.aten._fused_adamw_.default(
+        [p], [p.grad], [torch.zeros(3)], [torch.zeros(3)], [], [torch.tensor(1.0)], lr=0.1, beta1=0.9,
+        beta2=0.9, weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False),
+}
+before = p.detach().clone()
+report["routes"] = {}
+for name, route in routes.items():
+    try:
+        with torch.no_grad():  # as an optimizer's step runs
+            route()
+        report["routes"][name] = "ran"
+    except Exception as e:
+        report["routes"][name] = f"{type(e).__name__}: {e}"
+report["unchanged"] = bool(torch.equal(p.detach(), before))
+
+
+class Mine(torch.optim.Optimizer):
+    def __init__(self, params, lr=0.5):
+        super().__init__(params, {"lr": lr})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            ps = [q for q in group["params"] if q.grad is not None]
+            torch._foreach_add_(ps, [q.grad for q in ps], alpha=-group["lr"])
+
+
+opt = Mine([p])
+torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+opt.step()
+opt.zero_grad()
+opt.load_state_dict(opt.state_dict())
+report["own"] = p.detach().tolist()
+print(json.dumps(report))
+'''
+
+
+@pytest.fixture(scope="module")
+def sealed() -> dict:
+    proc = subprocess.run([sys.executable, "-c", ROUTES], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_no_original_survives(sealed):
+    """No function of torch.optim's algorithm modules is alive after sealing
+    (every reference the garbage collector sees was replaced)."""
+    assert sealed["left"] == []
+
+
+def test_every_route_to_torch_optim_fails(sealed):
+    ran = {name: what for name, what in sealed["routes"].items() if what == "ran"}
+    assert not ran, f"these routes reached torch.optim's optimizers: {sorted(ran)}"
+    for name, what in sealed["routes"].items():
+        assert "is not available to submissions" in what, (name, what)
+    assert sealed["unchanged"], "a sealed route still updated the parameter"
+
+
+def test_own_optimizer_and_schedulers_still_work(sealed):
+    """torch.optim.Optimizer, lr_scheduler and torch._foreach_* stay usable:
+    the reference's way of writing an optimizer is untouched."""
+    assert sealed["own"] == [0.5, 0.5, 0.5]
+
+
+@pytest.mark.parametrize("entry", ["optimizers/__init__.py", "optimizers.cpython-311-x86_64-linux-gnu.so",
+                                   "optimizers.abi3.so", "optimizers.pyd", "optimizers.pyc", "hook.pth",
+                                   "ns/helper.py"])
+def test_staging_refuses_what_would_import_unread(tmp_path, entry):
+    student = tmp_path / "sub" / "student"
+    (student / entry).parent.mkdir(parents=True, exist_ok=True)
+    (student / "__init__.py").write_text("")
+    (student / "optimizers.py").write_text("x = 1\n")
+    (student / entry).write_text("")
+    with pytest.raises(SubmissionError, match=r"student/(optimizers|ns)/? is a folder|not a plain Python module"):
+        make_working_copy(student, tmp_path / "work")
+
+
+def test_staging_copies_plain_modules_only(tmp_path):
+    """Files that import as nothing are left out, __pycache__ is dropped, and a
+    link is never followed: the working copy holds exactly the plain modules."""
+    student = tmp_path / "sub" / "student"
+    (student / "__pycache__").mkdir(parents=True)
+    (student / "__pycache__" / "views.cpython-311.pyc").write_bytes(b"\0")
+    for name in ("__init__.py", "views.py", "_helper.py", "notes.txt", ".DS_Store", "my-notes.py"):
+        (student / name).write_text("")
+    work = make_working_copy(student, tmp_path / "work")
+    assert sorted(p.name for p in (work / "student").iterdir()) == ["__init__.py", "_helper.py", "views.py"]
