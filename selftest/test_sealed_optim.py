@@ -150,3 +150,15 @@ def test_staging_copies_plain_modules_only(tmp_path):
         (student / name).write_text("")
     work = make_working_copy(student, tmp_path / "work")
     assert sorted(p.name for p in (work / "student").iterdir()) == ["__init__.py", "_helper.py", "views.py"]
+
+
+def test_source_check_names_a_rebound_decoy():
+    """The first line (tests/static.py, clear feedback): a class the module
+    rebinds later is a decoy, whatever its bases; the reference rebinds none."""
+    from tests import static
+    from tests.harness import LocalImpl
+
+    cheat = static.delegation_facts(LocalImpl(str(REPO / "grader" / "corpus" / "cheat" / "dynamic_delegation")))
+    assert cheat.subclasses_optimizer("Adam")  # what the class definition alone says
+    assert any("Adam is rebound after its class definition" in use for use in cheat.uses), cheat.uses
+    assert static.delegation_facts(LocalImpl("reference")).uses == []

@@ -177,6 +177,19 @@ class _Reader(ast.NodeVisitor):
                 self._use(child, f"{node.func.id}(torch, ...)")
         super().generic_visit(node)
 
+    def visit_Module(self, node: ast.Module) -> None:
+        # A class read here may be a decoy: the name it binds, rebound later
+        # at module level (``Adam = wrap(found_elsewhere)``), is what imports see.
+        classes = {n.name for n in node.body if isinstance(n, ast.ClassDef)}
+        for stmt in node.body:
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else \
+                [stmt.target] if isinstance(stmt, ast.AnnAssign | ast.AugAssign) else []
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name) and name.id in classes:
+                        self._use(stmt, f"{name.id} is rebound after its class definition (the class is a decoy)")
+        self.generic_visit(node)
+
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         bases = []
         for b in node.bases:
