@@ -248,7 +248,8 @@ def seal_torch_optim() -> list[str]:
       unreachable and collected. The return value lists survivors.
     * Those modules cannot be imported afresh or reloaded (:class:`_SealedModules`).
     * The fused kernels (``torch._fused_adam_`` and every overload of
-      ``aten::_fused_{adam,adamw,sgd,adagrad}``) get CPU and CUDA kernels that raise.
+      ``aten::_fused_{adam,adamw,sgd,adagrad}``) get CPU, CUDA, MPS and XPU
+      kernels that raise.
 
     ``torch._foreach_*`` stays: each is one elementwise operation over a list of
     tensors, the building block the handout recommends (and the reference
@@ -330,7 +331,7 @@ def _seal_fused_kernels(torch: Any) -> None:
         namespace, _, op = qualified.partition("::")
         if namespace != "aten" or op.split(".")[0].rstrip("_") not in FUSED_KERNELS:
             continue
-        for key in ("CPU", "CUDA"):
+        for key in ("CPU", "CUDA", "MPS", "XPU"):  # every device a grader or a student's machine may have
             with warnings.catch_warnings():  # "overriding a previously registered kernel": the point
                 warnings.simplefilter("ignore")
                 _FUSED_LIBRARY.impl(op, _sealed(f"torch's fused optimizer kernel {op}"), key)
