@@ -2,7 +2,7 @@
 
     python -m grader [SUBMISSION] [--json FILE] [--gradescope FILE] [--junit FILE]
                      [--profile dev|ci|grade] [--problems a,b] [--public-only]
-                     [--sandbox auto|bwrap|rlimits] [--call-cpu S] [--cpu-budget S]
+                     [--sandbox auto|bwrap|uid|rlimits] [--call-cpu S] [--cpu-budget S]
                      [--memory-limit GIB] [--parallel N] [--reveal-hidden] [--seed N] [--rubric FILE] [--quiet]
                      [--no-progress]
 
@@ -57,8 +57,9 @@ def parser() -> argparse.ArgumentParser:
                          "--hypothesis-profile is the same option under pytest's name")
     ap.add_argument("--problems", help="comma-separated problems to grade (default: all)")
     ap.add_argument("--public-only", action="store_true", help="run the public tests only")
-    ap.add_argument("--sandbox", choices=("auto", "bwrap", "rlimits"), default="auto",
-                    help="auto: bubblewrap where usable, else rlimits only")
+    ap.add_argument("--sandbox", choices=("auto", "bwrap", "uid", "rlimits"), default="auto",
+                    help="auto: $LAB_ISOLATION if set, else bubblewrap where usable, else (as root, on a locked "
+                         "checkout) an unprivileged uid; rlimits: no filesystem isolation (trusted submissions)")
     ap.add_argument("--call-cpu", type=float, metavar="S",
                     help="CPU seconds per call into the submission (default: the rubric's, scaled to this machine)")
     ap.add_argument("--cpu-budget", type=float, metavar="S",

@@ -61,7 +61,7 @@ class Options:
     profile: str | None = None
     problems: list[str] | None = None
     public_only: bool = False
-    sandbox: str = "auto"  # auto | bwrap | rlimits
+    sandbox: str = "auto"  # auto ($LAB_ISOLATION, else bwrap, else uid) | bwrap | uid | rlimits
     call_cpu: float | None = None  # CPU seconds of one call (None: the rubric's, scaled to this machine)
     cpu_budget: float | None = None  # CPU seconds of every problem (None: from the reference's cost)
     reveal_hidden: bool | None = None
@@ -127,10 +127,12 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
                             "calibrate)")
     result.checks = (STUDENT_RELEASE_CHECKS if not hidden_available() else
                      "public checks only (--public-only)" if opts.public_only else "public + hidden checks")
-    if sandbox.mode != "bwrap":
+    if sandbox.mode == "rlimits":
         result.notes.append(f"sandbox: rlimits only ({sandbox.why})")
     start = time.monotonic()
     run = Path(tempfile.mkdtemp(prefix="grader-"))
+    if sandbox.mode == "uid":  # the worker's uid reaches its working copy and scratch, lists nothing
+        run.chmod(0o711)
     try:
         try:
             folder = locate(path, run / "unpacked")

@@ -102,13 +102,16 @@ def run_pytest(rub: Rubric, base: Plan, problems: tuple[ProblemPlan, ...], run: 
     results, or a ``fatal`` record saying why there are none. ``progress``, when
     given, gets each progress event line the process writes, as it comes."""
     run.mkdir(parents=True, exist_ok=True)
+    run.chmod(0o711)  # a uid-isolated worker passes through to its scratch folder, lists nothing
     scratch = run / "scratch"
     scratch.mkdir()
     scratch.chmod(0o777)
     read_fd, write_fd = os.pipe()
     events_r, events_w = os.pipe() if progress is not None else (-1, -1)
     plan = replace(base, scratch=str(scratch), problems=problems, results_fd=write_fd, progress_fd=events_w)
-    (run / "plan.json").write_text(plan.to_json())
+    # The plan holds the hidden checks' seed: readable by the grader only.
+    with open(os.open(run / "plan.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(plan.to_json())
     files = [f for p in problems for f in p.files]
     # No per-test wall-clock timeout (--timeout=0): on a busy machine a test
     # may take long without any fault of the submission, whose calls are

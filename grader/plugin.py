@@ -75,6 +75,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from grader.worker import WorkerConfig
 
     sandbox = plan.sandbox.sandbox()
+    if sandbox.mode == "uid":  # the worker's uid shares the tests' tmp_path folders, as under bubblewrap
+        from grader.uidsandbox import open_pytest_temp_dirs
+
+        open_pytest_temp_dirs()
     impl = RemoteImpl(
         plan.name, sandbox, Path(plan.work), Path(plan.scratch),
         problems={p.name: p.cpu_budget for p in plan.problems},

@@ -69,19 +69,21 @@ class SandboxSpec:
     """The engine's resolved :class:`grader.sandbox.Sandbox`: its mode and why,
     the device flag and the limits, so the plugin restores it without probing again."""
 
-    mode: str  # bwrap | rlimits
+    mode: str  # bwrap | uid | rlimits
     why: str
     gpu: bool
     limits: Limits
+    uid: int = -1  # the worker's uid and gid (uid mode)
+    gid: int = -1
 
     @classmethod
     def of(cls, sandbox: Sandbox) -> SandboxSpec:
-        return cls(sandbox.mode, sandbox.why, sandbox.gpu, sandbox.limits)
+        return cls(sandbox.mode, sandbox.why, sandbox.gpu, sandbox.limits, sandbox.uid, sandbox.gid)
 
     def sandbox(self) -> Sandbox:
-        """The same sandbox, without a second bubblewrap probe (its mode was
-        decided by the engine, in this very run)."""
-        return Sandbox.restored(self.mode, self.why, limits=self.limits, gpu=self.gpu)
+        """The same sandbox, without a second probe (its mode was decided by
+        the engine, in this very run)."""
+        return Sandbox.restored(self.mode, self.why, limits=self.limits, gpu=self.gpu, uid=self.uid, gid=self.gid)
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,8 @@ class Plan:
         return cls(**{
             **raw,
             "problems": tuple(ProblemPlan(**{**p, "files": tuple(p["files"])}) for p in raw["problems"]),
-            "sandbox": SandboxSpec(sb["mode"], sb["why"], sb["gpu"], Limits(**sb["limits"])),
+            "sandbox": SandboxSpec(sb["mode"], sb["why"], sb["gpu"], Limits(**sb["limits"]), sb.get("uid", -1),
+                                   sb.get("gid", -1)),
         })
 
 

@@ -13,8 +13,12 @@ filter that refuses to create processes, before it imports submission code. A
 problem whose checks need a child process (rubric ``processes = N``) gets a
 worker without that filter, capped by RLIMIT_NPROC at the user's current task
 count plus N (which the kernel does not enforce for root). Without a usable
-bwrap (macOS, containers without user namespaces) only those last measures
-remain, and every report says so.
+bwrap (containers without user namespaces), a grader running as root starts
+the worker as an unprivileged uid of its own instead, on a locked checkout
+(:mod:`grader.uidsandbox`, probed before use). Where neither works (macOS, not
+root) only those last measures remain: an instructor's checkout (the reference
+and hidden checks on disk) is then refused unless rlimits are asked for
+explicitly; the student release runs, and every report says so.
 
 What holds for root too: the seccomp filter (mandatory where the platform has
 it), a pids cgroup per worker where one can be made
@@ -38,7 +42,9 @@ import subprocess
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
+from grader import uidsandbox
 from grader.cgroups import PidsCgroup, pids_limit
 from grader.limits import (
     MIN_WORKER_BYTES,
@@ -128,41 +134,80 @@ def _root_binds() -> list[str]:
 
 @dataclass
 class Sandbox:
-    """How workers are started; ``mode`` is "bwrap" or "rlimits".
+    """How workers are started; ``mode`` is "bwrap", "uid" or "rlimits".
 
-    Built with ``want`` ("auto", "bwrap", "rlimits"), it decides its mode by
-    probing bubblewrap (once per process); ``want="bwrap"`` where bwrap is
-    unusable raises RuntimeError. :meth:`restored` rebuilds one whose mode was
-    decided already.
+    Built with ``want`` ("auto", "bwrap", "uid", "rlimits"; "auto" reads
+    ``$LAB_ISOLATION`` first), it decides its mode by probing (once per
+    process): bubblewrap, else, as root, an unprivileged uid
+    (:mod:`grader.uidsandbox`). Asking for a mode that does not work raises
+    RuntimeError, and so does "auto" when neither works and this checkout holds
+    the reference or hidden checks (a submission could read them): only an
+    explicit "rlimits" grades it without filesystem isolation. :meth:`restored`
+    rebuilds one whose mode was decided already.
     """
 
     limits: Limits = field(default_factory=Limits)
     gpu: bool = False
-    want: str = "auto"  # auto | bwrap | rlimits
+    want: str = "auto"  # auto | bwrap | uid | rlimits
     mode: str = field(init=False)
     why: str = field(init=False)
+    uid: int = field(init=False, default=-1)  # the worker's uid and gid (uid mode)
+    gid: int = field(init=False, default=-1)
 
     def __post_init__(self) -> None:
-        ok, why = bwrap_usable() if self.want != "rlimits" else (False, "rlimits requested")
-        if self.want == "bwrap" and not ok:
+        want = uidsandbox.requested_mode(self.want)
+        if want == "rlimits":
+            self.mode, self.why = "rlimits", "rlimits requested"
+            return
+        ok, why = bwrap_usable() if want != "uid" else (False, "uid isolation requested")
+        if ok:
+            self.mode, self.why = "bwrap", why
+            return
+        if want == "bwrap":
             raise RuntimeError(f"--sandbox bwrap: {why}")
-        self.mode, self.why = ("bwrap", why) if ok else ("rlimits", why)
+        uid, gid = uidsandbox.worker_ids()
+        ok, why_uid = uidsandbox.uid_isolation(uid, gid, REPO)
+        if ok:
+            self.mode, self.why, self.uid, self.gid = "uid", f"{why_uid}; {why}", uid, gid
+            return
+        if want == "uid":
+            raise RuntimeError(f"--sandbox uid: {why_uid}; {uidsandbox.fix_hint()}")
+        if uidsandbox.holds_secrets(REPO):
+            raise RuntimeError(
+                f"no filesystem isolation for the submission here ({why}; {why_uid}), and this checkout holds the "
+                "reference and hidden checks, which it could read or overwrite. Install bubblewrap (with user "
+                f"namespaces), or {uidsandbox.fix_hint()}, or pass --sandbox rlimits if you trust the submission")
+        self.mode, self.why = "rlimits", why
 
     @classmethod
-    def restored(cls, mode: str, why: str, *, limits: Limits, gpu: bool) -> Sandbox:
+    def restored(cls, mode: str, why: str, *, limits: Limits, gpu: bool, uid: int = -1, gid: int = -1) -> Sandbox:
         """The sandbox another process decided on (the engine, earlier in this
-        run): ``mode`` and ``why`` as it found them, no second bubblewrap probe."""
-        if mode not in ("bwrap", "rlimits"):
-            raise ValueError(f"mode must be 'bwrap' or 'rlimits', got {mode!r}")
+        run): ``mode`` and ``why`` (and the worker's ``uid``/``gid``) as it
+        found them, no second probe."""
+        if mode not in ("bwrap", "uid", "rlimits"):
+            raise ValueError(f"mode must be 'bwrap', 'uid' or 'rlimits', got {mode!r}")
+        if mode == "uid" and min(uid, gid) <= 0:
+            raise ValueError(f"uid mode needs the worker's unprivileged uid and gid, got {uid}:{gid}")
         sandbox = cls(limits=limits, gpu=gpu, want="rlimits")  # "rlimits": decided without a probe
-        sandbox.want, sandbox.mode, sandbox.why = mode, mode, why
+        sandbox.want, sandbox.mode, sandbox.why, sandbox.uid, sandbox.gid = mode, mode, why, uid, gid
         return sandbox
 
     def describe(self, seccomp: str | None = None) -> str:
         extra = "" if seccomp is None else f", seccomp {seccomp}"
         if self.mode == "bwrap":
             return f"bubblewrap (no network, private filesystem) + rlimits{extra}"
+        if self.mode == "uid":
+            return (f"unprivileged uid {self.uid} (no namespaces; the reference, hidden checks and grader "
+                    f"unreadable to it) + rlimits{extra}")
         return f"rlimits only ({self.why}){extra}"
+
+    def credentials(self) -> dict[str, Any]:
+        """Keyword arguments of :class:`subprocess.Popen` that start the worker
+        as its own unprivileged uid and gid, without supplementary groups (uid
+        mode; else none)."""
+        if self.mode != "uid":
+            return {}
+        return {"user": self.uid, "group": self.gid, "extra_groups": []}
 
     def command(self, work: Path, scratch: Path, in_fd: int, out_fd: int,
                 config: WorkerConfig) -> tuple[list[str], dict[str, str], str]:
@@ -172,6 +217,8 @@ class Sandbox:
         python = [sys.executable, "-I"]
         env = _worker_env(self.gpu)
         if self.mode != "bwrap":
+            if self.mode == "uid":  # its temporary files in the scratch folder, measured and capped
+                env.update(HOME=str(scratch), TMPDIR=str(scratch))
             text = replace(config, parent=os.getpid()).to_json()
             return [*python, str(work / WORKER_SCRIPT), str(in_fd), str(out_fd), text], env, str(work)
         # Mounts apply in order: the tmpfs /tmp comes first so that binds below
