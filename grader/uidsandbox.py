@@ -207,14 +207,14 @@ def _secret_paths(repo: Path) -> list[str]:
     return out
 
 
-def probe(uid: int, gid: int, repo: Path = REPO) -> str:
+def probe(uid: int, gid: int, repo: Path = REPO, python: str = sys.executable) -> str:
     """What the worker's uid can do that it must not (``""``: nothing), checked
     by a process running as ``uid``/``gid`` with no supplementary groups: read
     or list ``reference/``, ``grader/`` or ``grader/hidden`` of ``repo``, write
     anything in ``repo`` or rename it, follow ``/proc/<this process>/cwd``;
     and whether it can reach a folder laid out in the temporary folder as the
     run's (a ``0711`` folder holding a readable working copy and a writable
-    scratch folder)."""
+    scratch folder). ``python`` is the worker's interpreter (this one)."""
     base = Path(tempfile.mkdtemp(prefix="grader-probe-"))
     try:
         base.chmod(0o711)
@@ -231,23 +231,48 @@ def probe(uid: int, gid: int, repo: Path = REPO) -> str:
                 "grader": os.getpid(), "readable": str(readable), "writable": str(base / "scratch"),
                 "tempdir": tempfile.gettempdir()}
         try:
-            proc = subprocess.run([sys.executable, "-I", "-c", _PROBE, json.dumps(args)], user=uid, group=gid,
+            proc = subprocess.run([python, "-I", "-c", _PROBE, json.dumps(args)], user=uid, group=gid,
                                   extra_groups=[], cwd="/", env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
                                   stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
         except (OSError, subprocess.SubprocessError) as e:
-            return f"a process cannot run as uid {uid} ({type(e).__name__}: {e})"
+            hint = (": the interpreter must lie in folders other users may enter (not, say, pyenv under /root)"
+                    if isinstance(e, PermissionError) else "")
+            return f"the interpreter cannot run as uid {uid} ({type(e).__name__}: {e}){hint}"
         if proc.returncode != 0:
             return f"the probe as uid {uid} failed (status {proc.returncode}): {proc.stderr.strip()[-300:]}"
         try:
             wrong = json.loads(proc.stdout)
         except ValueError:
             return f"the probe as uid {uid} said nothing readable"
-        return "; ".join(wrong[:4]) + (f"; and {len(wrong) - 4} more" if len(wrong) > 4 else "")
+        return _summary(wrong, repo)
     finally:
         from grader.scratch import remove_tree
 
         with contextlib.suppress(OSError):
             remove_tree(base)
+
+
+def _summary(wrong: list[str], repo: Path) -> str:
+    """The probe's findings, short: what it read per secret folder, the first
+    paths it could write, then the rest."""
+    tops = sorted((str(repo / t) for t in ("reference", "grader", "grader/hidden", ".git")), key=len, reverse=True)
+    read: dict[str, int] = {}
+    written: list[str] = []
+    other: list[str] = []
+    for line in wrong:
+        if line.startswith("it can read "):
+            path = line.removeprefix("it can read ")
+            top = next((t for t in tops if path == t or path.startswith(t + "/")), path)
+            read[top] = read.get(top, 0) + 1
+        elif line.startswith("it can write "):
+            written.append(line.removeprefix("it can write "))
+        else:
+            other.append(line)
+    parts = [f"it can read {top}/ ({n} entries)" for top, n in read.items()]
+    if written:
+        parts.append("it can write " + ", ".join(written[:3]) + (f" (and {len(written) - 3} more)"
+                                                                 if len(written) > 3 else ""))
+    return "; ".join(parts + other)
 
 
 def fix_hint() -> str:

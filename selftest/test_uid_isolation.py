@@ -1,0 +1,162 @@
+"""The uid isolation mode (grader/uidsandbox.py): the worker as an unprivileged
+uid where bubblewrap cannot run, and the refusal to grade an instructor's
+checkout with no isolation at all. The cheats that need filesystem isolation
+are graded in this mode too, in selftest/test_cheat_corpus.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from grader import sandbox as sandbox_mod
+from grader import uidsandbox
+from grader.sandbox import Limits, Sandbox
+from selftest.uidmode import REPO, _runs_as, locked_checkout, uid_setup
+
+UID, GID = uidsandbox.worker_ids()
+
+
+@pytest.fixture(scope="module")
+def worker_python() -> str:
+    python, why = uid_setup(UID)
+    if python is None:
+        pytest.skip(why)
+    return python
+
+
+@pytest.fixture
+def open_folder():
+    """A folder other users may enter (pytest's tmp_path is closed to them)."""
+    path = Path(tempfile.mkdtemp(prefix="lab-uid-test-"))
+    path.chmod(0o755)
+    yield path
+    from grader.scratch import remove_tree
+
+    remove_tree(path)
+
+
+def _fake_checkout(root: Path) -> Path:
+    """A checkout laid out as an instructor's, world-readable as git leaves it,
+    with one world-writable folder."""
+    for rel in ("reference/precision.py", "grader/hidden/test_precision_hidden.py", "grader/engine.py",
+                "tests/test_precision.py"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("SECRET = 1\n")
+        (root / rel).chmod(0o644)
+    for folder in (root, root / "reference", root / "grader", root / "grader" / "hidden"):
+        folder.chmod(0o755)
+    (root / "tests").chmod(0o777)
+    return root
+
+
+def test_probe_finds_what_the_worker_uid_could_read_and_write(worker_python, open_folder):
+    """As the worker's uid, the probe reads the reference and hidden checks of an
+    unlocked checkout and writes its world-writable folder; once locked (the
+    checkout itself traversable, as when the virtual environment lives in it),
+    it does neither, and still reaches a run's working copy and scratch folder."""
+    repo = _fake_checkout(open_folder / "checkout")
+    wrong = uidsandbox.probe(UID, GID, repo, python=worker_python)
+    assert f"it can read {repo / 'reference'}/ (2 entries)" in wrong, wrong
+    assert f"{repo / 'grader' / 'hidden'}/ (2 entries)" in wrong, wrong
+    assert f"it can write {repo / 'tests'}" in wrong, wrong
+    uidsandbox.lock(repo)
+    repo.chmod(0o711)
+    assert uidsandbox.probe(UID, GID, repo, python=worker_python) == ""
+    assert not _runs_as(UID, ["/bin/cat", str(repo / "reference" / "precision.py")])
+    assert not _runs_as(UID, ["/usr/bin/touch", str(repo / "tests" / "forged.json")])
+
+
+def test_worker_uid_cannot_read_reference_nor_write_the_grader(worker_python):
+    """This checkout, locked as setup.sh locks it: the worker's uid reads none of
+    reference/, grader/hidden/, grader/, and writes nothing of the grader's."""
+    with locked_checkout():
+        assert uidsandbox.probe(UID, GID, REPO, python=worker_python) == ""
+        for secret in ("reference/precision.py", "grader/hidden/test_precision_hidden.py", "grader/engine.py"):
+            assert not _runs_as(UID, ["/bin/cat", str(REPO / secret)]), f"uid {UID} read {secret}"
+        assert not _runs_as(UID, ["/bin/ls", str(REPO / "grader")])
+        for spot in ("grader/results.json", "results.json", "grader/hidden/conftest.py"):
+            assert not _runs_as(UID, ["/usr/bin/touch", str(REPO / spot)]), f"uid {UID} wrote {spot}"
+
+
+def test_reference_gets_full_marks_in_uid_mode(worker_python, tmp_path):
+    """The mode costs a correct submission nothing: the reference earns every
+    point of data (files shared through the tests' tmp_path) as the worker's uid."""
+    sub = tmp_path / "sub"
+    (sub / "student").mkdir(parents=True)
+    for f in (REPO / "reference").glob("*.py"):
+        (sub / "student" / f.name).write_bytes(f.read_bytes())
+    with locked_checkout():
+        proc = subprocess.run(
+            [worker_python, "-m", "grader", str(sub), "--problems", "data", "--profile", "dev", "--sandbox", "uid",
+             "--json", str(tmp_path / "result.json")],
+            cwd=REPO, capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["sandbox"].startswith("unprivileged uid "), result["sandbox"]
+    assert result["score"] == result["max_score"] > 0, proc.stdout[-3000:]
+
+
+@pytest.fixture
+def no_isolation(monkeypatch):
+    """Neither bubblewrap nor the uid mode works here (as on macOS, or in a
+    container without user namespaces where the grader is not root)."""
+    monkeypatch.delenv(uidsandbox.ISOLATION_ENV, raising=False)
+    monkeypatch.setattr(sandbox_mod, "bwrap_usable", lambda: (False, "bubblewrap unavailable"))
+    monkeypatch.setattr(uidsandbox, "uid_isolation", lambda *a: (False, "uid isolation: the grader is not root"))
+
+
+def test_no_isolation_refuses_an_instructor_checkout(no_isolation, monkeypatch):
+    """With the reference and hidden checks on disk and no isolation, "auto"
+    refuses, naming the fixes; only an explicit "rlimits" grades; the student
+    release (nothing to hide) runs on rlimits and says so."""
+    monkeypatch.setattr(uidsandbox, "holds_secrets", lambda repo=REPO: True)
+    with pytest.raises(RuntimeError) as refused:
+        Sandbox(limits=Limits())
+    message = str(refused.value)
+    assert "reference" in message and "bubblewrap" in message and "python -m grader.uidsandbox lock" in message
+    assert "--sandbox rlimits" in message
+    with pytest.raises(RuntimeError, match="--sandbox uid"):
+        Sandbox(limits=Limits(), want="uid")
+    assert Sandbox(limits=Limits(), want="rlimits").mode == "rlimits"
+    monkeypatch.setenv(uidsandbox.ISOLATION_ENV, "none")
+    assert Sandbox(limits=Limits()).mode == "rlimits"
+    monkeypatch.delenv(uidsandbox.ISOLATION_ENV)
+    monkeypatch.setattr(uidsandbox, "holds_secrets", lambda repo=REPO: False)
+    release = Sandbox(limits=Limits())
+    assert release.mode == "rlimits" and release.describe().startswith("rlimits only (bubblewrap unavailable")
+
+
+def test_isolation_is_chosen_by_env_and_bad_values_are_refused(monkeypatch):
+    """``$LAB_ISOLATION`` picks the mode "auto" stands for; a mode that does not
+    work here is an error, never a silent fallback; a bad value is a ValueError."""
+    monkeypatch.setenv(uidsandbox.ISOLATION_ENV, "chroot")
+    with pytest.raises(ValueError, match="LAB_ISOLATION"):
+        Sandbox(limits=Limits())
+    monkeypatch.setenv(uidsandbox.ISOLATION_ENV, "uid")
+    monkeypatch.setattr(sandbox_mod, "bwrap_usable", lambda: pytest.fail("uid mode must not fall back to bwrap"))
+    monkeypatch.setattr(uidsandbox, "uid_isolation", lambda uid, gid, repo: (False, "uid isolation: it can read X"))
+    with pytest.raises(RuntimeError, match="it can read X"):
+        Sandbox(limits=Limits())
+    monkeypatch.setattr(uidsandbox, "uid_isolation", lambda uid, gid, repo: (True, f"unprivileged uid {uid}"))
+    box = Sandbox(limits=Limits())
+    assert box.mode == "uid" and box.uid == UID and box.gid == GID
+    assert box.credentials() == {"user": UID, "group": GID, "extra_groups": []}
+    again = Sandbox.restored(box.mode, box.why, limits=box.limits, gpu=False, uid=box.uid, gid=box.gid)
+    assert again.credentials() == box.credentials() and again.describe().startswith(f"unprivileged uid {UID} ")
+
+
+def test_worker_uid_is_configurable_and_never_root(monkeypatch):
+    """``$LAB_WORKER_UID`` fixes the worker's uid (and gid); 0 is refused."""
+    monkeypatch.setenv(uidsandbox.WORKER_UID_ENV, "4242:4343")
+    assert uidsandbox.worker_ids() == (4242, 4343)
+    monkeypatch.setenv(uidsandbox.WORKER_UID_ENV, "0")
+    with pytest.raises(ValueError, match="unprivileged"):
+        uidsandbox.worker_ids()
+    monkeypatch.delenv(uidsandbox.WORKER_UID_ENV)
+    uid, gid = uidsandbox.worker_ids()
+    assert uid == gid and uidsandbox.UID_BASE <= uid < uidsandbox.UID_BASE + uidsandbox.UID_SLOTS

@@ -1,0 +1,133 @@
+"""What the selftests of the uid isolation mode need (grader/uidsandbox.py).
+
+:func:`uid_setup` gives an interpreter the worker's uid can run, locks this
+checkout for the test's duration (as the Gradescope bundle's setup.sh does),
+and says why the mode cannot be tested here instead (a skip reason): not
+Linux, not root, no interpreter other users can run, or another checkout's
+reference readable by the worker's uid (it would hide nothing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from grader import uidsandbox
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _runs_as(uid: int, argv: list[str]) -> bool:
+    """Whether ``argv`` exits 0 when run as ``uid`` (and gid ``uid``)."""
+    try:
+        proc = subprocess.run(argv, user=uid, group=uid, extra_groups=[], cwd="/", capture_output=True, timeout=120,
+                              env={"PATH": "/usr/bin:/bin"})
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return proc.returncode == 0
+
+
+def worker_python(uid: int) -> str | None:
+    """An interpreter with this one's packages that ``uid`` can run: this one,
+    or (when it lives where other users cannot go, e.g. pyenv under /root) a
+    virtual environment, made once, of the system's Python of the same version
+    that imports this one's site-packages. None when there is neither."""
+    if _runs_as(uid, [sys.executable, "-I", "-c", "import torch"]):
+        return sys.executable
+    system = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
+    if not system.is_file():
+        return None
+    venv = Path(tempfile.gettempdir()) / f"lab-uid-python-{sys.version_info.major}{sys.version_info.minor}"
+    python = venv / "bin" / "python"
+    if not _runs_as(uid, [str(python), "-I", "-c", "import torch"]):
+        with contextlib.suppress(OSError):
+            subprocess.run([str(system), "-m", "venv", "--without-pip", "--clear", str(venv)], check=True,
+                           capture_output=True, timeout=300)
+            venv.chmod(0o755)
+            site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                       capture_output=True, text=True, check=True).stdout.strip())
+            ours = Path(sysconfig.get_paths()["purelib"]).resolve()
+            (site / "_lab_packages.pth").write_text(f"import site; site.addsitedir({str(ours)!r})\n")
+    return str(python) if _runs_as(uid, [str(python), "-I", "-c", "import torch"]) else None
+
+
+def other_references(uid: int) -> list[str]:
+    """Copies of the reference outside this checkout that ``uid`` can read:
+    sibling checkouts and, for a git worktree, its main checkout."""
+    candidates = [p for p in REPO.parent.glob("*/reference/precision.py") if p.parent.parent != REPO]
+    git = REPO / ".git"
+    if git.is_file():  # a worktree: "gitdir: <main>/.git/worktrees/<name>"
+        gitdir = Path(git.read_text().partition(":")[2].strip())
+        candidates.append(gitdir.parent.parent.parent / "reference" / "precision.py")
+    return [str(p) for p in candidates if p.is_file() and _runs_as(uid, ["/bin/cat", str(p)])]
+
+
+@contextlib.contextmanager
+def locked_checkout() -> Iterator[None]:
+    """This checkout locked (:func:`grader.uidsandbox.lock`) while any test
+    process of this run needs it (a count under a file lock: xdist runs tests
+    in several processes), its modes given back after the last."""
+    # Kept where the workers (which run while the checkout is locked) cannot write.
+    private = Path(tempfile.gettempdir()) / "lab-uid-lock"
+    with contextlib.suppress(FileExistsError):
+        private.mkdir(mode=0o700)
+    st = private.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
+        raise RuntimeError(f"{private} is not a private folder of this user")
+    state = private / f"{hashlib.sha256(bytes(REPO)).hexdigest()[:16]}.json"
+    fd = os.open(str(state) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        with _held(fd):
+            record = json.loads(state.read_text()) if state.exists() else {"count": 0, "changed": []}
+            record["changed"] += uidsandbox.lock(REPO)
+            record["count"] += 1
+            state.write_text(json.dumps(record))
+        yield
+    finally:
+        with _held(fd):
+            record = json.loads(state.read_text())
+            record["count"] -= 1
+            if record["count"] <= 0:
+                uidsandbox.unlock([tuple(c) for c in record["changed"]])
+                state.unlink()
+            else:
+                state.write_text(json.dumps(record))
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _held(fd: int) -> Iterator[None]:
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def uid_setup(uid: int, *, alone: bool = False) -> tuple[str | None, str]:
+    """(an interpreter ``uid`` can run, "") where the uid mode can be tested
+    here, else (None, why not). ``alone``: also that no other checkout's
+    reference is readable to ``uid`` (a cheat would find that one)."""
+    if sys.platform != "linux":
+        return None, "uid isolation is Linux only"
+    if os.geteuid() != 0:
+        return None, "uid isolation needs the grader to run as root"
+    python = worker_python(uid)
+    if python is None:
+        return None, (f"no Python that uid {uid} can run ({sys.executable} is in a folder closed to other users, "
+                      "and there is no system Python of the same version)")
+    others = other_references(uid) if alone else []
+    if others:
+        return None, (f"another checkout's reference is readable to uid {uid} ({others[0]}): uid isolation hides "
+                      "this checkout's only")
+    return python, ""
