@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from grader import uidsandbox
 from grader.corpus import build_cheat
 from grader.sandbox import bwrap_usable
 from grader.worker import _ARCH
+from selftest.uidmode import locked_checkout, uid_setup
 
 REPO = Path(__file__).resolve().parent.parent
 CHEATS = REPO / "grader" / "corpus" / "cheat"
@@ -103,28 +105,53 @@ def test_bad_archive_is_an_error_result(archive, tmp_path):
     assert not list((tmp_path / "tmp").iterdir()), "a temporary folder was left behind"
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.full) if n.startswith("forge_") else n
-                                  for n in sorted(CASES)])
-def test_cheat_gains_nothing(name, tmp_path):
+#: Cheats against the grader's files, graded in each filesystem isolation: bubblewrap
+#: and the worker as an unprivileged uid on a locked checkout (grader/uidsandbox.py).
+BOTH_ISOLATIONS = ("read_reference", "write_results")
+
+
+def _cases() -> list:
+    params = []
+    for n in sorted(CASES):
+        marks = [pytest.mark.full] if n.startswith("forge_") else []
+        for mode in ("bwrap", "uid") if n in BOTH_ISOLATIONS else ("auto",):
+            params.append(pytest.param(n, mode, marks=marks, id=n if mode == "auto" else f"{n}-{mode}"))
+    return params
+
+
+@pytest.mark.parametrize(("name", "isolation"), _cases())
+def test_cheat_gains_nothing(name, isolation, tmp_path):
     problems, needs, status = CASES[name]
-    if needs == "bwrap" and not BWRAP:
+    python, sandbox, guard = sys.executable, [], contextlib.nullcontext()
+    if isolation == "uid":
+        uid_python, why = uid_setup(uidsandbox.worker_ids()[0], alone=True)
+        if uid_python is None:
+            pytest.skip(f"grading {name} in uid mode: {why}")
+        python, sandbox, guard = uid_python, ["--sandbox", "uid"], locked_checkout()
+    elif needs == "bwrap" and not BWRAP:
         pytest.skip(f"grading {name} safely needs bubblewrap ({WHY})")
+    elif isolation == "bwrap":
+        sandbox = ["--sandbox", "bwrap"]
     if needs == "seccomp" and not SECCOMP:
         pytest.skip(f"grading {name} safely needs the seccomp filter (Linux x86_64/aarch64)")
     out, gs, junit = tmp_path / "result.json", tmp_path / "gradescope.json", tmp_path / "junit.xml"
     folder = build_cheat(name, tmp_path / "built")
     forged = name.startswith("forge_")  # whole problems of real work: the limits of a real submission
     call_cpu = "4" if name == "infinite_loop" else "60" if forged or name == "disk_fill" else "10"
-    proc = subprocess.run(
-        [sys.executable, "-m", "grader", str(folder), "--problems", problems, "--profile", "dev",
-         "--json", str(out), "--gradescope", str(gs), "--junit", str(junit), "--call-cpu", call_cpu,
-         "--cpu-budget", "600" if forged else "60", "--memory-limit", "8" if forged else "1.5"],
-        cwd=REPO, capture_output=True, text=True, timeout=1800 if forged else 600,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    with guard:
+        proc = subprocess.run(
+            [python, "-m", "grader", str(folder), "--problems", problems, "--profile", "dev",
+             "--json", str(out), "--gradescope", str(gs), "--junit", str(junit), "--call-cpu", call_cpu,
+             "--cpu-budget", "600" if forged else "60", "--memory-limit", "8" if forged else "1.5", *sandbox],
+            cwd=REPO, capture_output=True, text=True, timeout=1800 if forged else 600,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
     assert proc.returncode == 0, f"the grader failed on {name}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     result, gradescope = json.loads(out.read_text()), json.loads(gs.read_text())
     assert result["submission"] == str(folder), "the results file is not the grader's"
+    if isolation != "auto":
+        assert result["sandbox"].startswith("bubblewrap" if isolation == "bwrap" else "unprivileged uid "), \
+            result["sandbox"]
     assert result["score"] == 0 and gradescope["score"] == 0, f"{name} earned points: {result}"
     by = {p["name"]: p for p in result["problems"]}
     for p in problems.split(","):
