@@ -324,7 +324,8 @@ def open_pytest_temp_dirs() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m grader.uidsandbox lock|check``: lock this checkout; say which
-    isolation works here (exit 1 when neither bubblewrap nor the uid mode does)."""
+    isolation the grader would use here (as ``--sandbox auto`` decides, so
+    ``$LAB_ISOLATION`` counts): exit 1 when it would refuse to grade."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m grader.uidsandbox", description=main.__doc__)
@@ -332,22 +333,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.action == "lock":
         changed = lock(REPO)
-        print(f"locked {REPO}: {len(changed)} modes changed (only root reads the reference, hidden checks, grader)")
+        print(f"locked {REPO}: {len(changed)} modes changed (the reference, hidden checks and grader are root's only)")
         return 0
-    from grader.sandbox import bwrap_usable
+    from grader.sandbox import Sandbox
 
-    ok, why = bwrap_usable()
-    if ok:
-        print("isolation: bubblewrap")
-        return 0
-    uid, gid = worker_ids()
-    ok, why_uid = uid_isolation(uid, gid, REPO)
-    if ok:
-        print(f"isolation: {why_uid} (bubblewrap: {why})")
-        return 0
-    print(f"no isolation works here: {why}; {why_uid}. Install bubblewrap (with user namespaces), or run as root "
-          f"and {fix_hint()}", file=sys.stderr)
-    return 1
+    try:
+        sandbox = Sandbox()
+    except (RuntimeError, ValueError) as e:
+        print(f"isolation: none: {e}", file=sys.stderr)
+        return 1
+    print(f"isolation: {sandbox.describe()}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 # Gradescope runs this once, as root, when it builds the autograder image
 # (Ubuntu; the bundle is unpacked in /autograder/source). It installs Python, the
 # grader's dependencies at the versions the course tested (constraints.txt; CPU
-# wheels of torch: Gradescope has no GPU) and bubblewrap for the worker sandbox.
+# wheels of torch: Gradescope has no GPU) and bubblewrap for the worker sandbox,
+# locks the checkout for the uid isolation, and fails the build when the worker
+# (which runs student code) could be isolated neither way.
 # The grader needs at least 1 CPU and 1 GiB of memory (the reference is measured
 # to get full marks in 768 MiB); a bigger machine grades faster, never differently.
 set -euo pipefail
@@ -12,9 +14,9 @@ export DEBIAN_FRONTEND=noninteractive
 if command -v apt-get >/dev/null 2>&1; then
     apt-get update -qq
     apt-get install -y -qq python3 python3-pip python3-venv >/dev/null
-    # Without bubblewrap the sandbox falls back to rlimits only: keep going.
+    # Without bubblewrap the worker runs as an unprivileged uid instead (checked below): keep going.
     apt-get install -y -qq bubblewrap >/dev/null \
-        || echo "setup.sh: could not install bubblewrap; the sandbox falls back to rlimits only" >&2
+        || echo "setup.sh: could not install bubblewrap; the worker will run as an unprivileged uid" >&2
 fi
 python3 -m venv "$SOURCE/.venv"
 "$SOURCE/.venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
@@ -33,3 +35,15 @@ if have < 1 << 30:
     print(f"setup.sh: warning: this machine has {have / (1 << 30):.2f} GiB of memory; the grader needs 1 GiB "
           "(a smaller one makes some problems grader errors)", file=sys.stderr)
 PYEOF
+# Isolation of the worker that runs student code: bubblewrap where the container
+# gives user namespaces, else the worker as an unprivileged uid of its own, which
+# must find the reference, hidden checks and grader unreadable and nothing of them
+# writable (the lock; the virtual environment stays usable). Checked now, as that
+# uid; neither working fails the build: grading would hand every submission the
+# reference and hidden checks.
+"$SOURCE/.venv/bin/python" -m grader.uidsandbox lock
+if ! "$SOURCE/.venv/bin/python" -m grader.uidsandbox check; then
+    echo "setup.sh: no isolation for the worker here (see above); not building an autograder that would expose" \
+         "the reference and hidden checks" >&2
+    exit 1
+fi
