@@ -160,3 +160,49 @@ def test_worker_uid_is_configurable_and_never_root(monkeypatch):
     monkeypatch.delenv(uidsandbox.WORKER_UID_ENV)
     uid, gid = uidsandbox.worker_ids()
     assert uid == gid and uidsandbox.UID_BASE <= uid < uidsandbox.UID_BASE + uidsandbox.UID_SLOTS
+
+
+_WORKER_CHECK = r'''
+import json, os, sys, tempfile
+from pathlib import Path
+from grader.limits import Limits
+from grader.sandbox import Sandbox, make_working_copy
+from grader.workerproc import Limit, Worker
+from grader.worker import WorkerConfig
+import time
+
+sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30), want="uid")
+run = Path(tempfile.mkdtemp(prefix="grader-"))
+run.chmod(0o711)
+(run / "sub" / "student").mkdir(parents=True)
+work = make_working_copy(run / "sub" / "student", run / "work")
+scratch = run / "scratch"
+scratch.mkdir()
+scratch.chmod(0o777)
+worker = Worker(sandbox, work, scratch, WorkerConfig(rlimits=sandbox.limits.rlimits(False)), 1 << 20)
+try:
+    worker.wait_ready(Limit(cpu=120, wall=time.monotonic() + 600))
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{worker.proc.pid}/status").read_text().splitlines())
+    procs = (worker.cgroup.path / "cgroup.procs").read_text().split() if worker.cgroup is not None else None
+    print(json.dumps({"uid": status["Uid"].split(), "gid": status["Gid"].split(), "groups": status["Groups"].split(),
+                      "pid": worker.proc.pid, "procs": procs, "expected": [sandbox.uid, sandbox.gid]}))
+finally:
+    worker.kill_tree()
+'''
+
+
+def test_uid_worker_runs_as_its_uid_without_groups_in_its_pids_cgroup(worker_python):
+    """A worker started in uid mode is, seen from /proc, its uid and gid in all
+    four slots (real, effective, saved, filesystem), with no supplementary
+    group, and (where a pids cgroup can be made) inside its own cgroup: the
+    grader moved it there, since the uid cannot."""
+    with locked_checkout():
+        proc = subprocess.run([worker_python, "-c", _WORKER_CHECK], cwd=REPO, capture_output=True, text=True,
+                              timeout=900, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    uid, gid = seen["expected"]
+    assert uid >= uidsandbox.UID_BASE and seen["uid"] == [str(uid)] * 4 and seen["gid"] == [str(gid)] * 4, seen
+    assert seen["groups"] == [], seen
+    assert seen["procs"] is None or str(seen["pid"]) in seen["procs"], seen
+    print(f"worker: uid {uid}, gid {gid}, pids cgroup: {'yes' if seen['procs'] is not None else 'not here'}")
