@@ -137,6 +137,8 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
         try:
             folder = locate(path, run / "unpacked")
             work = make_working_copy(folder / "student", run / "work")
+            if sandbox.mode == "uid" and (run / "unpacked").exists():  # the worker reads its working copy only
+                (run / "unpacked").chmod(0o700)
         except Exception as e:  # whatever a submission's files do, it gets a result
             why = str(e) if isinstance(e, SubmissionError) else \
                 f"its files could not be unpacked or copied ({type(e).__name__}: {e})"

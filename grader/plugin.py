@@ -75,9 +75,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from grader.worker import WorkerConfig
 
     sandbox = plan.sandbox.sandbox()
-    if sandbox.mode == "uid":  # the worker's uid shares the tests' tmp_path folders, as under bubblewrap
-        from grader.uidsandbox import open_pytest_temp_dirs
+    if sandbox.mode == "uid":  # the working copy and scratch to the worker's group; tmp_path shared as under bwrap
+        from grader.uidsandbox import hand_over, open_pytest_temp_dirs
 
+        hand_over(Path(plan.work), Path(plan.scratch), sandbox.gid)
         open_pytest_temp_dirs()
     impl = RemoteImpl(
         plan.name, sandbox, Path(plan.work), Path(plan.scratch),

@@ -18,10 +18,12 @@ any other user reach, so this mode rests on three things:
   and of the public harness.
 * **Only the working copy and the scratch folder are open to it**: the run's
   temporary folders are traversable, not listable (``0711``); the trusted
-  files in them (the plan, with its hidden seed) are ``0600``; the working copy
-  is world-readable, root-owned, read-only; the scratch folder and the
-  trusted tests' ``tmp_path`` folders are world-writable
-  (:func:`open_pytest_temp_dirs`), as the bwrapped worker's scratch bind is.
+  files in them (the plan, with its hidden seed) are ``0600``, the unpacked
+  submission ``0700``; the working copy is root's and read-only to the
+  worker's group alone, the scratch folder writable by that group alone
+  (:func:`hand_over`), and the trusted tests' ``tmp_path`` folders in it
+  writable (:func:`open_pytest_temp_dirs`), as the bwrapped worker's scratch
+  bind is.
 * **The kernel hides the trusted processes**: ``/proc/PID/cwd``, ``root``,
   ``environ`` and ``fd`` of a root process cannot be followed by another uid,
   and root's processes cannot be signalled or traced by it.
@@ -56,8 +58,8 @@ from pathlib import Path
 
 from grader.util import REPO
 
-__all__ = ["ISOLATION_ENV", "MODES", "WORKER_UID_ENV", "holds_secrets", "lock", "open_pytest_temp_dirs", "probe",
-           "uid_isolation", "unlock", "worker_ids"]
+__all__ = ["ISOLATION_ENV", "MODES", "WORKER_UID_ENV", "hand_over", "holds_secrets", "lock", "open_pytest_temp_dirs",
+           "probe", "requested_mode", "uid_isolation", "unlock", "worker_ids"]
 
 #: Environment variable choosing the sandbox where the command line does not
 #: (``--sandbox auto``): one of :data:`MODES` (``none`` is ``rlimits``).
@@ -294,6 +296,22 @@ def uid_isolation(uid: int, gid: int, repo: Path = REPO) -> tuple[bool, str]:
     if wrong:
         return False, f"uid isolation: as uid {uid}, {wrong[:600]}"
     return True, f"unprivileged uid {uid}"
+
+
+def hand_over(work: Path, scratch: Path, gid: int) -> None:
+    """Give the working copy and the scratch folder to the worker's group
+    ``gid`` alone: the working copy ``root:gid``, folders ``0750``, files
+    ``0640`` (read-only to the worker); the scratch folder ``root:gid 0770``.
+    Other users, the workers of another grading on this machine among them
+    (each grading has its own uid and gid), can neither read this submission
+    nor write into its scratch folder, which the trusted tests read back."""
+    for path in [work, *work.rglob("*")]:
+        if path.is_symlink():
+            continue
+        os.chown(path, 0, gid)
+        path.chmod(0o750 if path.is_dir() else 0o640)
+    os.chown(scratch, 0, gid)
+    scratch.chmod(0o770)
 
 
 def open_pytest_temp_dirs() -> None:

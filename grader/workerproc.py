@@ -179,7 +179,7 @@ class Worker:
             )
             if self.cgroup is not None and credentials:
                 # The worker's uid may not move itself into root's cgroup: the
-                # grader moves it, before it has imported anything but Python.
+                # grader moves it, long before it imports the submission (after its hello).
                 (self.cgroup.path / "cgroup.procs").write_text(str(self.proc.pid))
         except BaseException:
             if hasattr(self, "proc"):

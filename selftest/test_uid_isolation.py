@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -206,3 +207,22 @@ def test_uid_worker_runs_as_its_uid_without_groups_in_its_pids_cgroup(worker_pyt
     assert seen["groups"] == [], seen
     assert seen["procs"] is None or str(seen["pid"]) in seen["procs"], seen
     print(f"worker: uid {uid}, gid {gid}, pids cgroup: {'yes' if seen['procs'] is not None else 'not here'}")
+
+
+@pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0, reason="uid isolation: Linux, as root")
+def test_working_copy_and_scratch_belong_to_one_grading(open_folder):
+    """After hand_over, the worker's uid reads its working copy (read-only) and
+    writes its scratch folder; the uid of another grading on the machine does
+    neither (no copying a classmate's code, no tampering with its files)."""
+    work, scratch = open_folder / "work", open_folder / "scratch"
+    (work / "student").mkdir(parents=True)
+    (work / "student" / "precision.py").write_text("ANSWER = 42\n")
+    scratch.mkdir()
+    scratch.chmod(0o777)
+    uidsandbox.hand_over(work, scratch, GID)
+    own, other = UID, UID + 1 if UID + 1 < uidsandbox.UID_BASE + uidsandbox.UID_SLOTS else UID - 1
+    assert _runs_as(own, ["/bin/cat", str(work / "student" / "precision.py")])
+    assert _runs_as(own, ["/usr/bin/touch", str(scratch / "mine")])
+    assert not _runs_as(own, ["/usr/bin/touch", str(work / "student" / "forged.py")])
+    assert not _runs_as(other, ["/bin/cat", str(work / "student" / "precision.py")])
+    assert not _runs_as(other, ["/usr/bin/touch", str(scratch / "theirs")])
