@@ -62,9 +62,13 @@ def worker_python(uid: int) -> str | None:
 
 
 def other_references(uid: int) -> list[str]:
-    """Copies of the reference outside this checkout that ``uid`` can read:
-    sibling checkouts and, for a git worktree, its main checkout."""
-    candidates = [p for p in REPO.parent.glob("*/reference/precision.py") if p.parent.parent != REPO]
+    """Copies of the reference outside this checkout that ``uid`` can read
+    (where a cheat looks first): sibling and cousin checkouts, copies in the
+    temporary folder and, for a git worktree, its main checkout."""
+    tmp = Path(tempfile.gettempdir())
+    patterns = [(REPO.parent, "*/reference/precision.py"), (REPO.parent.parent, "*/reference/precision.py"),
+                (tmp, "*/reference/precision.py"), (tmp, "*/*/reference/precision.py")]
+    candidates = [p for base, pattern in patterns for p in base.glob(pattern) if p.parent.parent != REPO]
     git = REPO / ".git"
     if git.is_file():  # a worktree: "gitdir: <main>/.git/worktrees/<name>"
         gitdir = Path(git.read_text().partition(":")[2].strip())
