@@ -49,6 +49,10 @@ def worker_python(uid: int) -> str | None:
         return None
     venv = Path(tempfile.gettempdir()) / f"lab-uid-python-{sys.version_info.major}{sys.version_info.minor}"
     python = venv / "bin" / "python"
+    with contextlib.suppress(FileNotFoundError):  # root runs it: never one another user made or may change
+        st = venv.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return None
     if not _runs_as(uid, [str(python), "-I", "-c", "import torch"]):
         with contextlib.suppress(OSError):
             subprocess.run([str(system), "-m", "venv", "--without-pip", "--clear", str(venv)], check=True,
