@@ -63,6 +63,15 @@ def test_layout(release_dir):
         assert status == "", f"the release's commit misses files:\n{status}"
 
 
+def test_lab_describes_only_what_a_student_has(release_dir):
+    """The release's ``lab`` names no instructor tooling (its ``test`` command
+    runs the public tests; the selftest sequence lives in selftest/run)."""
+    text = (release_dir / "lab").read_text()
+    assert (REPO / "selftest" / "run").is_file() and not (release_dir / "selftest").exists()
+    for word in ("LAB_FULL_CORPUS", "reference", "selftest -", "hidden", "corpus", '"full"', "-m load"):
+        assert word not in text, f"{word!r} in the release's lab"
+
+
 def test_pyproject_describes_only_what_a_student_has(release_dir):
     """The release's pyproject.toml: the same dependencies and pytest set-up,
     but no instructor extras and no marker that only selftests or hidden checks
