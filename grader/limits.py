@@ -44,6 +44,7 @@ class Limits:
     file_bytes: int = 16 << 30  # sparse token files of the data checks are big
     open_files: int = 1024
     tmpfs_bytes: int = 256 << 20
+    shm_bytes: int = 16 << 20  # the worker's /dev/shm (a tmpfs of its own)
     scratch_bytes: int = 1 << 30
     scratch_entries: int = 20_000
     scratch_depth: int = 64

@@ -121,6 +121,18 @@ def bwrap_usable() -> tuple[bool, str]:
     return True, "bubblewrap"
 
 
+@functools.lru_cache(maxsize=1)
+def _pid1_args() -> list[str]:
+    """``--as-pid-1`` where this bwrap has it (0.4 and later): the worker runs
+    as its PID namespace's init, with no bwrap reaper beside it."""
+    exe = shutil.which("bwrap")
+    try:
+        helptext = subprocess.run([exe or "bwrap", "--help"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return ["--as-pid-1"] if "--as-pid-1" in helptext else []
+
+
 def _root_binds() -> list[str]:
     args = ["--ro-bind", "/usr", "/usr"]
     for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
@@ -223,9 +235,15 @@ class Sandbox:
             return [*python, str(work / WORKER_SCRIPT), str(in_fd), str(out_fd), text], env, str(work)
         # Mounts apply in order: the tmpfs /tmp comes first so that binds below
         # /tmp (a checkout and its venv cloned under /tmp, pytest's tmp_path)
-        # land on top of it instead of being hidden by it.
+        # land on top of it instead of being hidden by it. Every writable
+        # tmpfs is sized (its pages are the machine's shared memory, which no
+        # rlimit counts): /dev is made read-only once its device nodes (the
+        # GPU's included) are in place, and /dev/shm is a small tmpfs of its
+        # own. With --as-pid-1 the worker is its PID namespace's init: no
+        # bwrap helper (which has no seccomp filter) is left for it to ptrace.
         args = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
-                "--cap-drop", "ALL", *_root_binds(), "--proc", "/proc", "--dev", "/dev",
+                "--cap-drop", "ALL", *_pid1_args(), *_root_binds(), "--proc", "/proc", "--dev", "/dev",
+                "--size", str(self.limits.shm_bytes), "--tmpfs", "/dev/shm",
                 "--size", str(self.limits.tmpfs_bytes), "--tmpfs", "/tmp"]
         for root in _python_roots():
             args += ["--ro-bind", root, root]
@@ -240,5 +258,6 @@ class Sandbox:
             for dev in sorted(Path("/dev").glob("nvidia*")):
                 args += ["--dev-bind", str(dev), str(dev)]
             args += ["--ro-bind-try", "/sys", "/sys"]
-        args += ["--", *python, f"{MOUNT}/{WORKER_SCRIPT}", str(in_fd), str(out_fd), config.to_json()]
+        args += ["--remount-ro", "/dev",
+                 "--", *python, f"{MOUNT}/{WORKER_SCRIPT}", str(in_fd), str(out_fd), config.to_json()]
         return args, env, str(work)
