@@ -15,12 +15,16 @@ doing) or starved of CPU (the machine's).
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
+import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from grader import proctree
 
-__all__ = ["Meter", "Reading"]
+__all__ = ["Meter", "Reading", "StorageWatch"]
 
 #: How often the tree's membership is looked up again (its processes rarely
 #: change: a worker may create none unless its problem allows some).
@@ -93,3 +97,88 @@ def _usage(pids: list[int]) -> tuple[float, int, bool]:
                 rss += proc.memory_info().rss
                 runnable = runnable or proc.status() == psutil.STATUS_RUNNING
     return cpu, rss, runnable
+
+
+#: The sandbox's own writable tmpfs mounts (grader/sandbox.py), relative to
+#: the worker's root: their pages are memory that no resident set shows.
+SANDBOX_TMPFS = ("tmp", "dev/shm")
+
+
+class StorageWatch:
+    """What a worker stores beside its resident memory during a call, read from
+    outside: the bytes used on its sandbox's tmpfs mounts (``statvfs`` through
+    ``/proc/PID/root``, bwrap mode only: elsewhere its /tmp is the host's,
+    shared with everything else) and the bytes allocated in the scratch folder.
+
+    A call that keeps its data in files instead of in its memory (a tensor
+    offloaded to ``/dev/shm`` and read back) holds it all the same: a measured
+    peak (:meth:`grader.remote.RemoteImpl.measured_scenario`) adds
+    :meth:`stop`'s growth to the resident growth. Sampled every
+    ``interval`` seconds (the tmpfs mounts; the scratch folder, a walk, every
+    tenth time), plus once at :meth:`stop`.
+    """
+
+    def __init__(self, root: int, scratch: Path | None, sandboxed: bool, interval: float = 0.002) -> None:
+        self.root, self.scratch, self.interval = root, scratch, interval
+        self._mounts: list[str] = []
+        if sandboxed and sys.platform == "linux":
+            self._mounts = _sandbox_mounts(root)
+        self.tmpfs_before = self.tmpfs_peak = self._tmpfs()
+        self.scratch_before = self.scratch_peak = self._scratch()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="storage-watch", daemon=True)
+
+    def start(self) -> StorageWatch:
+        self._thread.start()
+        return self
+
+    def _tmpfs(self) -> int:
+        used = 0
+        for mount in self._mounts:
+            with contextlib.suppress(OSError):
+                st = os.statvfs(mount)
+                used += (st.f_blocks - st.f_bfree) * st.f_frsize
+        return used
+
+    def _scratch(self) -> int:
+        if self.scratch is None:
+            return 0
+        from grader.scratch import scratch_usage
+
+        return scratch_usage(self.scratch, 20_000, 64)[0]
+
+    def _sample(self) -> None:
+        n = 0
+        while not self._stop.wait(self.interval):
+            self.tmpfs_peak = max(self.tmpfs_peak, self._tmpfs())
+            n += 1
+            if n % 10 == 0:
+                self.scratch_peak = max(self.scratch_peak, self._scratch())
+
+    def stop(self) -> int:
+        """The most bytes stored beyond what was stored at the start (tmpfs
+        and scratch growth, each at its peak)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self.tmpfs_peak = max(self.tmpfs_peak, self._tmpfs())
+        self.scratch_peak = max(self.scratch_peak, self._scratch())
+        return max(0, self.tmpfs_peak - self.tmpfs_before) + max(0, self.scratch_peak - self.scratch_before)
+
+
+def _sandbox_mounts(root: int) -> list[str]:
+    """The sandbox's tmpfs mounts as paths this process can ``statvfs``: under
+    ``/proc/PID/root`` of a process of ``root``'s tree that lives in another
+    mount namespace (the sandboxed worker, not bwrap's outer process)."""
+    try:
+        own = os.stat("/proc/self/ns/mnt").st_ino
+    except OSError:
+        return []
+    for pid in reversed(_tree(root)):
+        try:
+            if os.stat(f"/proc/{pid}/ns/mnt").st_ino == own:
+                continue
+        except OSError:
+            continue
+        return [f"/proc/{pid}/root/{m}" for m in SANDBOX_TMPFS]
+    return []

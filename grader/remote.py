@@ -43,6 +43,7 @@ from typing import Any
 
 from grader import proctree
 from grader.limits import LOG_CAP, worker_slots
+from grader.meter import StorageWatch
 from grader.sandbox import Sandbox
 from grader.scratch import BASETEMP, remove_tree
 from grader.worker import WorkerConfig
@@ -410,8 +411,11 @@ class RemoteImpl(ImplBase):
         limit = Limit(cpu=worker.meter.last.cpu + cpu, wall=time.monotonic() + self._wall(cpu))
         try:
             watch = MemoryWatch(worker.proc.pid) if measure else None
-            if watch is not None:
+            # What the call stores in files (tmpfs pages, scratch blocks) is held as surely as its memory.
+            stored = StorageWatch(worker.proc.pid, self._scratch, self._sandbox.mode == "bwrap") if measure else None
+            if watch is not None and stored is not None:
                 watch.start()
+                stored.start()
             worker.write_frame(payload, limit)
             if kill_when is not None:
                 polls = 0
@@ -426,7 +430,7 @@ class RemoteImpl(ImplBase):
             try:
                 reply = decode_reply(worker.read_frame(limit), worker)
             finally:
-                peak = watch.stop() if watch is not None else 0
+                peak = watch.stop() + stored.stop() if watch is not None and stored is not None else 0
         except OutOfTime as e:
             self._retire(self.problem)
             if e.cpu and cpu < self.call_cpu:  # the problem's budget ran out, not the call's own limit
