@@ -10,7 +10,7 @@ number. Expected times (the reference's wall-clock seconds per check file in
 from __future__ import annotations
 
 from grader.budgets import Costs
-from grader.rubric import Problem
+from grader.rubric import Problem, is_hidden
 from grader.sandbox import worker_slots
 from grader.util import cores
 
@@ -34,11 +34,18 @@ def file_cost(f: str, costs: Costs, profile: str) -> float:
 def units_of(planned: list[Planned], k: int, costs: Costs, profile: str) -> list[Unit]:
     """Whole problems (one worker each), except that a problem heavier than
     1/k of the total is split into its files (a second worker start is cheaper
-    than one group waiting on it)."""
+    than one group waiting on it) when they are all public or all hidden.
+
+    A problem with both is never split: its files in two groups would run at
+    the same time, a worker that sees hidden inputs beside one whose answers
+    reach students' failure messages, and any channel between the two (a lock,
+    the machine's load) could carry a hidden input to a student. In one group
+    they run one after the other, public files first (the rubric's order)."""
     total = sum(file_cost(f, costs, profile) for _, files in planned for f in files)
     out: list[Unit] = []
     for p, files in planned:
-        if k > 1 and len(files) > 1 and sum(file_cost(f, costs, profile) for f in files) > total / k:
+        one_kind = len({is_hidden(f) for f in files}) == 1
+        if k > 1 and len(files) > 1 and one_kind and sum(file_cost(f, costs, profile) for f in files) > total / k:
             out += [(p, (f,)) for f in files]
         else:
             out.append((p, tuple(files)))

@@ -2,7 +2,7 @@
 
 :func:`make_working_copy` fills a fresh folder with the submission's
 ``student/`` (regular files only, capped by :data:`MAX_FILES`,
-:data:`MAX_BYTES`, :data:`MAX_DEPTH`; symlinks never followed), the public
+:data:`MAX_BYTES`, :data:`MAX_DEPTH`, :data:`MAX_FOLDERS`; symlinks never followed), the public
 harness the worker needs (``tests/__init__.py``, ``tests/wire.py``,
 ``tests/harness.py``, ``tests/scenarios/``) and the worker script
 (:data:`WORKER_SCRIPT`, a copy of grader/worker.py): nothing of
@@ -23,6 +23,7 @@ import importlib.machinery
 import os
 import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 from grader.util import REPO
@@ -33,6 +34,9 @@ WORKER_SCRIPT = "_grader_worker.py"
 MAX_FILES = 2000
 MAX_BYTES = 64 << 20
 MAX_DEPTH = 32
+#: Folders (empty ones cost no bytes, but creating, copying and removing each
+#: costs time: 60,000 empty folders took minutes to copy and remove).
+MAX_FOLDERS = 1000
 
 
 class SubmissionError(Exception):
@@ -72,11 +76,14 @@ def make_working_copy(student: Path, dest: Path) -> Path:
         raise SubmissionError(f"no student/ folder in the submission ({student})")
     check_plain_modules(student)
     dest.mkdir(parents=True, exist_ok=True)
-    files = total = 0
+    files = total = folders = 0
     for root, dirs, names in os.walk(student, followlinks=False):
         rel = Path(root).relative_to(student)
         if len(rel.parts) >= MAX_DEPTH:  # before os.walk recurses into thousands of levels
             raise SubmissionError(f"student/ is more than {MAX_DEPTH} folders deep")
+        folders += 1
+        if folders > MAX_FOLDERS:
+            raise SubmissionError(f"student/ holds more than {MAX_FOLDERS} folders")
         dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not (Path(root) / d).is_symlink())
         (dest / "student" / rel).mkdir(parents=True, exist_ok=True)
         for name in sorted(names):
@@ -99,4 +106,23 @@ def make_working_copy(student: Path, dest: Path) -> Path:
     shutil.copyfile(Path(__file__).with_name("worker.py"), dest / WORKER_SCRIPT)
     for path in [dest, *dest.rglob("*")]:  # world-readable, read-only for the worker
         path.chmod(0o755 if path.is_dir() else 0o644)
+    return dest
+
+
+def private_copy(work: Path) -> Path:
+    """A copy of the working copy ``work`` for one worker, beside it: its own
+    files and inodes, so that nothing one worker does to them (an ``flock``,
+    a lease) is seen by another worker of the same submission. ``work`` is the
+    grader's own copy (regular files and folders only); remove the copy with
+    :func:`grader.scratch.remove_tree` once its worker is gone."""
+    dest = Path(tempfile.mkdtemp(prefix=f"{work.name}-", dir=work.parent))
+    shutil.copytree(work, dest, dirs_exist_ok=True, symlinks=True)
+    # The copy's owners and modes are the original's: in uid mode the working
+    # copy is root:gid 0750/0640 (grader/uidsandbox.py hand_over), readable by
+    # this grading's worker only, not by another grading's.
+    for path in [dest, *dest.rglob("*")]:
+        st = (work / path.relative_to(dest)).lstat()
+        if (st.st_uid, st.st_gid) != (os.getuid(), os.getgid()):
+            os.chown(path, st.st_uid, st.st_gid, follow_symlinks=False)
+        path.chmod(st.st_mode & 0o777)
     return dest

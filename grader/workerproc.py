@@ -43,6 +43,8 @@ from grader.cgroups import PidsCgroup, pids_limit
 from grader.limits import LOG_CAP
 from grader.meter import Meter
 from grader.sandbox import Sandbox
+from grader.scratch import remove_tree
+from grader.workcopy import private_copy
 from grader.worker import WorkerConfig
 from tests import wire
 from tests.harness import process_tree
@@ -160,9 +162,12 @@ class Worker:
 
     def __init__(self, sandbox: Sandbox, work: Path, scratch: Path, config: WorkerConfig, max_reply: int) -> None:
         self.max_reply = max_reply
+        # Its own copy of the files: workers never share an inode (an flock on
+        # one would be a channel between a hidden check's worker and another's).
+        self.work = private_copy(work)
         req_r, self.req_w = os.pipe()
         self.rep_r, rep_w = os.pipe()
-        argv, env, cwd = sandbox.command(work, scratch, req_r, rep_w, config)
+        argv, env, cwd = sandbox.command(self.work, scratch, req_r, rep_w, config)
         credentials = sandbox.credentials()  # uid mode: the worker's own unprivileged uid
         # A process cap that holds for root too, where a pids cgroup can be made.
         self.cgroup = PidsCgroup.create(pids_limit(config.processes))
@@ -186,6 +191,7 @@ class Worker:
                 self.proc.kill()
             if self.cgroup is not None:
                 self.cgroup.close()
+            remove_tree(self.work)
             raise
         finally:
             os.close(req_r)
@@ -268,6 +274,9 @@ class Worker:
                 os.close(fd)
         self.req_w = self.rep_r = -1
         self._drain.join(timeout=2)
+        if self.proc.poll() is not None:  # nothing of the sandbox reads it any more
+            with contextlib.suppress(OSError):
+                remove_tree(self.work)
 
     def _died(self, what: str) -> WorkerCrashed:
         try:
