@@ -55,6 +55,11 @@ def run_groups(rub: Rubric, selected: list[Problem], plan: Plan, *, public_only:
         return {}, []
     k = parallelism(sum(len(files) for _, files in planned), plan.sandbox.limits.memory_bytes, parallel)
     groups = partition(units_of(planned, k, costs, plan.profile), k, costs, plan.profile)
+    # The scratch folders' caps are the grade's: each group's folder gets its share.
+    lim = plan.sandbox.limits
+    share = replace(lim, scratch_bytes=lim.scratch_bytes // len(groups),
+                    scratch_entries=lim.scratch_entries // len(groups))
+    plan = replace(plan, sandbox=replace(plan.sandbox, limits=share))
     threads = max(1, cores() // len(groups))  # torch threads per process: the groups share the cores
     results: list[RunResults] = [RunResults() for _ in groups]
     failures: list[BaseException] = []

@@ -14,6 +14,7 @@ import contextlib
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +24,11 @@ from grader.limits import Limits
 #: folders, which the workers see (grader/groups.py sets it; grader/remote.py
 #: empties it between problems).
 BASETEMP = "pytest"
+#: Seconds between two looks at the free space of the scratch folder's filesystem.
+FAST = 0.01
+#: The least seconds between two walks (other writers on the same filesystem
+#: shrink its free space too: they cost walks, never a kill).
+MIN_WALK = 0.05
 
 
 def remove_tree(path: Path | str) -> None:
@@ -131,7 +137,7 @@ class ScratchWatch:
 
     def __init__(self, scratch: Path, limits: Limits, over: Callable[[str], None], interval: float = 0.5) -> None:
         self.scratch, self.limits, self.over, self.interval = scratch, limits, over, interval
-        self.peak_bytes = self.peak_entries = 0
+        self.peak_bytes = self.peak_entries = self.last_bytes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="scratch-watch", daemon=True)
 
@@ -143,6 +149,7 @@ class ScratchWatch:
         """Measure once; the reason the scratch folder is over its limits, or ""."""
         lim = self.limits
         used, entries, depth = scratch_usage(self.scratch, lim.scratch_entries, lim.scratch_depth)
+        self.last_bytes = used
         self.peak_bytes, self.peak_entries = max(self.peak_bytes, used), max(self.peak_entries, entries)
         if used > lim.scratch_bytes:
             return f"the scratch folder holds more than {lim.scratch_bytes >> 20} MiB"
@@ -153,10 +160,29 @@ class ScratchWatch:
         return ""
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+        # A walk every ``interval``; between walks, a look every ``FAST``
+        # seconds at the free space of the filesystem that holds the folder (one
+        # statvfs): once it shrank by more than the folder's headroom, walk at
+        # once. What a worker can put on the disk before it is killed is then
+        # what it writes in a few milliseconds, not in half a second.
+        last_walk, free_then, headroom = 0.0, self._free(), self.limits.scratch_bytes
+        while not self._stop.wait(FAST):
+            now = time.monotonic()
+            free = self._free()
+            if now - last_walk < self.interval and (free_then - free <= headroom or now - last_walk < MIN_WALK):
+                continue
             reason = self.check()
+            last_walk, free_then = now, self._free()
+            headroom = max(0, self.limits.scratch_bytes - self.last_bytes)
             if reason:
                 self.over(reason)
+
+    def _free(self) -> int:
+        try:
+            st = os.statvfs(self.scratch)
+        except OSError:
+            return 0
+        return st.f_bavail * st.f_frsize
 
     def stop(self) -> None:
         self._stop.set()
