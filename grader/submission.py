@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
 
 from grader.sandbox import MAX_BYTES, MAX_DEPTH, MAX_FILES, SubmissionError
+from grader.workcopy import MAX_FOLDERS
 
 MAX_MEMBERS = 4 * MAX_FILES
+#: Wall-clock seconds unpacking may take (a bound on the grader's own work,
+#: which no per-call limit covers).
+UNPACK_SECONDS = 60.0
 
 
 def _find_student(root: Path) -> Path:
@@ -59,8 +64,12 @@ def _extract(archive: Path, dest: Path) -> Path:
         infos = zf.infolist()
         if len(infos) > MAX_MEMBERS:
             raise SubmissionError(f"the archive has {len(infos)} members (limit {MAX_MEMBERS})")
+        _check_folders(archive.name, infos)
+        deadline = time.monotonic() + UNPACK_SECONDS
         total = 0
         for info in infos:
+            if time.monotonic() > deadline:
+                raise SubmissionError(f"{archive.name} could not be unpacked within {UNPACK_SECONDS:g} s")
             name = PurePosixPath(info.filename.replace("\\", "/"))
             if name.is_absolute() or ".." in name.parts or (name.parts and ":" in name.parts[0]):
                 raise SubmissionError(f"unsafe path in the archive: {info.filename!r}")
@@ -88,6 +97,20 @@ def _extract(archive: Path, dest: Path) -> Path:
                         raise SubmissionError(f"the archive holds more than {MAX_BYTES >> 20} MiB")
                     out.write(chunk)
     return _find_student(dest)
+
+
+def _check_folders(archive: str, infos: list[zipfile.ZipInfo]) -> None:
+    """Refuse, before anything is written, an archive whose members make more
+    than :data:`MAX_FOLDERS` folders (empty folder entries and the parents of
+    every member alike) or any path more than :data:`MAX_DEPTH` deep."""
+    folders: set[PurePosixPath] = set()
+    for info in infos:
+        name = PurePosixPath(info.filename.replace("\\", "/"))
+        if len(name.parts) > MAX_DEPTH:
+            raise SubmissionError(f"{archive}: a path in it is more than {MAX_DEPTH} folders deep")
+        folders.update(name.parents if not info.is_dir() else (name, *name.parents))
+        if len(folders) > MAX_FOLDERS + 1:  # + 1: PurePosixPath(".") is every path's last parent
+            raise SubmissionError(f"{archive} could not be unpacked: it makes more than {MAX_FOLDERS} folders")
 
 
 def locate(submission: Path, scratch: Path) -> Path:
