@@ -69,6 +69,12 @@ CASES = {
     "symlink_student": ("precision", None, "error"),
     "symlink_loose": ("precision", None, "error"),
     "memory_hungry": ("precision", None, "failed|timeout"),  # refused allocations take a while on busy cores
+    # Without bubblewrap the worker's /tmp and /dev/shm are the host's (README: what rlimits mode cannot do).
+    "tmpfs_offload": ("training", "bwrap", "failed"),
+    "flock_channel": ("precision", None, "failed"),  # graded with --parallel 2: public and hidden files at once
+    "fallocate_fill": ("precision", "bwrap", "error|timeout"),
+    "dev_fill": ("precision", "bwrap", "failed"),
+    "ptrace_pid1": ("precision", "bwrap", "failed"),
 }
 #: Folders of the corpus that are not one submission (graded by their own tests below).
 NOT_SUBMISSIONS = {"bad_archives"}
@@ -142,7 +148,8 @@ def test_cheat_gains_nothing(name, isolation, tmp_path):
         proc = subprocess.run(
             [python, "-m", "grader", str(folder), "--problems", problems, "--profile", "dev",
              "--json", str(out), "--gradescope", str(gs), "--junit", str(junit), "--call-cpu", call_cpu,
-             "--cpu-budget", "600" if forged else "60", "--memory-limit", "8" if forged else "1.5", *sandbox],
+             "--cpu-budget", "600" if forged else "60", "--memory-limit", "8" if forged else "1.5", *sandbox,
+             *(["--parallel", "2"] if name == "flock_channel" else [])],
             cwd=REPO, capture_output=True, text=True, timeout=1800 if forged else 600,
             env={**os.environ, "PYTHONPATH": str(REPO)},
         )
@@ -176,12 +183,18 @@ def test_cheat_gains_nothing(name, isolation, tmp_path):
         assert not re.search("[\x00-\x08\x0b\x0c\x0e-\x1f\ufdd0-\ufdef\ufffe\uffff\U0010fffe\U0010ffff]",
                              everything), "a code point XML or a terminal cannot take reached a report"
         assert "lone \ufffd surrogate" in by["precision"]["output"]  # replaced, not silently lost
-        assert "The autograder itself failed" not in json.dumps(gradescope) and not proc.stderr.strip(), proc.stderr
+        assert "The autograder itself failed" not in json.dumps(gradescope), gradescope
+        assert "Traceback" not in proc.stderr and "could not write" not in proc.stderr, proc.stderr
     if name == "package_shadow":  # refused at staging, saying why
         assert "student/optimizers/ is a folder" in result["error"], result["error"]
     if name == "dynamic_delegation":  # every optimizer failed by what it did: torch.optim's parts refused to run
         assert "is not available to submissions" in json.dumps(by["optimizers"]["checks"]), by["optimizers"]["output"]
-    if name in ("disk_fill", "deep_scratch"):
+    if name == "flock_channel":  # what a worker with hidden inputs locked never reaches a student
+        public = [c["message"] for c in by["precision"]["checks"] if c["test"].startswith("tests/")]
+        assert "LEAKED" not in json.dumps(gradescope) + proc.stdout + json.dumps(public)
+    if name == "ptrace_pid1":  # nothing else lives in the worker's PID namespace
+        assert "ATTACHED" not in by["precision"]["log"], by["precision"]["log"][:2000]
+    if name in ("disk_fill", "deep_scratch", "fallocate_fill"):
         assert "killed by the grader: the scratch folder" in by["precision"]["output"] or \
             by["precision"]["status"] == "timeout", by["precision"]["output"]
 

@@ -123,6 +123,37 @@ def tensor_bytes(what, arg=None):
             return f"refused: {type(e).__name__}"
     if what == "pids":
         return sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+    if what == "store":  # 8 MiB into each of: /tmp, /dev/shm, the scratch folder arg; kept
+        for folder in ("/tmp", "/dev/shm", arg):
+            with open(os.path.join(folder, "stored"), "wb") as f:
+                f.write(b"s" * (8 << 20))
+        return 3
+    if what == "tmpfs":  # how much each of /dev, /dev/shm and /tmp takes in 16 MiB blocks
+        out = {}
+        for folder in ("/dev", "/dev/shm", "/tmp"):
+            written = 0
+            try:
+                for i in range(64):
+                    with open(os.path.join(folder, f"fill-{i}"), "wb") as f:
+                        f.write(b"x" * (16 << 20))
+                    written += 16 << 20
+            except OSError as e:
+                out[folder + " error"] = e.errno
+            out[folder] = written
+        return out
+    if what == "fallocate":
+        for i in range(8):
+            fd = os.open(os.path.join(arg, f"reserved-{i}"), os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                os.posix_fallocate(fd, 0, 1 << 30)
+            finally:
+                os.close(fd)
+        return 0
+    if what == "ptrace":
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return {int(p): libc.ptrace(0x4206, int(p), None, None) == 0 for p in os.listdir("/proc")
+                if p.isdigit() and int(p) != os.getpid()}
     if what == "fill":
         block = b"x" * (1 << 20)
         for i in range(100_000):
@@ -494,3 +525,161 @@ def test_a_worker_starved_of_cpu_is_a_grader_fault_not_a_timeout(work):
     finally:
         impl.close()
     assert not impl.states["precision"].timeouts
+
+
+def _worker_pid(impl: RemoteImpl) -> int:
+    return impl._workers["precision"].proc.pid
+
+
+def _in_sandbox(root: int) -> list[int]:
+    """The processes of ``root``'s tree in another PID namespace than this one."""
+    import os
+
+    from tests.harness import process_tree
+
+    own = os.stat("/proc/self/ns/pid").st_ino
+    return [p for p in process_tree(root) if os.stat(f"/proc/{p}/ns/pid").st_ino != own]
+
+
+@needs_bwrap
+def test_every_tmpfs_of_the_sandbox_is_sized_and_dev_is_read_only(work):
+    """/dev takes nothing (read-only once its device nodes are in), /dev/shm
+    and /tmp take what their sizes allow, as the kernel reports them from
+    outside through the worker's root."""
+    import os
+
+    impl = make_impl(work)
+    try:
+        got = impl.precision.tensor_bytes("tmpfs")
+        limits = impl._sandbox.limits
+        assert got["/dev"] == 0 and got["/dev error"] == 30  # EROFS
+        assert got["/dev/shm"] <= limits.shm_bytes and got["/dev/shm error"] == 28  # ENOSPC
+        assert got["/tmp"] <= limits.tmpfs_bytes and got["/tmp error"] == 28
+        inside = _in_sandbox(_worker_pid(impl))[0]
+        for mount, size in (("dev/shm", limits.shm_bytes), ("tmp", limits.tmpfs_bytes)):
+            st = os.statvfs(f"/proc/{inside}/root/{mount}")
+            assert st.f_blocks * st.f_frsize == size, mount
+    finally:
+        impl.close()
+
+
+@needs_bwrap
+def test_the_measured_storage_counts_tmpfs_and_scratch_from_outside(work):
+    """What a call keeps in files (/tmp, /dev/shm: memory no resident set
+    shows; the scratch folder) is read from outside, and kept after the call."""
+    from grader.meter import StorageWatch
+
+    impl = make_impl(work)
+    scratch = work[1]
+    store = scratch / "store"
+    store.mkdir()
+    try:
+        assert impl.precision.tensor_bytes("pids") is not None  # started
+        watch = StorageWatch(_worker_pid(impl), scratch, sandboxed=True).start()
+        assert impl.precision.tensor_bytes("store", str(store)) == 3
+        assert watch.stop() >= 3 * (8 << 20)
+    finally:
+        impl.close()
+        remove_tree(store)
+
+
+@needs_bwrap
+@pytest.mark.skipif(__import__("platform").machine() not in _ARCH or __import__("sys").platform != "linux",
+                    reason="the seccomp filter is Linux x86_64/aarch64 only")
+def test_the_worker_is_alone_in_its_sandbox_and_filtered(work):
+    """No bwrap helper shares the worker's PID namespace (--as-pid-1): the worker
+    sees only itself, attaches to nothing, and every process of its namespace,
+    read from outside, runs under the seccomp filter."""
+    impl = make_impl(work)
+    try:
+        assert impl.precision.tensor_bytes("pids") == [1]
+        assert not any(impl.precision.tensor_bytes("ptrace").values())
+        inside = _in_sandbox(_worker_pid(impl))
+        assert inside
+        for pid in inside:
+            status = Path(f"/proc/{pid}/status").read_text()
+            assert "Seccomp:\t2" in status, (pid, status[:300])
+    finally:
+        impl.close()
+
+
+@needs_bwrap
+def test_each_worker_has_its_own_copy_of_the_files_and_it_goes_with_it(work):
+    """Two workers of one submission never share an inode (a lock on one is
+    not seen by the other); a worker's copy is removed once it is gone."""
+    import os
+
+    one, two = make_impl(work), make_impl(work)
+    wc = work[0]
+    before = sorted(p.name for p in wc.parent.iterdir())
+    try:
+        inodes = []
+        for impl in (one, two):
+            assert impl.precision.tensor_bytes("pids") == [1]
+            inside = _in_sandbox(_worker_pid(impl))[0]
+            inodes.append(os.stat(f"/proc/{inside}/root/submission/student/precision.py").st_ino)
+        assert inodes[0] != inodes[1]
+        assert os.stat(wc / "student" / "precision.py").st_ino not in inodes
+    finally:
+        one.close()
+        two.close()
+    after = sorted(p.name for p in wc.parent.iterdir())
+    assert after == [n for n in before if not n.startswith(f"{wc.name}-")], "a worker's copy was left behind"
+
+
+@needs_bwrap
+@pytest.mark.skipif(__import__("platform").machine() not in _ARCH or __import__("sys").platform != "linux",
+                    reason="the seccomp filter is Linux x86_64/aarch64 only")
+def test_fallocate_reserves_nothing_past_the_watch(work):
+    """posix_fallocate of 1 GiB files: the kernel's fallocate is refused, the
+    blocks are written at the disk's pace instead, and the watch (a statvfs
+    every 10 ms) kills the worker close to its cap, not gigabytes past it."""
+    impl = make_impl(work)
+    scratch = work[1]
+    fill = scratch / "reserve"
+    fill.mkdir()
+    watch = ScratchWatch(scratch, Limits(scratch_bytes=64 << 20), impl.stop_workers).start()
+    try:
+        with pytest.raises(WorkerCrashed, match="killed by the grader: the scratch folder holds more than 64 MiB"):
+            impl.precision.tensor_bytes("fallocate", str(fill))
+    finally:
+        watch.stop()
+        impl.close()
+        used = scratch_usage(fill, 20_000, 64)[0]
+        remove_tree(fill)
+    print(f"scratch held {used / (1 << 20):.0f} MiB once the worker was killed (cap 64 MiB)")
+    assert watch.peak_bytes > 64 << 20 and used < 512 << 20
+
+
+def test_a_problem_with_hidden_checks_is_never_split_over_groups():
+    """Its public and hidden files would run at once in two groups: they stay
+    in one group, in order; a problem of public files alone may still split."""
+    from grader import budgets
+    from grader.planning import partition, units_of
+    from grader.rubric import is_hidden, load
+
+    costs, profile = budgets.load(), "grade"
+    rub = load()
+    for public_only in (False, True):
+        planned = [(p, p.check_files(REPO, public_only=public_only)) for p in rub.problems]
+        planned = [(p, fs) for p, fs in planned if fs]
+        for k in (2, 4, 8):
+            for p, fs in planned:
+                alone = units_of([(p, fs)], k, costs, profile)
+                mixed = len({is_hidden(f) for f in fs}) > 1
+                if mixed:
+                    assert alone == [(p, tuple(fs))], (p.name, k)
+                groups = partition(units_of(planned, k, costs, profile), k, costs, profile)
+                holding = [g for g in groups if any(q.name == p.name for q, _ in g)]
+                assert len(holding) == 1 or not mixed, (p.name, k)
+
+
+def test_the_working_copy_caps_folders(tmp_path):
+    from grader.sandbox import SubmissionError
+    from grader.workcopy import MAX_FOLDERS
+
+    student = tmp_path / "student"
+    for i in range(MAX_FOLDERS + 1):
+        (student / f"d{i}").mkdir(parents=True)
+    with pytest.raises(SubmissionError, match="folders"):
+        make_working_copy(student, tmp_path / "work")
