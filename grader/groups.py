@@ -31,7 +31,7 @@ from grader.progress import GradeProgress
 from grader.protocol import PLAN_ENV, Plan, ProblemPlan, RunResults, SandboxSpec, WorkerRecord
 from grader.rubric import Problem, Rubric
 from grader.sandbox import Sandbox
-from grader.scratch import BASETEMP
+from grader.scratch import BASETEMP, GROUP_PREFIX
 from grader.util import REPO, cores, memory_available
 
 
@@ -55,11 +55,6 @@ def run_groups(rub: Rubric, selected: list[Problem], plan: Plan, *, public_only:
         return {}, []
     k = parallelism(sum(len(files) for _, files in planned), plan.sandbox.limits.memory_bytes, parallel)
     groups = partition(units_of(planned, k, costs, plan.profile), k, costs, plan.profile)
-    # The scratch folders' caps are the grade's: each group's folder gets its share.
-    lim = plan.sandbox.limits
-    share = replace(lim, scratch_bytes=lim.scratch_bytes // len(groups),
-                    scratch_entries=lim.scratch_entries // len(groups))
-    plan = replace(plan, sandbox=replace(plan.sandbox, limits=share))
     threads = max(1, cores() // len(groups))  # torch threads per process: the groups share the cores
     results: list[RunResults] = [RunResults() for _ in groups]
     failures: list[BaseException] = []
@@ -77,7 +72,7 @@ def run_groups(rub: Rubric, selected: list[Problem], plan: Plan, *, public_only:
     def one(i: int) -> None:
         problems = tuple(planned_problem(p, files) for p, files in group_plans(groups[i]))
         try:
-            results[i] = run_pytest(rub, plan, problems, run / f"group-{i}", threads,
+            results[i] = run_pytest(rub, plan, problems, run / f"{GROUP_PREFIX}{i}", threads,
                                     progress=(lambda line: progress.event(i, line)) if progress else None)
         except BaseException as e:  # re-raised below, in the caller's thread
             failures.append(e)

@@ -4,6 +4,7 @@ crashes, garbage, resource limits, and what the worker can see."""
 
 from __future__ import annotations
 
+import os
 import textwrap
 import time
 from pathlib import Path
@@ -683,3 +684,23 @@ def test_the_working_copy_caps_folders(tmp_path):
         (student / f"d{i}").mkdir(parents=True)
     with pytest.raises(SubmissionError, match="folders"):
         make_working_copy(student, tmp_path / "work")
+
+
+def test_the_scratch_cap_is_the_grades_shared_by_its_groups(tmp_path):
+    """Two groups' folders together may hold the cap; past it, the group over
+    its even share is stopped, the other is not; a lone folder keeps its cap."""
+    folders = [tmp_path / f"group-{i}" / "scratch" for i in range(2)]
+    for folder, mib in zip(folders, (24, 40), strict=True):
+        folder.mkdir(parents=True)
+        (folder / "data").write_bytes(os.urandom(mib << 20))
+    watches = [ScratchWatch(f, Limits(scratch_bytes=48 << 20), lambda _: None) for f in folders]
+    assert watches[0].check() == ""
+    assert "scratch folders hold more than 48 MiB" in watches[1].check()
+    remove_tree(folders[0] / "data")
+    assert watches[1].check() == ""  # 40 MiB of the grade's 48: within the budget
+    lone = ScratchWatch(tmp_path / "group-1" / "scratch", Limits(scratch_bytes=32 << 20), lambda _: None)
+    assert lone.check()  # 40 MiB of a 32 MiB budget
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "data").write_bytes(os.urandom(40 << 20))
+    single = ScratchWatch(tmp_path / "elsewhere", Limits(scratch_bytes=32 << 20), lambda _: None)
+    assert single.check() == "the scratch folder holds more than 32 MiB"  # not a group's: its own cap
