@@ -132,9 +132,12 @@ def _die_with_parent(parent: int) -> None:
 # every syscall of a foreign ABI (i386 int 0x80, x32). fallocate gets
 # EOPNOTSUPP: it reserves gigabytes of disk in one call, faster than the
 # scratch folder's watch looks; posix_fallocate then writes the blocks, at
-# the disk's pace, which the watch keeps up with.
-_ARCH = {"x86_64": (0xC000003E, {"fork": 57, "vfork": 58, "clone": 56, "clone3": 435, "fallocate": 285}),
-         "aarch64": (0xC00000B7, {"clone": 220, "clone3": 435, "fallocate": 47})}
+# the disk's pace, which the watch keeps up with. ptrace gets EPERM: nothing
+# the worker could attach to (bwrap's helper, where bwrap lacks --as-pid-1)
+# is its business.
+_ARCH = {"x86_64": (0xC000003E, {"fork": 57, "vfork": 58, "clone": 56, "clone3": 435, "fallocate": 285,
+                                 "ptrace": 101}),
+         "aarch64": (0xC00000B7, {"clone": 220, "clone3": 435, "fallocate": 47, "ptrace": 117})}
 
 
 def _forbid_processes() -> str:
@@ -159,6 +162,7 @@ def _forbid_processes() -> str:
         prog += [(0x35, 0, 1, 0x40000000), stmt(0x06, kill)]  # x32 ABI
     prog += [jeq(nrs["clone3"], 0, 1), stmt(0x06, enosys)]
     prog += [jeq(nrs["fallocate"], 0, 1), stmt(0x06, 0x00050000 | errno.EOPNOTSUPP)]
+    prog += [jeq(nrs["ptrace"], 0, 1), stmt(0x06, 0x00050000 | errno.EPERM)]
     for name in ("fork", "vfork"):
         if name in nrs:
             prog += [jeq(nrs[name], 0, 1), stmt(0x06, eagain)]

@@ -155,6 +155,13 @@ def tensor_bytes(what, arg=None):
         libc = ctypes.CDLL(None, use_errno=True)
         return {int(p): libc.ptrace(0x4206, int(p), None, None) == 0 for p in os.listdir("/proc")
                 if p.isdigit() and int(p) != os.getpid()}
+    if what == "ptrace-parent":
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.ptrace(0x4206, os.getppid(), None, None) == 0:
+            libc.ptrace(17, os.getppid(), None, None)
+            return "attached"
+        return os.strerror(ctypes.get_errno())
     if what == "fill":
         block = b"x" * (1 << 20)
         for i in range(100_000):
@@ -704,3 +711,19 @@ def test_the_scratch_cap_is_the_grades_shared_by_its_groups(tmp_path):
     (tmp_path / "elsewhere" / "data").write_bytes(os.urandom(40 << 20))
     single = ScratchWatch(tmp_path / "elsewhere", Limits(scratch_bytes=32 << 20), lambda _: None)
     assert single.check() == "the scratch folder holds more than 32 MiB"  # not a group's: its own cap
+
+
+@pytest.mark.skipif(__import__("platform").machine() not in _ARCH or __import__("sys").platform != "linux",
+                    reason="the seccomp filter is Linux x86_64/aarch64 only")
+def test_the_seccomp_filter_refuses_ptrace_without_bubblewrap_too(work):
+    """In rlimits mode the worker shares the host's processes: it may not
+    ptrace its parent, the trusted pytest process."""
+    wc, scratch = work
+    sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30), want="rlimits")
+    impl = RemoteImpl("test", sandbox, wc, scratch, problems={"precision": 120.0}, call_cpu=20.0,
+                      config=WorkerConfig(rlimits=sandbox.limits.rlimits(False)))
+    impl.enter("precision")
+    try:
+        assert impl.precision.tensor_bytes("ptrace-parent") == "Operation not permitted"
+    finally:
+        impl.close()
