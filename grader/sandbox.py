@@ -3,13 +3,16 @@
 :class:`Sandbox` builds the worker's command line. With bubblewrap (``bwrap``)
 usable (:func:`bwrap_usable`), the worker sees a new root holding read-only
 binds of what Python needs (``/usr``, the interpreter prefix, the virtual
-environment), the working copy (read-only, at ``/submission``), a small tmpfs
-``/tmp``, and the trusted tests' scratch folder (read-write, at its own path,
-so a path a test passes means the same file on both sides); no network, its
-own PID/IPC/UTS namespaces, no capabilities, a new session, and it dies with
+environment), its own copy of the working copy (read-only, at
+``/submission``), a small tmpfs ``/tmp``, a smaller one at ``/dev/shm``, a
+read-only ``/dev``, and the trusted tests' scratch folder (read-write, at its
+own path, so a path a test passes means the same file on both sides); no
+network, its own PID/IPC/UTS namespaces (in which it is pid 1, alone, where
+bwrap has ``--as-pid-1``), no capabilities, a new session, and it dies with
 its parent. Everywhere, the worker lowers its rlimits (CPU time, address
 space, file size, open files, core dumps) and on Linux installs a seccomp
-filter that refuses to create processes, before it imports submission code. A
+filter that refuses to create processes (and ``fallocate``, ``ptrace``),
+before it imports submission code. A
 problem whose checks need a child process (rubric ``processes = N``) gets a
 worker without that filter, capped by RLIMIT_NPROC at the user's current task
 count plus N (which the kernel does not enforce for root). Without a usable

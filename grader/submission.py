@@ -1,8 +1,9 @@
 """Finding a submission's ``student/`` folder, in a folder or a zip archive.
 
 Zip archives are extracted defensively: no absolute paths or ``..``, no
-symlinks or special files, caps on the number of members and on their total
-uncompressed size (a zip bomb stops at the cap), and ``student/`` may sit one
+symlinks or special files, caps on the number of members, on the folders they
+make and on their total uncompressed size (a zip bomb stops at the cap), a
+time limit, and ``student/`` may sit one
 folder deep (as Gradescope and GitHub exports nest it).
 """
 
