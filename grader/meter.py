@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader import proctree
+from grader.scratch import scratch_usage
 
 __all__ = ["Meter", "Reading", "StorageWatch"]
 
@@ -143,8 +144,6 @@ class StorageWatch:
     def _scratch(self) -> int:
         if self.scratch is None:
             return 0
-        from grader.scratch import scratch_usage
-
         return scratch_usage(self.scratch, 20_000, 64)[0]
 
     def _sample(self) -> None:
