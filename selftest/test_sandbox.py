@@ -682,15 +682,18 @@ def test_a_problem_with_hidden_checks_is_never_split_over_groups():
                 assert len(holding) == 1 or not mixed, (p.name, k)
 
 
-def test_the_working_copy_caps_folders(tmp_path):
+def test_the_working_copy_refuses_folders(tmp_path):
+    """A student/ of many folders is refused before anything is copied (plain
+    modules only: any folder but __pycache__ is refused, the first one named)."""
     from grader.sandbox import SubmissionError
     from grader.workcopy import MAX_FOLDERS
 
     student = tmp_path / "student"
     for i in range(MAX_FOLDERS + 1):
         (student / f"d{i}").mkdir(parents=True)
-    with pytest.raises(SubmissionError, match="folders"):
+    with pytest.raises(SubmissionError, match=r"student/d0/ is a folder"):
         make_working_copy(student, tmp_path / "work")
+    assert not (tmp_path / "work").exists()
 
 
 def test_the_scratch_cap_is_the_grades_shared_by_its_groups(tmp_path):
