@@ -127,8 +127,6 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
                             "calibrate)")
     result.checks = (STUDENT_RELEASE_CHECKS if not hidden_available() else
                      "public checks only (--public-only)" if opts.public_only else "public + hidden checks")
-    if sandbox.mode == "rlimits":
-        result.notes.append(f"sandbox: rlimits only ({sandbox.why})")
     start = time.monotonic()
     run = Path(tempfile.mkdtemp(prefix="grader-"))
     if sandbox.mode == "uid":  # the worker's uid reaches its working copy and scratch, lists nothing

@@ -100,13 +100,8 @@ def summary(r: GradeResult) -> str:
 
 
 def _distinct(lines: list[str]) -> list[str]:
-    """``lines`` without repeats: a line another one already says (the sandbox
-    note inside the sandbox line, say) is dropped."""
-    out: list[str] = []
-    for ln in lines:
-        if ln and ln not in out and not any(ln != other and ln in other for other in lines):
-            out.append(ln)
-    return out
+    """``lines`` without empty ones and repeats, in their order."""
+    return list(dict.fromkeys(ln for ln in lines if ln))
 
 
 def _run_lines(r: GradeResult) -> list[str]:
@@ -270,7 +265,7 @@ def table(r: GradeResult, *, details: bool = True, width: int = 110) -> str:
     the summary, then each problem's failed items. The first-failure column
     says what failed, wrapped at word boundaries."""
     lines = [f"grading {r.submission}", f"sandbox: {r.sandbox}; profile: {r.profile}", f"checks: {r.checks}"]
-    lines += [f"note: {n}" for n in _distinct(r.notes) if n not in f"sandbox: {r.sandbox}"]
+    lines += [f"note: {n}" for n in _distinct(r.notes)]
     rows: list[tuple[str, str, str, str, str]] = [("problem", "§", "points", "status", "first failure")]
     if unreadable(r):
         rows.append(("submission", "", f"{_fmt(r.score)}/{_fmt(r.max_score)}", "error", r.error))
