@@ -1,8 +1,8 @@
 """The working copy: the only files a worker sees of the grader's side.
 
 :func:`make_working_copy` fills a fresh folder with the submission's
-``student/`` (regular files only, capped by :data:`MAX_FILES`,
-:data:`MAX_BYTES`, :data:`MAX_DEPTH`, :data:`MAX_FOLDERS`; symlinks never followed), the public
+``student/`` (its plain modules, regular files only, capped by :data:`MAX_FILES`
+and :data:`MAX_BYTES`; symlinks never followed), the public
 harness the worker needs (``tests/__init__.py``, ``tests/wire.py``,
 ``tests/harness.py``, ``tests/scenarios/``) and the worker script
 (:data:`WORKER_SCRIPT`, a copy of grader/worker.py): nothing of
@@ -33,9 +33,10 @@ WORKER_SCRIPT = "_grader_worker.py"
 #: Caps on what is copied from a submission's student/ folder.
 MAX_FILES = 2000
 MAX_BYTES = 64 << 20
+#: Caps on what a submission's archive may make when unpacked (grader/submission.py):
+#: path depth, and folders (empty ones cost no bytes, but creating, copying and
+#: removing each costs time: 60,000 empty folders took minutes to copy and remove).
 MAX_DEPTH = 32
-#: Folders (empty ones cost no bytes, but creating, copying and removing each
-#: costs time: 60,000 empty folders took minutes to copy and remove).
 MAX_FOLDERS = 1000
 
 
@@ -74,27 +75,17 @@ def make_working_copy(student: Path, dest: Path) -> Path:
     """Fill ``dest`` with the submission's ``student/`` and the public harness."""
     if not student.is_dir():
         raise SubmissionError(f"no student/ folder in the submission ({student})")
-    check_plain_modules(student)
-    dest.mkdir(parents=True, exist_ok=True)
-    files = total = folders = 0
-    for root, dirs, names in os.walk(student, followlinks=False):
-        rel = Path(root).relative_to(student)
-        if len(rel.parts) >= MAX_DEPTH:  # before os.walk recurses into thousands of levels
-            raise SubmissionError(f"student/ is more than {MAX_DEPTH} folders deep")
-        folders += 1
-        if folders > MAX_FOLDERS:
-            raise SubmissionError(f"student/ holds more than {MAX_FOLDERS} folders")
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not (Path(root) / d).is_symlink())
-        (dest / "student" / rel).mkdir(parents=True, exist_ok=True)
-        for name in sorted(names):
-            src = Path(root) / name
-            st = src.lstat()
-            if not stat.S_ISREG(st.st_mode) or not is_plain_module(name):
-                continue  # symlinks, devices, FIFOs: never followed; other files import as nothing
-            files, total = files + 1, total + st.st_size
-            if files > MAX_FILES or total > MAX_BYTES:
-                raise SubmissionError(f"student/ is too big (more than {MAX_FILES} files or {MAX_BYTES >> 20} MiB)")
-            shutil.copyfile(src, dest / "student" / rel / name, follow_symlinks=False)
+    check_plain_modules(student)  # so its modules are files directly in it: no folder to walk
+    (dest / "student").mkdir(parents=True, exist_ok=True)
+    files = total = 0
+    for src in sorted(student.iterdir()):
+        st = src.lstat()
+        if not stat.S_ISREG(st.st_mode) or not is_plain_module(src.name):
+            continue  # links, devices, FIFOs: never followed; other files import as nothing
+        files, total = files + 1, total + st.st_size
+        if files > MAX_FILES or total > MAX_BYTES:
+            raise SubmissionError(f"student/ is too big (more than {MAX_FILES} files or {MAX_BYTES >> 20} MiB)")
+        shutil.copyfile(src, dest / "student" / src.name, follow_symlinks=False)
     if not (dest / "student" / "__init__.py").is_file():
         (dest / "student" / "__init__.py").write_text("")
     tests = dest / "tests"
