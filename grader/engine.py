@@ -110,6 +110,10 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
     limits = Limits(memory_bytes=fitted_memory_limit(configured),
                     cpu_seconds=int(most + settings.start_cpu * speed + 60))
     sandbox = Sandbox(limits=limits, gpu=cuda, want=opts.sandbox)
+    # Hidden checks never run where the submission could read them: without
+    # filesystem isolation (an explicit --sandbox rlimits) only the public ones.
+    unisolated = sandbox.mode == "rlimits" and not public_only
+    public_only = public_only or unisolated
     seed = opts.seed if opts.seed is not None else secrets.randbits(32)
     result = GradeResult(submission=str(path), profile=profile, sandbox=sandbox.describe(), seed=seed, reveal=reveal,
                          speed=round(speed, 3))
@@ -126,7 +130,9 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
                             f"{profile} profile: their budgets are generous guesses (instructors: python -m grader "
                             "calibrate)")
     result.checks = (STUDENT_RELEASE_CHECKS if not hidden_available() else
-                     "public checks only (--public-only)" if opts.public_only else "public + hidden checks")
+                     "public checks only (--public-only)" if opts.public_only else
+                     "public checks only (hidden checks need filesystem isolation: bubblewrap or the uid mode)"
+                     if unisolated else "public + hidden checks")
     start = time.monotonic()
     run = Path(tempfile.mkdtemp(prefix="grader-"))
     if sandbox.mode == "uid":  # the worker's uid reaches its working copy and scratch, lists nothing

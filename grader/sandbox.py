@@ -191,7 +191,8 @@ class Sandbox:
             raise RuntimeError(
                 f"no filesystem isolation for the submission here ({why}; {why_uid}), and this checkout holds the "
                 "reference and hidden checks, which it could read or overwrite. Install bubblewrap (with user "
-                f"namespaces), or {uidsandbox.fix_hint()}, or pass --sandbox rlimits if you trust the submission")
+                f"namespaces), or {uidsandbox.fix_hint()}, or pass --sandbox rlimits if you trust the submission "
+                "(public checks only)")
         self.mode, self.why = "rlimits", why
 
     @classmethod

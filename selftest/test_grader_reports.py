@@ -213,7 +213,7 @@ def _case_submission(case: str, tmp_path: Path) -> tuple[str, list[str]]:
     if case == "reference":
         shutil.copytree(REPO / "reference", tmp_path / "ref" / "student")
         return str(tmp_path / "ref"), ["--problems", "views"]
-    if case == "stubs":  # rlimits: its note must not repeat the sandbox line
+    if case == "stubs":  # rlimits: said once (the sandbox line), and public checks only
         return str(REPO), ["--problems", "precision,mfu", "--sandbox", "rlimits"]
     return str(REPO / "grader" / "corpus" / "cheat" / "bad_archives" / "corrupt_member.zip"), [
         "--problems", "precision,views,mfu"]
@@ -249,6 +249,10 @@ def test_every_report_adds_up(case, tmp_path):
     jsonschema.validate(gs, GRADESCOPE_SCHEMA)
     suite = ET.parse(files["xml"]).getroot()
     total, most = result["score"], result["max_score"]
+    if case == "stubs":  # without filesystem isolation no hidden check runs (the submission could read them)
+        ran = [c["test"] for p in result["problems"] for c in p["checks"]]
+        assert ran and not [t for t in ran if not t.startswith("tests/")], ran
+        assert result["checks"].startswith("public checks only (hidden checks need filesystem isolation")
 
     # --json: items add up to their problem, problems to the totals; not counted is max 0
     for p in result["problems"]:
