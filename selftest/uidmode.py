@@ -53,15 +53,22 @@ def worker_python(uid: int) -> str | None:
         st = venv.lstat()
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
             return None
-    if not _runs_as(uid, [str(python), "-I", "-c", "import torch"]):
-        with contextlib.suppress(OSError):
-            subprocess.run([str(system), "-m", "venv", "--without-pip", "--clear", str(venv)], check=True,
-                           capture_output=True, timeout=300)
-            venv.chmod(0o755)
-            site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                       capture_output=True, text=True, check=True).stdout.strip())
-            ours = Path(sysconfig.get_paths()["purelib"]).resolve()
-            (site / "_lab_packages.pth").write_text(f"import site; site.addsitedir({str(ours)!r})\n")
+    # One test process builds it at a time (xdist: two building at once clear each other's files).
+    fd = os.open(str(_private_dir() / "python.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        with _held(fd):
+            if not _runs_as(uid, [str(python), "-I", "-c", "import torch"]):
+                with contextlib.suppress(OSError, subprocess.SubprocessError):
+                    subprocess.run([str(system), "-m", "venv", "--without-pip", "--clear", str(venv)], check=True,
+                                   capture_output=True, timeout=300)
+                    venv.chmod(0o755)
+                    site = Path(subprocess.run(
+                        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                        capture_output=True, text=True, check=True).stdout.strip())
+                    ours = Path(sysconfig.get_paths()["purelib"]).resolve()
+                    (site / "_lab_packages.pth").write_text(f"import site; site.addsitedir({str(ours)!r})\n")
+    finally:
+        os.close(fd)
     return str(python) if _runs_as(uid, [str(python), "-I", "-c", "import torch"]) else None
 
 
@@ -85,14 +92,7 @@ def locked_checkout() -> Iterator[None]:
     """This checkout locked (:func:`grader.uidsandbox.lock`) while any test
     process of this run needs it (a count under a file lock: xdist runs tests
     in several processes), its modes given back after the last."""
-    # Kept where the workers (which run while the checkout is locked) cannot write.
-    private = Path(tempfile.gettempdir()) / "lab-uid-lock"
-    with contextlib.suppress(FileExistsError):
-        private.mkdir(mode=0o700)
-    st = private.lstat()
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
-        raise RuntimeError(f"{private} is not a private folder of this user")
-    state = private / f"{hashlib.sha256(bytes(REPO)).hexdigest()[:16]}.json"
+    state = _private_dir() / f"{hashlib.sha256(bytes(REPO)).hexdigest()[:16]}.json"
     fd = os.open(str(state) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         with _held(fd):
@@ -111,6 +111,18 @@ def locked_checkout() -> Iterator[None]:
             else:
                 state.write_text(json.dumps(record))
         os.close(fd)
+
+
+def _private_dir() -> Path:
+    """This user's folder for the uid selftests' locks and state, kept where
+    the workers (which run while the checkout is locked) cannot write."""
+    private = Path(tempfile.gettempdir()) / "lab-uid-lock"
+    with contextlib.suppress(FileExistsError):
+        private.mkdir(mode=0o700)
+    st = private.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
+        raise RuntimeError(f"{private} is not a private folder of this user")
+    return private
 
 
 @contextlib.contextmanager
