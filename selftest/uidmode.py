@@ -72,19 +72,39 @@ def worker_python(uid: int) -> str | None:
     return str(python) if _runs_as(uid, [str(python), "-I", "-c", "import torch"]) else None
 
 
+# Run as the worker's uid: every reference/precision.py it can read within a few levels of the places a cheat
+# searches (the corpus's read_reference walks these), so the answer is the worker's view, not root's.
+_SEARCH = """
+import os, sys
+found = []
+for base in ("/work", "/check", "/home", "/root", "/tmp", "/srv", "/opt", "/mnt", "/var/tmp"):
+    for dirpath, dirs, files in os.walk(base):
+        if dirpath.count(os.sep) >= 7:
+            dirs[:] = []
+        if os.path.basename(dirpath) == "reference" and "precision.py" in files:
+            path = os.path.join(dirpath, "precision.py")
+            try:
+                with open(path, "rb"):
+                    found.append(path)
+            except OSError:
+                pass
+print("\\n".join(found))
+"""
+
+
 def other_references(uid: int) -> list[str]:
-    """Copies of the reference outside this checkout that ``uid`` can read
-    (where a cheat looks first): sibling and cousin checkouts, copies in the
-    temporary folder and, for a git worktree, its main checkout."""
-    tmp = Path(tempfile.gettempdir())
-    patterns = [(REPO.parent, "*/reference/precision.py"), (REPO.parent.parent, "*/reference/precision.py"),
-                (tmp, "*/reference/precision.py"), (tmp, "*/*/reference/precision.py")]
-    candidates = [p for base, pattern in patterns for p in base.glob(pattern) if p.parent.parent != REPO]
-    git = REPO / ".git"
-    if git.is_file():  # a worktree: "gitdir: <main>/.git/worktrees/<name>"
-        gitdir = Path(git.read_text().partition(":")[2].strip())
-        candidates.append(gitdir.parent.parent.parent / "reference" / "precision.py")
-    return [str(p) for p in candidates if p.is_file() and _runs_as(uid, ["/bin/cat", str(p)])]
+    """Copies of the reference outside this checkout that ``uid`` can read:
+    found by a search run as ``uid`` through the folders where checkouts,
+    clones and temporary copies live (a cheat looks there first)."""
+    try:
+        proc = subprocess.run(["/usr/bin/env", "python3", "-I", "-c", _SEARCH], user=uid, group=uid, extra_groups=[],
+                              cwd="/", capture_output=True, text=True, timeout=300, env={"PATH": "/usr/bin:/bin"})
+    except (OSError, subprocess.SubprocessError) as e:
+        return [f"(the search as uid {uid} failed: {e})"]
+    if proc.returncode != 0:
+        return [f"(the search as uid {uid} failed: {proc.stderr.strip()[-200:]})"]
+    ours = (REPO / "reference").resolve()
+    return [p for p in proc.stdout.split("\n") if p and Path(p).resolve().parent != ours]
 
 
 @contextlib.contextmanager
