@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import sys
 import threading
 import time
@@ -25,7 +26,7 @@ from pathlib import Path
 from grader import proctree
 from grader.scratch import scratch_usage
 
-__all__ = ["Meter", "Reading", "StorageWatch"]
+__all__ = ["HOST_WRITABLE", "Meter", "Reading", "StorageWatch", "held_deleted", "owned_bytes"]
 
 #: How often the tree's membership is looked up again (its processes rarely
 #: change: a worker may create none unless its problem allows some).
@@ -108,22 +109,30 @@ SANDBOX_TMPFS = ("tmp", "dev/shm")
 class StorageWatch:
     """What a worker stores beside its resident memory during a call, read from
     outside: the bytes used on its sandbox's tmpfs mounts (``statvfs`` through
-    ``/proc/PID/root``, bwrap mode only: elsewhere its /tmp is the host's,
-    shared with everything else) and the bytes allocated in the scratch folder.
+    ``/proc/PID/root``, bwrap mode), or, where the worker runs as its own uid
+    ``owner`` on the host's folders (uid mode), the bytes of the files that uid
+    owns in the host's world-writable folders (:data:`HOST_WRITABLE`) plus those
+    of deleted files its processes hold open; and the bytes allocated in the
+    scratch folder. (In rlimits mode, which grades public checks only, none of
+    the host's folders is attributed: they are shared with everything else.)
 
     A call that keeps its data in files instead of in its memory (a tensor
     offloaded to ``/dev/shm`` and read back) holds it all the same: a measured
     peak (:meth:`grader.remote.RemoteImpl.measured_scenario`) adds
     :meth:`stop`'s growth to the resident growth. Sampled every
-    ``interval`` seconds (the tmpfs mounts; the scratch folder, a walk, every
-    tenth time), plus once at :meth:`stop`.
+    ``interval`` seconds (the tmpfs mounts; the walks, of the scratch folder,
+    the uid's files and open file descriptors, every tenth time), plus once at
+    :meth:`stop`.
     """
 
-    def __init__(self, root: int, scratch: Path | None, sandboxed: bool, interval: float = 0.002) -> None:
+    def __init__(self, root: int, scratch: Path | None, sandboxed: bool, interval: float = 0.002,
+                 owner: int | None = None) -> None:
         self.root, self.scratch, self.interval = root, scratch, interval
         self._mounts: list[str] = []
+        self._owner = owner if sys.platform == "linux" and not sandboxed else None
         if sandboxed and sys.platform == "linux":
             self._mounts = _sandbox_mounts(root)
+        self._devices = frozenset(_device(m) for m in self._mounts)
         self.tmpfs_before = self.tmpfs_peak = self._tmpfs()
         self.scratch_before = self.scratch_peak = self._scratch()
         self._stop = threading.Event()
@@ -142,9 +151,15 @@ class StorageWatch:
         return used
 
     def _scratch(self) -> int:
-        if self.scratch is None:
-            return 0
-        return scratch_usage(self.scratch, 20_000, 64)[0]
+        """The scratch folder's blocks, and what the walks find outside any
+        measured tmpfs: the uid's files on the host (uid mode), deleted files
+        held open (a deleted scratch file is on no walk)."""
+        used = 0 if self.scratch is None else scratch_usage(self.scratch, 20_000, 64)[0]
+        if self._owner is not None:
+            used += owned_bytes(self._owner, self.root, self.scratch)
+        elif sys.platform == "linux":
+            used += held_deleted(self.root, self._devices)
+        return used
 
     def _sample(self) -> None:
         n = 0
@@ -165,6 +180,13 @@ class StorageWatch:
         return max(0, self.tmpfs_peak - self.tmpfs_before) + max(0, self.scratch_peak - self.scratch_before)
 
 
+def _device(path: str) -> int:
+    try:
+        return os.stat(path).st_dev
+    except OSError:
+        return -1
+
+
 def _sandbox_mounts(root: int) -> list[str]:
     """The sandbox's tmpfs mounts as paths this process can ``statvfs``: under
     ``/proc/PID/root`` of a process of ``root``'s tree that lives in another
@@ -181,3 +203,67 @@ def _sandbox_mounts(root: int) -> list[str]:
             continue
         return [f"/proc/{pid}/root/{m}" for m in SANDBOX_TMPFS]
     return []
+
+
+#: The host's folders any user may create files in (Linux's usual ones): a
+#: worker running as its own uid on the host's filesystem (uid mode) can store
+#: data there, and only in folders it made below them.
+HOST_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/shm", "/run/lock", "/dev/mqueue")
+
+
+def owned_bytes(uid: int, root: int, skip: Path | None = None, max_entries: int = 20_000) -> int:
+    """Bytes allocated to files ``uid`` owns below :data:`HOST_WRITABLE`
+    (descending only into folders it owns or anyone may write, the only
+    places it can have made files; ``skip``, the scratch folder counted on
+    its own, left out) plus deleted files still open in ``root``'s process
+    tree (unlinked, they are in no folder yet hold their pages). Each inode
+    counts once; at most ``max_entries`` entries are looked at."""
+    seen: set[tuple[int, int]] = set()
+    total = entries = 0
+    skipped = str(skip) if skip is not None else None
+    stack = [p for p in HOST_WRITABLE if os.path.isdir(p)]
+    while stack and entries < max_entries:
+        folder = stack.pop()
+        try:
+            it = os.scandir(folder)
+        except OSError:
+            continue
+        with it:
+            for entry in it:
+                entries += 1
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    if (st.st_uid == uid or st.st_mode & 0o002) and entry.path != skipped:
+                        stack.append(entry.path)
+                elif stat.S_ISREG(st.st_mode) and st.st_uid == uid and (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    total += st.st_blocks * 512
+    return total + held_deleted(root, seen=seen)
+
+
+def held_deleted(root: int, skip_devices: frozenset[int] = frozenset(),
+                 seen: set[tuple[int, int]] | None = None) -> int:
+    """Bytes allocated to deleted files that ``root``'s process tree holds
+    open (unlinked, they are in no folder, yet keep their blocks or pages),
+    except on ``skip_devices`` (filesystems measured as a whole) and inodes
+    already in ``seen``."""
+    seen = set() if seen is None else seen
+    total = 0
+    for pid in _tree(root):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            key = (st.st_dev, st.st_ino)
+            if stat.S_ISREG(st.st_mode) and st.st_nlink == 0 and st.st_dev not in skip_devices and key not in seen:
+                seen.add(key)
+                total += st.st_blocks * 512
+    return total

@@ -412,7 +412,8 @@ class RemoteImpl(ImplBase):
         try:
             watch = MemoryWatch(worker.proc.pid) if measure else None
             # What the call stores in files (tmpfs pages, scratch blocks) is held as surely as its memory.
-            stored = StorageWatch(worker.proc.pid, self._scratch, self._sandbox.mode == "bwrap") if measure else None
+            stored = StorageWatch(worker.proc.pid, self._scratch, self._sandbox.mode == "bwrap",
+                                  owner=self._sandbox.uid if self._sandbox.mode == "uid" else None) if measure else None
             if watch is not None and stored is not None:
                 watch.start()
                 stored.start()

@@ -71,6 +71,8 @@ CASES = {
     "memory_hungry": ("precision", None, "failed|timeout"),  # refused allocations take a while on busy cores
     # Without bubblewrap the worker's /tmp and /dev/shm are the host's (README: what rlimits mode cannot do).
     "tmpfs_offload": ("training", "bwrap", "failed"),
+    # The same activations in deleted files held open: on disk in the scratch folder, found by no folder walk.
+    "deleted_offload": ("training", "bwrap", "failed"),
     "flock_channel": ("precision", None, "failed"),  # graded with --parallel 2: public and hidden files at once
     "fallocate_fill": ("precision", "bwrap", "error|timeout"),
     "dev_fill": ("precision", "bwrap", "failed"),
@@ -111,9 +113,9 @@ def test_bad_archive_is_an_error_result(archive, tmp_path):
     assert not list((tmp_path / "tmp").iterdir()), "a temporary folder was left behind"
 
 
-#: Cheats against the grader's files, graded in each filesystem isolation: bubblewrap
+#: Cheats against the grader's files and its measurements, graded in each filesystem isolation: bubblewrap
 #: and the worker as an unprivileged uid on a locked checkout (grader/uidsandbox.py).
-BOTH_ISOLATIONS = ("read_reference", "write_results")
+BOTH_ISOLATIONS = ("read_reference", "write_results", "tmpfs_offload", "deleted_offload")
 
 
 def _cases() -> list:
@@ -130,7 +132,7 @@ def test_cheat_gains_nothing(name, isolation, tmp_path):
     problems, needs, status = CASES[name]
     python, sandbox, guard = sys.executable, [], contextlib.nullcontext()
     if isolation == "uid":
-        uid_python, why = uid_setup(uidsandbox.worker_ids()[0], alone=True)
+        uid_python, why = uid_setup(uidsandbox.worker_ids()[0], alone=name == "read_reference")
         if uid_python is None:
             pytest.skip(f"grading {name} in uid mode: {why}")
         python, sandbox, guard = uid_python, ["--sandbox", "uid"], locked_checkout()
