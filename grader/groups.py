@@ -26,10 +26,10 @@ from pathlib import Path
 
 from grader.budgets import Costs, problem_budget
 from grader.limits import LOG_CAP
-from grader.planning import group_plans, parallelism, partition, units_of
+from grader.planning import Planned, Unit, group_plans, parallelism, partition, units_of
 from grader.progress import GradeProgress
 from grader.protocol import PLAN_ENV, Plan, ProblemPlan, RunResults, SandboxSpec, WorkerRecord
-from grader.rubric import Problem, Rubric
+from grader.rubric import Problem, Rubric, is_hidden
 from grader.sandbox import Sandbox
 from grader.scratch import BASETEMP, GROUP_PREFIX
 from grader.util import REPO, cores, memory_available
@@ -53,9 +53,12 @@ def run_groups(rub: Rubric, selected: list[Problem], plan: Plan, *, public_only:
     planned = [(p, files) for p, files in planned if files and not (p.gpu and not plan.sandbox.gpu)]
     if not planned:
         return {}, []
-    k = parallelism(sum(len(files) for _, files in planned), plan.sandbox.limits.memory_bytes, parallel)
-    groups = partition(units_of(planned, k, costs, plan.profile), k, costs, plan.profile)
-    threads = max(1, cores() // len(groups))  # torch threads per process: the groups share the cores
+    # Every group of a phase runs at once; a phase starts when the one before it has ended.
+    phases: list[list[list[Unit]]] = []
+    for part in by_phase(planned):
+        k = parallelism(sum(len(files) for _, files in part), plan.sandbox.limits.memory_bytes, parallel)
+        phases.append(partition(units_of(part, k, costs, plan.profile), k, costs, plan.profile))
+    groups = [g for phase in phases for g in phase]
     results: list[RunResults] = [RunResults() for _ in groups]
     failures: list[BaseException] = []
     s = rub.settings
@@ -69,7 +72,7 @@ def run_groups(rub: Rubric, selected: list[Problem], plan: Plan, *, public_only:
             budget = cpu_budget
         return ProblemPlan(p.name, round(budget, 3), tuple(files), round(reference, 3), p.processes, p.gpu)
 
-    def one(i: int) -> None:
+    def one(i: int, threads: int) -> None:
         problems = tuple(planned_problem(p, files) for p, files in group_plans(groups[i]))
         try:
             results[i] = run_pytest(rub, plan, problems, run / f"{GROUP_PREFIX}{i}", threads,
@@ -80,20 +83,40 @@ def run_groups(rub: Rubric, selected: list[Problem], plan: Plan, *, public_only:
             if progress is not None:
                 progress.group_ended(i)
 
-    if len(groups) == 1:
-        one(0)
-    else:
-        runners = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(groups))]
-        for t in runners:
-            t.start()
-        for t in runners:
-            t.join()
-    if failures:
-        raise failures[0]
+    first = 0
+    for phase in phases:
+        indices = range(first, first + len(phase))
+        first += len(phase)
+        threads = max(1, cores() // len(phase))  # torch threads per process: the groups share the cores
+        if len(phase) == 1:
+            one(indices[0], threads)
+        else:
+            runners = [threading.Thread(target=one, args=(i, threads), daemon=True) for i in indices]
+            for t in runners:
+                t.start()
+            for t in runners:
+                t.join()
+        if failures:
+            raise failures[0]
     per_problem = {p.name: problem_results(p.name, files, [results[i] for i, g in enumerate(groups)
                                                            if any(q.name == p.name for q, _ in g)])
                    for p, files in planned}
     return per_problem, [r.error for r in results if r.error]
+
+
+def by_phase(planned: list[Planned]) -> list[list[Planned]]:
+    """The run's phases: every problem's public check files, then every
+    problem's hidden ones (one phase where there is one kind only).
+
+    No worker that has seen hidden inputs runs while one whose answers reach
+    students' failure messages (a public check's) is alive: any channel between
+    two sandboxes of one submission (a lock on a shared file, the page cache,
+    the machine's load) could otherwise carry a hidden input of one problem into
+    another problem's visible message. Hidden checks beside each other are
+    harmless: nothing of theirs reaches a student-visible field."""
+    public = [(p, [f for f in files if not is_hidden(f)]) for p, files in planned]
+    hidden = [(p, [f for f in files if is_hidden(f)]) for p, files in planned]
+    return [part for part in ([(p, f) for p, f in public if f], [(p, f) for p, f in hidden if f]) if part]
 
 
 def run_pytest(rub: Rubric, base: Plan, problems: tuple[ProblemPlan, ...], run: Path,

@@ -36,11 +36,11 @@ def units_of(planned: list[Planned], k: int, costs: Costs, profile: str) -> list
     1/k of the total is split into its files (a second worker start is cheaper
     than one group waiting on it) when they are all public or all hidden.
 
-    A problem with both is never split: its files in two groups would run at
-    the same time, a worker that sees hidden inputs beside one whose answers
-    reach students' failure messages, and any channel between the two (a lock,
-    the machine's load) could carry a hidden input to a student. In one group
-    they run one after the other, public files first (the rubric's order)."""
+    A problem with both is never split (the engine plans public and hidden
+    files in separate phases, :func:`grader.groups.by_phase`; this holds for a
+    caller that does not): its files in two groups would run at the same time,
+    a worker that sees hidden inputs beside one whose answers reach students'
+    failure messages."""
     total = sum(file_cost(f, costs, profile) for _, files in planned for f in files)
     out: list[Unit] = []
     for p, files in planned:

@@ -685,6 +685,49 @@ def test_a_problem_with_hidden_checks_is_never_split_over_groups():
                 assert len(holding) == 1 or not mixed, (p.name, k)
 
 
+def test_no_hidden_check_runs_while_a_public_check_runs(tmp_path, monkeypatch):
+    """A full grade runs every problem's public files, then (once they have all
+    ended) the hidden ones, at any parallelism: no worker that has seen hidden
+    inputs is alive beside one whose answers reach a student's message, of the
+    same problem or another. Each problem still gets all its files' results."""
+    import threading
+
+    from grader import budgets, groups
+    from grader.protocol import RunResults
+    from grader.rubric import is_hidden, load
+    from grader.sandbox import Sandbox
+
+    rub = load()
+    selected = [p for p in rub.problems if not p.gpu]
+    assert any(is_hidden(f) for p in selected for f in p.check_files(REPO)), "no hidden checks to order here"
+    running: list[tuple[str, ...]] = []
+    overlaps: list[tuple] = []
+    lock = threading.Lock()
+
+    def fake_run_pytest(rub, base, problems, run, threads, progress=None):
+        files = tuple(f for p in problems for f in p.files)
+        with lock:
+            kinds = {is_hidden(f) for f in files} | {is_hidden(f) for fs in running for f in fs}
+            if len(kinds) > 1:
+                overlaps.append((files, list(running)))
+            running.append(files)
+        threading.Event().wait(0.05)  # long enough for the groups of a phase to overlap each other
+        with lock:
+            running.remove(files)
+        return RunResults()
+
+    monkeypatch.setattr(groups, "run_pytest", fake_run_pytest)
+    plan = groups.base_plan(tmp_path, tmp_path, "dev", Sandbox(want="rlimits"), call_cpu=1.0, start_cpu=1.0,
+                            wall_factor=1.0, seed=0)
+    costs = budgets.load()
+    for parallel in (1, 2, 4, 8):
+        for public_only in (False, True):
+            out, errors = groups.run_groups(rub, selected, plan, public_only=public_only, parallel=parallel,
+                                            cpu_budget=None, costs=costs, speed=1.0, run=tmp_path / f"{parallel}")
+            assert sorted(out) == sorted(p.name for p in selected) and not errors
+    assert not overlaps, overlaps[0]
+
+
 def test_the_working_copy_refuses_folders(tmp_path):
     """A student/ of many folders is refused before anything is copied (plain
     modules only: any folder but __pycache__ is refused, the first one named)."""
