@@ -330,11 +330,15 @@ def seal_torch_optim() -> list[str]:
 
 
 def _seal_fused_kernels(torch: Any) -> None:
-    import torch.library
+    """Raising CPU, CUDA, MPS and XPU kernels for every overload of torch's
+    fused optimizer operators, registered through a dispatcher handle that no
+    Python object refers to: kept alive by one leaked reference (the handle is
+    not tracked by the garbage collector, so ``gc`` cannot find it, and
+    nothing here holds it for a submission to destroy), the registration lasts
+    as long as the process."""
+    import ctypes
 
-    # Held by the module: a Library's kernels go away when it is collected.
-    global _FUSED_LIBRARY
-    _FUSED_LIBRARY = torch.library.Library("aten", "IMPL")
+    handle = torch._C._dispatch_library("IMPL", "aten", "", "<sealed optimizers>", 0)
     for qualified in sorted(torch._C._dispatch_get_all_op_names()):
         namespace, _, op = qualified.partition("::")
         if namespace != "aten" or op.split(".")[0].rstrip("_") not in FUSED_KERNELS:
@@ -342,10 +346,8 @@ def _seal_fused_kernels(torch: Any) -> None:
         for key in ("CPU", "CUDA", "MPS", "XPU"):  # every device a grader or a student's machine may have
             with warnings.catch_warnings():  # "overriding a previously registered kernel": the point
                 warnings.simplefilter("ignore")
-                _FUSED_LIBRARY.impl(op, _sealed(f"torch's fused optimizer kernel {op}"), key)
-
-
-_FUSED_LIBRARY: Any = None
+                handle.impl(op, key, _sealed(f"torch's fused optimizer kernel {op}"), False)
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(handle))  # never released: its kernels stay registered
 
 
 def _about_optimizers(req: dict[str, Any]) -> bool:
