@@ -213,6 +213,12 @@ OPTIM_KEPT = frozenset({"torch.optim", "torch.optim.optimizer", "torch.optim.lr_
 FUSED_KERNELS = ("_fused_adam", "_fused_adamw", "_fused_sgd", "_fused_adagrad")
 
 
+#: What a sealed part of torch.optim says after "... is not available to
+#: submissions" (here and in the sealed sources of grader/optimseal.py).
+SEALED_HINT = ("the handout asks for the update rule written with tensor operations "
+               "(torch.optim.Optimizer is the only base class)")
+
+
 class SealedError(RuntimeError):
     """Raised by every sealed part of torch.optim (a RuntimeError: neither the
     ValueError nor the TypeError the handout's checks of bad input expect)."""
@@ -220,8 +226,7 @@ class SealedError(RuntimeError):
 
 def _sealed(what: str) -> Any:
     def sealed(*_args: Any, **_kwargs: Any) -> Any:
-        raise SealedError(f"{what} is not available to submissions: the handout asks for the update rule "
-                          "written with tensor operations (torch.optim.Optimizer is the only base class)")
+        raise SealedError(f"{what} is not available to submissions: {SEALED_HINT}")
 
     sealed.__name__ = sealed.__qualname__ = what.rsplit(".", 1)[-1].rsplit(" ", 1)[-1]
     return sealed

@@ -3,10 +3,16 @@ and staging refuses what Python would import differently from what the grader
 reads (grader/workcopy.py ``check_plain_modules``).
 
 Sealing changes the process it runs in for good, so it runs in a child process
-that reports, as JSON, what each route to torch.optim's optimizers did."""
+that reports, as JSON, what each route to torch.optim's optimizers did.
+
+In bubblewrap mode the optimizers' worker also sees sealed copies of
+torch.optim's algorithm sources and no torch.optim bytecode
+(grader/optimseal.py): the routes that rebuild torch's optimizers from its
+files on disk, which the in-process seal cannot stop."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -14,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.optimseal import algorithm_files, module_name, optim_dir, seal_source
 from grader.workcopy import SubmissionError, make_working_copy
 
 REPO = Path(__file__).resolve().parent.parent
@@ -176,3 +183,76 @@ def test_source_check_names_a_rebound_decoy():
     assert cheat.subclasses_optimizer("Adam")  # what the class definition alone says
     assert any("Adam is rebound after its class definition" in use for use in cheat.uses), cheat.uses
     assert static.delegation_facts(LocalImpl("reference")).uses == []
+
+
+# --------------------------------------------------------------------------- torch.optim's files, sealed
+
+
+def _outside_functions(tree: ast.Module) -> list[ast.stmt]:
+    """The statements of a module that are not inside a function body (class
+    bodies and ``if``/``try`` blocks included), in order."""
+    out, todo = [], list(tree.body)
+    while todo:
+        node = todo.pop(0)
+        out.append(node)
+        if isinstance(node, ast.ClassDef | ast.If | ast.Try):
+            todo += [*node.body, *getattr(node, "orelse", [])]
+    return out
+
+
+def _bound_names(tree: ast.Module) -> dict[str, set[str]]:
+    """The names a module binds at its top level, and those each of its
+    classes binds in its body (keyed by the class name)."""
+
+    def names(body: list[ast.stmt]) -> set[str]:
+        out: set[str] = set()
+        for stmt in body:
+            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                out.add(stmt.name)
+            elif isinstance(stmt, ast.Import | ast.ImportFrom):
+                out |= {a.asname or a.name.split(".")[0] for a in stmt.names}
+            elif isinstance(stmt, ast.Assign | ast.AnnAssign | ast.AugAssign):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                out |= {ast.unparse(t) for t in targets}
+            elif isinstance(stmt, ast.If | ast.Try):
+                out |= names(stmt.body) | names(stmt.orelse)
+        return out
+
+    found = {"": names(tree.body)}
+    for node in _outside_functions(tree):
+        if isinstance(node, ast.ClassDef):
+            found[node.name] = names(node.body)
+    return found
+
+
+def _decorated(tree: ast.Module) -> list[tuple[str, list[str]]]:
+    """Each function and method outside a function body, with its decorators."""
+    return [(node.name, [ast.unparse(d) for d in node.decorator_list]) for node in _outside_functions(tree)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
+
+
+def test_sealed_sources_keep_every_name_and_no_function_body():
+    """Every algorithm source of torch.optim (and none of the modules the
+    worker keeps) is sealed: its docstring and every name it binds (module and
+    class level, decorators included) stay, every function and method body is
+    one raise, and no line of an update rule is left."""
+    optim = optim_dir()
+    files = algorithm_files(optim)
+    rels = {p.relative_to(optim).as_posix() for p in files}
+    assert {"adam.py", "adamw.py", "sgd.py", "_functional.py", "_multi_tensor/__init__.py"} <= rels, rels
+    assert not rels & {"__init__.py", "optimizer.py", "lr_scheduler.py", "swa_utils.py", "_stateless.py"}
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        rel = path.relative_to(optim).as_posix()
+        original, sealed = ast.parse(text), ast.parse(seal_source(text, module_name(optim, path), rel))
+        assert ast.get_docstring(sealed) == ast.get_docstring(original), rel
+        assert _bound_names(sealed) == _bound_names(original), rel
+        functions = [n for n in ast.walk(sealed) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+        assert functions, rel
+        for fn in functions:
+            assert len(fn.body) == 1 and isinstance(fn.body[0], ast.Raise), (rel, fn.name)
+            assert "is not available to submissions" in ast.unparse(fn.body[0]), (rel, fn.name)
+        assert _decorated(sealed) == _decorated(original), rel  # (functions nested in bodies went with them)
+    adam = seal_source((optim / "adam.py").read_text(encoding="utf-8"), "torch.optim.adam", "adam.py")
+    assert "exp_avg_sq.mul_" in (optim / "adam.py").read_text(encoding="utf-8")
+    assert "exp_avg_sq.mul_" not in adam and "torch._foreach_" not in adam
