@@ -31,6 +31,13 @@ budget cuts the problem: that call and every later one raise :class:`NotRun`
 ``max_timeouts`` timeouts or ``max_crashes`` crashes: a hang costs that
 problem at most, not the run. A worker that cannot start (nothing of the
 submission runs before its hello) is a :class:`GraderFault`.
+
+In bubblewrap mode the workers of :data:`SEALED_OPTIM_PROBLEMS` see sealed
+copies of torch.optim's algorithm sources and no torch.optim bytecode
+(:mod:`grader.optimseal`), written once per RemoteImpl into a folder beside
+the scratch folder that no worker sees, removed by :meth:`RemoteImpl.close`.
+The other problems' workers keep torch's own files: their scenarios train
+with torch.optim.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from typing import Any
 from grader import proctree
 from grader.limits import LOG_CAP, worker_slots
 from grader.meter import StorageWatch
+from grader.optimseal import SealedOptim
 from grader.sandbox import Sandbox
 from grader.scratch import BASETEMP, remove_tree
 from grader.worker import WorkerConfig
@@ -71,6 +79,10 @@ __all__ = ["GraderFault", "NotRun", "ProblemState", "ProtocolError", "RemoteErro
 
 #: A wall-clock backstop is never shorter than this (seconds).
 MIN_WALL = 60.0
+#: The problems whose workers get torch.optim's sealed sources (bwrap mode):
+#: the ones whose checks compare the submission with torch.optim, which the
+#: worker seals in-process too (grader/worker.py ``_about_optimizers``).
+SEALED_OPTIM_PROBLEMS = frozenset({"optimizers"})
 
 
 @dataclass
@@ -138,6 +150,15 @@ class RemoteImpl(ImplBase):
         self._killed: list[proctree.Proc] = []  # their trees as seen just before retire_workers killed them
         self._fresh_used = False
         self._scratch_error = ""  # set when the scratch folder could not be emptied (_clear_scratch)
+        # Written before any worker starts, beside the scratch folder (in the
+        # run's private folder: bubblewrap binds the scratch folder alone).
+        self._sealed_optim: SealedOptim | None = None
+        self._seal_error = ""
+        if sandbox.mode == "bwrap" and SEALED_OPTIM_PROBLEMS & set(problems):
+            try:
+                self._sealed_optim = SealedOptim.create(scratch.parent)
+            except (OSError, SyntaxError, ValueError) as e:
+                self._seal_error = f"torch.optim's sources could not be sealed for its worker ({e})"
         # The submission's sources, read once before any worker runs (the
         # worker never answers for them; see Impl.source).
         self._package = work / "student"
@@ -158,9 +179,14 @@ class RemoteImpl(ImplBase):
         self.problem = problem
         self.states[problem].started = True
 
-    def _spawn(self, processes: int = 0) -> Worker:
+    def _seals(self, problem: str | None) -> bool:
+        """Whether ``problem``'s workers get the sealed torch.optim sources."""
+        return self._sandbox.mode == "bwrap" and problem in SEALED_OPTIM_PROBLEMS
+
+    def _spawn(self, processes: int = 0, *, sealed: bool = False) -> Worker:
         config = replace(self._config, processes=processes) if processes else self._config
-        worker = Worker(self._sandbox, self._work, self._scratch, config, self.max_reply)
+        worker = Worker(self._sandbox, self._work, self._scratch, config, self.max_reply,
+                        self._sealed_optim if sealed else None)
         root = proctree.read(worker.proc.pid)
         if root is not None:
             self._roots.append(root)
@@ -172,13 +198,18 @@ class RemoteImpl(ImplBase):
         w = self._workers.get(self.problem)
         if w is not None and w.alive():
             return w
+        sealed = self._seals(self.problem)
+        if sealed and self._sealed_optim is None:  # never a worker with torch.optim's sources open to it
+            st = self.states[self.problem]
+            st.fault = st.fault or self._seal_error or "torch.optim's sealed sources are gone (closed)"
+            raise GraderFault(f"{self.problem}: not graded: {st.fault}")
         processes = self._processes.get(self.problem, 0)
         if processes:  # a worker allowed to create processes (the spare is not)
-            w = self._spawn(processes)
-        elif self._spare is not None and self._spare.alive():
+            w = self._spawn(processes, sealed=sealed)
+        elif self._spare is not None and self._spare.alive() and self._spare.sealed_optim == sealed:
             w, self._spare = self._spare, None
-        else:
-            w = self._spawn()
+        else:  # (a spare started for another kind of problem waits for it)
+            w = self._spawn(sealed=sealed)
         self._workers[self.problem] = w
         if (self._isolated != self.problem and (self._spare is None or not self._spare.alive())
                 and (self._fresh_used or any(not self.states[p].started for p in self._order))
@@ -188,7 +219,9 @@ class RemoteImpl(ImplBase):
             # problem runs isolated: see retire_workers).
             if self._spare is not None:
                 self._spare.kill()  # it died while waiting
-            self._spare = self._spawn()
+            upcoming = self.problem if self._fresh_used else \
+                next((p for p in self._order if not self.states[p].started), None)
+            self._spare = self._spawn(sealed=self._seals(upcoming) and self._sealed_optim is not None)
         return w
 
     def _spare_fits(self) -> bool:
@@ -243,6 +276,9 @@ class RemoteImpl(ImplBase):
         if self._spare is not None:
             self._spare.kill()
             self._spare = None
+        if self._sealed_optim is not None:  # every worker that bound them is gone
+            self._sealed_optim.remove()
+            self._sealed_optim = None
 
     # ------------------------------------------------------------ isolation (grader/mfu.py)
     # The MFU check times the reference in this process and the submission in

@@ -9,8 +9,10 @@ read-only ``/dev``, and the trusted tests' scratch folder (read-write, at its
 own path, so a path a test passes means the same file on both sides); no
 network, its own PID/IPC/UTS namespaces (in which it is pid 1, alone, where
 bwrap has ``--as-pid-1``), no capabilities, a new session, and it dies with
-its parent. Everywhere, the worker lowers its rlimits (CPU time, address
-space, file size, open files, core dumps) and on Linux installs a seccomp
+its parent. The optimizers' worker also gets sealed copies of torch.optim's
+algorithm sources over torch's, and no torch.optim bytecode
+(:mod:`grader.optimseal`). Everywhere, the worker lowers its rlimits (CPU
+time, address space, file size, open files, core dumps) and on Linux installs a seccomp
 filter that refuses to create processes (and ``fallocate``, ``ptrace``),
 before it imports submission code. A
 problem whose checks need a child process (rubric ``processes = N``) gets a
@@ -58,6 +60,7 @@ from grader.limits import (
     plan_jobs,
     worker_slots,
 )
+from grader.optimseal import SealedOptim
 from grader.scratch import ScratchWatch, remove_tree, scratch_usage
 from grader.util import REPO
 from grader.workcopy import MAX_BYTES, MAX_DEPTH, MAX_FILES, WORKER_SCRIPT, SubmissionError, make_working_copy
@@ -225,11 +228,14 @@ class Sandbox:
             return {}
         return {"user": self.uid, "group": self.gid, "extra_groups": []}
 
-    def command(self, work: Path, scratch: Path, in_fd: int, out_fd: int,
-                config: WorkerConfig) -> tuple[list[str], dict[str, str], str]:
+    def command(self, work: Path, scratch: Path, in_fd: int, out_fd: int, config: WorkerConfig,
+                sealed_optim: SealedOptim | None = None) -> tuple[list[str], dict[str, str], str]:
         """(argv, env, cwd) that start a worker on the working copy ``work``,
         reading requests from ``in_fd`` and replying on ``out_fd`` (inherited),
-        with ``scratch`` its only writable host folder (bwrap mode)."""
+        with ``scratch`` its only writable host folder (bwrap mode).
+        ``sealed_optim``: bind its sealed copies of torch.optim's algorithm
+        sources over torch's, and hide torch.optim's bytecode (bwrap mode; the
+        other modes have the worker's in-process seal only)."""
         python = [sys.executable, "-I"]
         env = _worker_env(self.gpu)
         if self.mode != "bwrap":
@@ -254,6 +260,9 @@ class Sandbox:
         venv = Path(sys.prefix)
         if str(venv) not in _python_roots():
             args += ["--ro-bind", str(venv), str(venv)]
+        if sealed_optim is not None:  # over torch's files: after the binds that hold torch
+            for source, dest in sealed_optim.binds():
+                args += ["--ro-bind", str(source), str(dest)]
         for f in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/passwd", "/etc/group", "/etc/localtime",
                   "/etc/nsswitch.conf", "/etc/alternatives"):
             args += ["--ro-bind-try", f, f]

@@ -268,10 +268,14 @@ def seal_torch_optim() -> list[str]:
     tensors, the building block the handout recommends (and the reference
     uses), holding no optimizer's rule; composing them is writing the rule.
 
-    All of this lives in the submission's own process, which it could rewrite
-    (e.g. execute torch's optimizer sources read from disk): that is a copy of
-    torch's code, for the similarity report (which compares with torch.optim's
-    sources) and the instructors, not something this process can prevent.
+    All of this lives in the submission's own process, which could rebuild
+    torch's optimizers from torch's files (execute the sources read from disk,
+    or unmarshal their bytecode from ``__pycache__``). In bubblewrap mode that is
+    prevented from outside: the optimizers' worker sees sealed copies of those
+    sources and no torch.optim bytecode (``grader/optimseal.py``). In the uid
+    and rlimits modes it is not: such a rebuild is a copy of torch's code, for
+    the similarity report (which compares with torch.optim's sources) and the
+    instructors.
     """
     import gc
 

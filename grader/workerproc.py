@@ -42,6 +42,7 @@ from grader import proctree
 from grader.cgroups import PidsCgroup, pids_limit
 from grader.limits import LOG_CAP
 from grader.meter import Meter
+from grader.optimseal import SealedOptim
 from grader.sandbox import Sandbox
 from grader.scratch import remove_tree
 from grader.workcopy import private_copy
@@ -160,14 +161,18 @@ def _signal_name(code: int | None) -> str:
 class Worker:
     """One worker process and its pipes."""
 
-    def __init__(self, sandbox: Sandbox, work: Path, scratch: Path, config: WorkerConfig, max_reply: int) -> None:
+    def __init__(self, sandbox: Sandbox, work: Path, scratch: Path, config: WorkerConfig, max_reply: int,
+                 sealed_optim: SealedOptim | None = None) -> None:
+        """``sealed_optim``: the sealed torch.optim sources its sandbox shows
+        instead of torch's (see :meth:`grader.sandbox.Sandbox.command`)."""
         self.max_reply = max_reply
+        self.sealed_optim = sealed_optim is not None
         # Its own copy of the files: workers never share an inode (an flock on
         # one would be a channel between a hidden check's worker and another's).
         self.work = private_copy(work)
         req_r, self.req_w = os.pipe()
         self.rep_r, rep_w = os.pipe()
-        argv, env, cwd = sandbox.command(self.work, scratch, req_r, rep_w, config)
+        argv, env, cwd = sandbox.command(self.work, scratch, req_r, rep_w, config, sealed_optim)
         credentials = sandbox.credentials()  # uid mode: the worker's own unprivileged uid
         # A process cap that holds for root too, where a pids cgroup can be made.
         self.cgroup = PidsCgroup.create(pids_limit(config.processes))

@@ -16,14 +16,20 @@ import ast
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
-from grader.optimseal import algorithm_files, module_name, optim_dir, seal_source
+from grader.optimseal import SealedOptim, algorithm_files, module_name, optim_dir, seal_source
+from grader.remote import RemoteImpl
+from grader.sandbox import Limits, Sandbox, bwrap_usable
 from grader.workcopy import SubmissionError, make_working_copy
+from grader.worker import WorkerConfig
 
 REPO = Path(__file__).resolve().parent.parent
+BWRAP, WHY = bwrap_usable()
+needs_bwrap = pytest.mark.skipif(not BWRAP, reason=f"bubblewrap is unusable here: {WHY}")
 
 ROUTES = r'''
 import builtins, importlib, json, operator, pkgutil, sys
@@ -256,3 +262,109 @@ def test_sealed_sources_keep_every_name_and_no_function_body():
     adam = seal_source((optim / "adam.py").read_text(encoding="utf-8"), "torch.optim.adam", "adam.py")
     assert "exp_avg_sq.mul_" in (optim / "adam.py").read_text(encoding="utf-8")
     assert "exp_avg_sq.mul_" not in adam and "torch._foreach_" not in adam
+
+
+def test_only_a_sealed_worker_gets_the_binds(tmp_path):
+    """The bubblewrap command binds each sealed copy over torch's file and an
+    empty folder over each __pycache__ of torch.optim, read-only and after the
+    binds that hold torch, only when asked to; other modes ignore them."""
+    sealed = SealedOptim.create(tmp_path)
+    work, scratch = tmp_path / "work", tmp_path / "scratch"
+    limits = Limits(memory_bytes=1 << 30)
+    bwrap = Sandbox.restored("bwrap", "bubblewrap", limits=limits, gpu=False)
+    plain = bwrap.command(work, scratch, 3, 4, WorkerConfig())[0]
+    argv = bwrap.command(work, scratch, 3, 4, WorkerConfig(), sealed)[0]
+    caches = {str(p) for p in sealed.optim.rglob("__pycache__")}
+    expected = {str(dest) for _, dest in sealed.files} | caches
+    assert len(sealed.files) == len(algorithm_files(sealed.optim)) and not expected & set(plain)
+    at = {argv[i + 2]: i for i, a in enumerate(argv[:-2]) if a == "--ro-bind" and argv[i + 2] in expected}
+    assert set(at) == expected
+    assert [a for i, a in enumerate(argv) if not any(0 <= i - j < 3 for j in at.values())] == plain
+    for dest, i in at.items():
+        source = Path(argv[i + 1])
+        assert source.is_relative_to(sealed.root)
+        assert (source.is_dir() and not any(source.iterdir())) if dest in caches else source.is_file()
+    holds_torch = [i for i, a in enumerate(argv[:-2]) if a == "--ro-bind"
+                   and str(sealed.optim).startswith(argv[i + 2].rstrip("/") + "/")]
+    assert holds_torch and max(holds_torch) < min(at.values()), "a sealed copy bound before torch's folder"
+    rlimits = Sandbox.restored("rlimits", "rlimits requested", limits=limits, gpu=False)
+    assert rlimits.command(work, scratch, 3, 4, WorkerConfig(), sealed)[0] == \
+        rlimits.command(work, scratch, 3, 4, WorkerConfig())[0]
+    sealed.remove()
+    assert not sealed.root.exists()
+
+
+#: What a worker sees of torch.optim's files, returned as data.
+PROBE = """
+import inspect, os, sys, torch
+
+def required(fn):  # None for each argument fn needs (a sealed body raises before reading any)
+    return {name: None for name, prm in inspect.signature(fn).parameters.items() if prm.default is prm.empty}
+
+def probe():
+    optim = os.path.dirname(torch.optim.__file__)
+    adam = os.path.join(optim, "adam.py")
+    with open(adam) as f:
+        source = f.read()
+    with open(os.path.join(optim, "optimizer.py")) as f:
+        kept = f.read()
+    out = {"source": source, "kept": "def zero_grad" in kept and "p.grad = None" in kept,
+           "module_file": sys.modules["torch.optim.adam"].__file__ == adam,
+           "bytecode": sorted(f for _, _, files in os.walk(optim) for f in files if f.endswith(".pyc"))}
+    namespace = {"__name__": "torch.optim.adam", "__package__": "torch.optim"}
+    exec(compile(source, adam, "exec"), namespace)
+    p = torch.nn.Parameter(torch.ones(3))
+    p.grad = torch.ones(3)
+    bare, single = object.__new__(namespace["Adam"]), namespace["_single_tensor_adam"]
+    torch.optim.Optimizer.__init__(bare, [p], {"lr": 0.1, "differentiable": False})
+    routes = {"Adam": lambda: namespace["Adam"]([p]),
+              "Adam.step": lambda: inspect.unwrap(namespace["Adam"].step)(bare),
+              "_single_tensor_adam": lambda: single(**required(single))}
+    for name, route in routes.items():
+        try:
+            route()
+            out[name] = "ran"
+        except Exception as e:
+            out[name] = f"{type(e).__name__}: {e}"
+    out["unchanged"] = p.tolist() == [1.0, 1.0, 1.0]
+    return out
+"""
+
+
+@needs_bwrap
+def test_a_bwrap_optimizers_worker_reads_sealed_torch_optim_sources(tmp_path):
+    """In bubblewrap, the optimizers' worker reads a sealed torch/optim/adam.py
+    (no update rule in it), executing it gives an Adam whose constructor and
+    step raise, and torch.optim holds no bytecode; the worker of another
+    problem (here precision, run first) reads torch's own files. The sealed
+    copies go with the RemoteImpl."""
+    student = tmp_path / "sub" / "student"
+    student.mkdir(parents=True)
+    (student / "__init__.py").write_text("")
+    for module in ("precision", "optimizers"):
+        (student / f"{module}.py").write_text(textwrap.dedent(PROBE))
+    scratch = tmp_path / "run" / "scratch"
+    scratch.mkdir(parents=True)
+    work = make_working_copy(student, tmp_path / "run" / "work")
+    sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30), want="bwrap")
+    impl = RemoteImpl("test", sandbox, work, scratch, problems={"precision": 300.0, "optimizers": 300.0},
+                      call_cpu=120.0, config=WorkerConfig(rlimits=sandbox.limits.rlimits(False)))
+    root = impl._sealed_optim.root if impl._sealed_optim is not None else None
+    try:
+        assert root is not None and root.parent == scratch.parent, "the copies belong to the run, not the worker"
+        impl.enter("precision")
+        plain = impl.precision.probe()
+        assert impl._spare is None or impl._spare.sealed_optim, "the spare is for optimizers, sealed"
+        impl.enter("optimizers")
+        sealed = impl.optimizers.probe()
+    finally:
+        impl.close()
+    assert not root.exists(), "the sealed copies outlived the RemoteImpl"
+    assert "exp_avg_sq.mul_" in plain["source"] and plain["Adam"] == "ran", plain["Adam"]
+    assert "exp_avg_sq.mul_" not in sealed["source"] and "sealed copy" in sealed["source"]
+    assert sealed["kept"] and sealed["module_file"], sealed
+    assert sealed["bytecode"] == [], sealed["bytecode"]
+    for route in ("Adam", "Adam.step", "_single_tensor_adam"):
+        assert sealed[route].startswith("RuntimeError: ") and "is not available to submissions" in sealed[route], \
+            (route, sealed[route])
+    assert sealed["unchanged"]
