@@ -58,6 +58,9 @@ CASES = {
     # Delegation to torch.optim by routes no source reader resolves: the
     # optimizers' worker has torch.optim's algorithms sealed, so they fail as the stubs do.
     "dynamic_delegation": ("optimizers", None, "failed|error"),  # error: its reload is an ImportError
+    # torch.optim's optimizers rebuilt from torch's files (sources executed, bytecode unmarshalled), which the
+    # in-process seal cannot stop: in bubblewrap its worker reads sealed copies and finds no bytecode.
+    "exec_torch_source": ("optimizers", "bwrap", "failed"),
     # A package student/optimizers/ shadowing the stub module the grader would read.
     "package_shadow": ("optimizers", None, "error"),
     "leak_inputs": ("precision", None, "error"),
@@ -191,6 +194,9 @@ def test_cheat_gains_nothing(name, isolation, tmp_path):
         assert "student/optimizers/ is a folder" in result["error"], result["error"]
     if name == "dynamic_delegation":  # every optimizer failed by what it did: torch.optim's parts refused to run
         assert "is not available to submissions" in json.dumps(by["optimizers"]["checks"]), by["optimizers"]["output"]
+    if name == "exec_torch_source":  # what it executed was the sandbox's sealed copy of torch's file
+        assert "holds a sealed copy of torch/optim/" in json.dumps(by["optimizers"]["checks"]), \
+            by["optimizers"]["output"]
     if name == "flock_channel":  # what a worker with hidden inputs locked never reaches a student
         public = [c["message"] for c in by["precision"]["checks"] if c["test"].startswith("tests/")]
         assert "LEAKED" not in json.dumps(gradescope) + proc.stdout + json.dumps(public)
