@@ -131,6 +131,7 @@ def _descendants(pid: int) -> set[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.full  # ./lab test: test_batch.py's resume checks cover records and --force on small classes
 @pytest.mark.timeout(2400)  # about 5 minutes on 2 busy cores; the project's default is 300 s
 def test_class_killed_and_resumed(tmp_path):
     expected = generate_class(tmp_path / "class")

@@ -37,6 +37,7 @@ def _grade_in(tmp_path: Path, memory_bytes: int, *args: str) -> tuple[container.
 
 
 @needs_cgroups
+@pytest.mark.full  # ./lab test: the next test grades training, the heaviest problem, in a smaller container
 @pytest.mark.timeout(2700)
 def test_the_reference_gets_full_marks_in_the_stated_minimum_machine(tmp_path):
     run, result = _grade_in(tmp_path, MINIMUM_BYTES, "--profile", "ci")

@@ -20,7 +20,7 @@ from tests.harness import HANDOUT_MODULES
 
 REPO = Path(__file__).resolve().parent.parent
 #: CI runs a sample, and stops each run at its first failure (selftest/sampling.py)
-WRONG = sample(wrong_submissions(), 12, lambda s: s.problem)
+WRONG = sample(wrong_submissions(), 30, lambda s: s.problem)
 
 
 def _outcomes(folder: Path, tmp_path: Path, tests: list[str]) -> dict:
