@@ -217,7 +217,9 @@ def owned_bytes(uid: int, root: int, skip: Path | None = None, max_entries: int 
     places it can have made files; ``skip``, the scratch folder counted on
     its own, left out) plus deleted files still open in ``root``'s process
     tree (unlinked, they are in no folder yet hold their pages). Each inode
-    counts once; at most ``max_entries`` entries are looked at."""
+    counts once. At most ``max_entries`` of the uid's own entries are looked
+    at: other users' files in the shared folders (a busy host's /tmp) never
+    cut the walk short, only the uid's own number of files can."""
     seen: set[tuple[int, int]] = set()
     total = entries = 0
     skipped = str(skip) if skip is not None else None
@@ -230,11 +232,11 @@ def owned_bytes(uid: int, root: int, skip: Path | None = None, max_entries: int 
             continue
         with it:
             for entry in it:
-                entries += 1
                 try:
                     st = entry.stat(follow_symlinks=False)
                 except OSError:
                     continue
+                entries += st.st_uid == uid
                 if stat.S_ISDIR(st.st_mode):
                     if (st.st_uid == uid or st.st_mode & 0o002) and entry.path != skipped:
                         stack.append(entry.path)

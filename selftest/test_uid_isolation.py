@@ -227,3 +227,31 @@ def test_working_copy_and_scratch_belong_to_one_grading(open_folder):
     assert not _runs_as(own, ["/usr/bin/touch", str(work / "student" / "forged.py")])
     assert not _runs_as(other, ["/bin/cat", str(work / "student" / "precision.py")])
     assert not _runs_as(other, ["/usr/bin/touch", str(scratch / "theirs")])
+
+
+@pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0, reason="gives files to another uid (root, Linux)")
+def test_the_uids_files_are_counted_past_many_files_of_others(tmp_path, monkeypatch):
+    """In uid mode a measured call counts the bytes of the files the worker's
+    uid owns in the host's world-writable folders: found in a folder it made,
+    whatever the number of other users' files beside it (a busy /tmp), and
+    each inode once; another uid's files are not counted."""
+    from grader import meter
+
+    uid, other = 64999, 64998
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o1777)
+    for i in range(50):  # more than the walk's cap of the uid's own entries below
+        (shared / f"theirs-{i}").write_bytes(b"x" * 4096)
+        os.chown(shared / f"theirs-{i}", other, other)
+    mine = shared / "mine"
+    mine.mkdir()
+    os.chown(mine, uid, uid)
+    data = mine / "offload"
+    data.write_bytes(os.urandom(1 << 20))
+    os.chown(data, uid, uid)
+    os.link(data, mine / "again")  # a second name of the same inode
+    monkeypatch.setattr(meter, "HOST_WRITABLE", (str(shared),))
+    counted = meter.owned_bytes(uid, os.getpid(), max_entries=10)
+    assert counted == data.stat().st_blocks * 512 >= 1 << 20
+    assert meter.owned_bytes(other, os.getpid(), max_entries=100) == 50 * (shared / "theirs-0").stat().st_blocks * 512
