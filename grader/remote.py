@@ -154,7 +154,7 @@ class RemoteImpl(ImplBase):
         # run's private folder: bubblewrap binds the scratch folder alone).
         self._sealed_optim: SealedOptim | None = None
         self._seal_error = ""
-        if sandbox.mode == "bwrap" and SEALED_OPTIM_PROBLEMS & set(problems):
+        if any(self._seals(p) for p in problems):
             try:
                 self._sealed_optim = SealedOptim.create(scratch.parent)
             except (OSError, SyntaxError, ValueError) as e:
