@@ -36,7 +36,7 @@ from pathlib import Path
 from grader.scratch import remove_tree
 from grader.worker import OPTIM_KEPT, SEALED_HINT
 
-__all__ = ["SealedOptim", "algorithm_files", "module_name", "optim_dir", "seal_source"]
+__all__ = ["SealedOptim", "algorithm_files", "carve", "module_name", "optim_dir", "seal_source"]
 
 
 def optim_dir() -> Path:
@@ -65,6 +65,35 @@ def algorithm_files(optim: Path) -> list[Path]:
     worker keeps usable (:data:`grader.worker.OPTIM_KEPT`)."""
     return [p for p in sorted(optim.rglob("*.py"))
             if "__pycache__" not in p.parts and module_name(optim, p) not in OPTIM_KEPT]
+
+
+def carve(roots: list[str], holes: list[str]) -> list[str]:
+    """Paths that together reach everything below ``roots`` but ``holes``:
+    each root that holds no hole as it is, and each one that does replaced by
+    its entries (folders carved again). An entry that is a symbolic link is
+    followed (Landlock grants what a link names, so a link to a folder that
+    holds a hole, like a venv's ``lib64``, is carved too). ``holes`` are real
+    paths."""
+    hole = set(holes)
+    out: list[str] = []
+    seen: set[str] = set()
+
+    def visit(path: str) -> None:
+        path = os.path.realpath(path)
+        if path in hole or path in seen:
+            return
+        seen.add(path)
+        inside = path.rstrip("/") + "/"
+        if not any(h.startswith(inside) for h in hole) or not os.path.isdir(path):
+            out.append(path)
+            return
+        for name in sorted(os.listdir(path)):
+            visit(os.path.join(path, name))
+
+    for root in roots:
+        if os.path.exists(root):
+            visit(root)
+    return out
 
 
 class _Sealer(ast.NodeTransformer):
@@ -148,6 +177,20 @@ class SealedOptim:
         since the copies were written is hidden too)."""
         caches = sorted(p for p in self.optim.rglob("__pycache__") if p.is_dir() and not p.is_symlink())
         return [*self.files, *((self.root / "empty", cache) for cache in caches)]
+
+    def covered(self) -> list[Path]:
+        """torch's files and folders a sealed worker must not read: each
+        algorithm source and each ``__pycache__`` below torch.optim."""
+        return [dest for _source, dest in self.binds()]
+
+    def landlock_rules(self, read: list[str], write: list[str], device: list[str]) -> dict[str, list[str]]:
+        """The Landlock rules of a sealed worker in uid mode (see
+        :func:`grader.worker.restrict_files`): ``read`` (each folder with all
+        below it), ``write`` and ``device`` as given, but with every folder of
+        ``read`` that holds a :meth:`covered` path replaced by its entries, down
+        to the covered paths, which are left out."""
+        return {"read": carve(read, [os.path.realpath(c) for c in self.covered()]),
+                "write": write, "device": device}
 
     def remove(self) -> None:
         if os.path.lexists(self.root):

@@ -35,7 +35,8 @@ submission runs before its hello) is a :class:`GraderFault`.
 In bubblewrap mode the workers of :data:`SEALED_OPTIM_PROBLEMS` see sealed
 copies of torch.optim's algorithm sources and no torch.optim bytecode
 (:mod:`grader.optimseal`), written once per RemoteImpl into a folder beside
-the scratch folder that no worker sees, removed by :meth:`RemoteImpl.close`.
+the scratch folder that no worker sees, removed by :meth:`RemoteImpl.close`;
+in uid mode Landlock keeps them from those files (and from any writable one).
 The other problems' workers keep torch's own files: their scenarios train
 with torch.optim.
 """
@@ -79,7 +80,7 @@ __all__ = ["GraderFault", "NotRun", "ProblemState", "ProtocolError", "RemoteErro
 
 #: A wall-clock backstop is never shorter than this (seconds).
 MIN_WALL = 60.0
-#: The problems whose workers get torch.optim's sealed sources (bwrap mode):
+#: The problems whose workers are kept from torch.optim's files (Sandbox.seals_optim):
 #: the ones whose checks compare the submission with torch.optim, which the
 #: worker seals in-process too (grader/worker.py ``_about_optimizers``).
 SEALED_OPTIM_PROBLEMS = frozenset({"optimizers"})
@@ -181,7 +182,7 @@ class RemoteImpl(ImplBase):
 
     def _seals(self, problem: str | None) -> bool:
         """Whether ``problem``'s workers get the sealed torch.optim sources."""
-        return self._sandbox.mode == "bwrap" and problem in SEALED_OPTIM_PROBLEMS
+        return self._sandbox.seals_optim and problem in SEALED_OPTIM_PROBLEMS
 
     def _spawn(self, processes: int = 0, *, sealed: bool = False) -> Worker:
         config = replace(self._config, processes=processes) if processes else self._config

@@ -60,11 +60,11 @@ from grader.limits import (
     plan_jobs,
     worker_slots,
 )
-from grader.optimseal import SealedOptim
+from grader.optimseal import SealedOptim, carve
 from grader.scratch import ScratchWatch, remove_tree, scratch_usage
 from grader.util import REPO
 from grader.workcopy import MAX_BYTES, MAX_DEPTH, MAX_FILES, WORKER_SCRIPT, SubmissionError, make_working_copy
-from grader.worker import WorkerConfig
+from grader.worker import WorkerConfig, landlock_abi
 
 __all__ = [
     "MAX_BYTES", "MAX_DEPTH", "MAX_FILES", "MIN_WORKER_BYTES", "MOUNT", "TRUSTED_MEMORY_BYTES",
@@ -216,9 +216,32 @@ class Sandbox:
         if self.mode == "bwrap":
             return f"bubblewrap (no network, private filesystem) + rlimits{extra}"
         if self.mode == "uid":
+            optim = ("torch.optim's files closed to the optimizers' worker by Landlock" if self.seals_optim else
+                     "no Landlock: torch.optim's files open to the optimizers' worker")
             return (f"unprivileged uid {self.uid} (no namespaces; the reference, hidden checks and grader "
-                    f"unreadable to it) + rlimits{extra}")
+                    f"unreadable to it; {optim}) + rlimits{extra}")
         return f"rlimits only ({self.why}){extra}"
+
+    @property
+    def seals_optim(self) -> bool:
+        """Whether the optimizers' worker can be kept from torch.optim's files
+        (sealed copies in bubblewrap, Landlock in uid mode): else it has the
+        in-process seal only (:func:`grader.worker.seal_torch_optim`)."""
+        return self.mode == "bwrap" or (self.mode == "uid" and landlock_abi() >= 1)
+
+    @staticmethod
+    def _sealed_rules(work: Path, sealed_optim: SealedOptim) -> dict[str, list[str]]:
+        """What a sealed worker in uid mode may reach once started: the system's
+        and the interpreter's folders and its working copy, read-only, without
+        torch.optim's algorithm sources and bytecode; the device nodes but the
+        shared-memory folders. Nothing writable: no other worker of the
+        submission (the same uid, maybe running beside it) can hand it a file
+        (its checks write none)."""
+        system = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/sys"]
+        site = [p for p in sys.path if p and "-packages" in p and Path(p).is_dir()]
+        read = [*system, *_python_roots(), sys.prefix, *site, str(work)]
+        device = carve(["/dev"], [os.path.realpath(d) for d in ("/dev/shm", "/run/shm", "/dev/mqueue")])
+        return sealed_optim.landlock_rules(read, write=[], device=device)
 
     def credentials(self) -> dict[str, Any]:
         """Keyword arguments of :class:`subprocess.Popen` that start the worker
@@ -241,6 +264,8 @@ class Sandbox:
         if self.mode != "bwrap":
             if self.mode == "uid":  # its temporary files in the scratch folder, measured and capped
                 env.update(HOME=str(scratch), TMPDIR=str(scratch))
+                if sealed_optim is not None:
+                    config = replace(config, landlock=self._sealed_rules(work, sealed_optim))
             text = replace(config, parent=os.getpid()).to_json()
             return [*python, str(work / WORKER_SCRIPT), str(in_fd), str(out_fd), text], env, str(work)
         # Mounts apply in order: the tmpfs /tmp comes first so that binds below

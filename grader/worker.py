@@ -42,6 +42,7 @@ the submission for anything else answers no optimizers request.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import json
 import os
@@ -65,13 +66,15 @@ class WorkerConfig:
     an inherited hard limit). ``cuda``: whether it may report (and use) CUDA.
     ``processes``: how many child processes it may create (0: the seccomp
     filter refuses any). ``parent``: the pid it must die with (0: none; bwrap's
-    ``--die-with-parent`` does that job).
+    ``--die-with-parent`` does that job). ``landlock``: the only files it may
+    reach once started (:func:`restrict_files`; empty: no such restriction).
     """
 
     rlimits: dict[str, int] = field(default_factory=dict)
     cuda: bool = False
     processes: int = 0
     parent: int = 0
+    landlock: dict[str, list[str]] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -80,11 +83,14 @@ class WorkerConfig:
     def from_json(cls, text: str) -> WorkerConfig:
         """The config ``to_json`` wrote; raises ValueError/TypeError on anything else."""
         raw = json.loads(text)
-        if type(raw) is not dict or set(raw) - {"rlimits", "cuda", "processes", "parent"}:
+        if type(raw) is not dict or set(raw) - {"rlimits", "cuda", "processes", "parent", "landlock"}:
             raise ValueError(f"not a worker config: {text[:200]!r}")
         rlimits = raw.get("rlimits", {})
+        landlock = {str(k): [str(p) for p in v] for k, v in dict(raw.get("landlock", {})).items()}
+        if set(landlock) - set(LANDLOCK_RIGHTS):
+            raise ValueError(f"not a worker config: landlock {sorted(landlock)}")
         return cls(rlimits={str(k): int(v) for k, v in dict(rlimits).items()}, cuda=bool(raw.get("cuda", False)),
-                   processes=int(raw.get("processes", 0)), parent=int(raw.get("parent", 0)))
+                   processes=int(raw.get("processes", 0)), parent=int(raw.get("parent", 0)), landlock=landlock)
 
 
 def _set_rlimits(limits: dict[str, int]) -> None:
@@ -186,6 +192,82 @@ def _forbid_processes() -> str:
     return "on"
 
 
+# Landlock (Linux 5.13 and later): an unprivileged process gives up, for good,
+# every access to files but those it lists. Its access rights, by ABI version:
+_LL_EXECUTE, _LL_WRITE_FILE, _LL_READ_FILE, _LL_READ_DIR = 1, 2, 4, 8
+_LL_ABI1 = (1 << 13) - 1  # the above, removing and making files, folders, links, devices
+_LL_REFER, _LL_TRUNCATE = 1 << 13, 1 << 14  # ABI 2, ABI 3
+_LL_FILE = _LL_EXECUTE | _LL_WRITE_FILE | _LL_READ_FILE | _LL_TRUNCATE  # the rights a rule on a file may hold
+#: The rights each kind of entry of :attr:`WorkerConfig.landlock` grants below its paths.
+LANDLOCK_RIGHTS = {"read": _LL_EXECUTE | _LL_READ_FILE | _LL_READ_DIR,
+                   "device": _LL_EXECUTE | _LL_READ_FILE | _LL_READ_DIR | _LL_WRITE_FILE | _LL_TRUNCATE,
+                   "write": _LL_ABI1 | _LL_REFER | _LL_TRUNCATE}
+_SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446  # every arch
+
+
+@functools.lru_cache(maxsize=1)
+def landlock_abi() -> int:
+    """The Landlock ABI version this kernel offers (0: none; Linux only)."""
+    if sys.platform != "linux":
+        return 0
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    return max(0, int(libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, None, 0, 1)))  # LANDLOCK_CREATE_RULESET_VERSION
+
+
+def restrict_files(rules: dict[str, list[str]]) -> str:
+    """Let this thread (and the threads and processes it makes from now on)
+    reach no TCP port, no abstract unix socket or process outside it, and only
+    the paths of ``rules`` (``{"read": [...], "device": [...],
+    "write": [...]}``, rights :data:`LANDLOCK_RIGHTS`, each path with what is
+    below it): "on", else why not. Irreversible; paths that do not exist are
+    skipped."""
+    abi = landlock_abi()
+    if abi < 1:
+        return "off: the kernel has no Landlock"
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    handled = _LL_ABI1 | (_LL_REFER if abi >= 2 else 0) | (_LL_TRUNCATE if abi >= 3 else 0)
+    # struct landlock_ruleset_attr, as long as this ABI reads it: files; TCP
+    # bind and connect (ABI 4; no rule grants them); abstract unix sockets and
+    # signals to processes outside the domain (ABI 6).
+    fields = [handled] + ([3] if abi >= 4 else []) + ([3] if abi >= 6 else [])
+    ruleset = (ctypes.c_uint64 * len(fields))(*fields)
+    fd = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(ruleset), ctypes.sizeof(ruleset), 0)
+    if fd < 0:
+        return f"off: landlock_create_ruleset: {os.strerror(ctypes.get_errno())}"
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    try:
+        for kind, paths in rules.items():
+            for path in paths:
+                try:
+                    pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                except OSError:
+                    continue
+                try:
+                    rights = LANDLOCK_RIGHTS[kind] & handled
+                    if not os.path.isdir(path):
+                        rights &= _LL_FILE
+                    rule = PathBeneath(rights, pfd)
+                    if libc.syscall(_SYS_LANDLOCK_ADD_RULE, fd, 1, ctypes.byref(rule), 0) != 0:  # PATH_BENEATH
+                        return f"off: landlock_add_rule({path}): {os.strerror(ctypes.get_errno())}"
+                finally:
+                    os.close(pfd)
+        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS: required to restrict oneself
+            return f"off: no_new_privs: {os.strerror(ctypes.get_errno())}"
+        if libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, fd, 0) != 0:
+            return f"off: landlock_restrict_self: {os.strerror(ctypes.get_errno())}"
+    finally:
+        os.close(fd)
+    return "on"
+
+
 def _error(e: BaseException) -> dict[str, Any]:
     import builtins
 
@@ -272,10 +354,11 @@ def seal_torch_optim() -> list[str]:
     torch's optimizers from torch's files (execute the sources read from disk,
     or unmarshal their bytecode from ``__pycache__``). In bubblewrap mode that is
     prevented from outside: the optimizers' worker sees sealed copies of those
-    sources and no torch.optim bytecode (``grader/optimseal.py``). In the uid
-    and rlimits modes it is not: such a rebuild is a copy of torch's code, for
-    the similarity report (which compares with torch.optim's sources) and the
-    instructors.
+    sources and no torch.optim bytecode (``grader/optimseal.py``); in uid mode
+    Landlock keeps it from those files (:func:`restrict_files`, where the kernel
+    has it). In rlimits mode, or uid mode without Landlock, it is not: such a
+    rebuild is a copy of torch's code, for the similarity report (which compares
+    with torch.optim's sources) and the instructors.
     """
     import gc
 
@@ -428,6 +511,15 @@ def main() -> None:
         # (graders often run as root), so without the filter nothing would.
         os.write(2, b"grader worker: the seccomp filter could not be installed; refusing to run\n")
         os._exit(71)
+    if config.landlock:  # after every import the harness needs; before any submission code
+        # torch.optim.Optimizer imports torch._dynamo on first use, which makes
+        # its cache folder on import: done now, while the worker may still write.
+        import torch._dynamo
+
+        state = restrict_files(config.landlock)
+        if state != "on":  # asked for: the files it would keep from the submission are open
+            os.write(2, f"grader worker: Landlock could not restrict its files ({state}); refusing to run\n".encode())
+            os._exit(72)
     wire.write_frame(out_fd, wire.encode({"hello": {
         "seccomp": seccomp, "python": sys.version.split()[0], "torch": str(torch.__version__),
         "cuda": bool(torch.cuda.is_available()) if config.cuda else False}}))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.optimseal import SealedOptim, algorithm_files, module_name, optim_dir, seal_source
+from grader.optimseal import SealedOptim, algorithm_files, carve, module_name, optim_dir, seal_source
 from grader.remote import RemoteImpl
 from grader.sandbox import Limits, Sandbox, bwrap_usable
 from grader.workcopy import SubmissionError, make_working_copy
@@ -368,3 +368,28 @@ def test_a_bwrap_optimizers_worker_reads_sealed_torch_optim_sources(tmp_path):
         assert sealed[route].startswith("RuntimeError: ") and "is not available to submissions" in sealed[route], \
             (route, sealed[route])
     assert sealed["unchanged"]
+
+
+def test_carved_rules_reach_everything_but_the_holes(tmp_path):
+    """carve: the paths returned reach every file below the roots but the
+    holes (and what is below a hole), through links too (a venv's lib64 ->
+    lib), and none of them is a hole or holds one."""
+    root = tmp_path / "venv"
+    optim = root / "lib" / "site" / "torch" / "optim"
+    (optim / "__pycache__").mkdir(parents=True)
+    for rel in ("lib/site/numpy.py", "lib/site/torch/nn.py", "lib/site/torch/optim/optimizer.py",
+                "lib/site/torch/optim/adam.py", "lib/site/torch/optim/__pycache__/adam.pyc", "bin/python"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("")
+    (root / "lib64").symlink_to("lib")
+    holes = [str(optim / "adam.py"), str(optim / "__pycache__")]
+    rules = carve([str(root), str(root / "lib64")], holes)
+
+    def reached(path: Path) -> bool:
+        real = str(path.resolve())
+        return any(real == r or real.startswith(r + "/") for r in rules)
+
+    files = [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()]
+    assert {p.name for p in files if not reached(p)} == {"adam.py", "adam.pyc"}
+    assert not any(h == r or h.startswith(r + "/") for h in holes for r in rules), rules
+    assert str(root / "bin") in rules and str(optim / "optimizer.py") in rules
