@@ -144,9 +144,19 @@ def _die_with_parent(parent: int) -> None:
 _ARCH = {"x86_64": (0xC000003E, {"fork": 57, "vfork": 58, "clone": 56, "clone3": 435, "fallocate": 285,
                                  "ptrace": 101}),
          "aarch64": (0xC00000B7, {"clone": 220, "clone3": 435, "fallocate": 47, "ptrace": 117})}
+# A worker restricted by Landlock also gets EPERM from the channels to other
+# processes that Landlock does not close: sockets (UDP among them), SysV shared
+# memory, message queues and semaphores (their ids can be guessed, no path
+# needed), POSIX message queues.
+_IPC = {"x86_64": {"socket": 41, "socketpair": 53, "shmget": 29, "shmat": 30, "semget": 64, "semop": 65,
+                   "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "mq_open": 240},
+        "aarch64": {"socket": 198, "socketpair": 199, "shmget": 194, "shmat": 196, "semget": 190, "semop": 193,
+                    "semtimedop": 192, "msgget": 186, "msgsnd": 189, "msgrcv": 188, "mq_open": 180}}
 
 
-def _forbid_processes() -> str:
+def _forbid_processes(ipc: bool = False) -> str:
+    """Install the seccomp filter (see above; ``ipc``: refuse :data:`_IPC`
+    too): "on", else "off"."""
     if sys.platform != "linux" or platform.machine() not in _ARCH:
         return "off"
     import ctypes
@@ -169,6 +179,8 @@ def _forbid_processes() -> str:
     prog += [jeq(nrs["clone3"], 0, 1), stmt(0x06, enosys)]
     prog += [jeq(nrs["fallocate"], 0, 1), stmt(0x06, 0x00050000 | errno.EOPNOTSUPP)]
     prog += [jeq(nrs["ptrace"], 0, 1), stmt(0x06, 0x00050000 | errno.EPERM)]
+    for nr in _IPC[platform.machine()].values() if ipc else ():
+        prog += [jeq(nr, 0, 1), stmt(0x06, 0x00050000 | errno.EPERM)]
     for name in ("fork", "vfork"):
         if name in nrs:
             prog += [jeq(nrs[name], 0, 1), stmt(0x06, eagain)]
@@ -505,7 +517,7 @@ def main() -> None:
     processes = config.processes
     if processes:
         _limit_processes(processes + 64)  # + torch's threads
-    seccomp = "off (processes allowed)" if processes else _forbid_processes()
+    seccomp = "off (processes allowed)" if processes else _forbid_processes(ipc=bool(config.landlock))
     if not processes and seccomp != "on" and sys.platform == "linux" and platform.machine() in _ARCH:
         # Mandatory where the platform has it: RLIMIT_NPROC does not bind root
         # (graders often run as root), so without the filter nothing would.
