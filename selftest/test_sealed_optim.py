@@ -417,6 +417,7 @@ attempt("udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
 attempt("fork", os.fork)
 libc = ctypes.CDLL(None, use_errno=True)
 out["shmget"] = libc.shmget(0, 4096, 0o1600) == -1 and ctypes.get_errno()
+out["dumpable"] = libc.prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
 print(json.dumps(out))
 '''
 
@@ -426,7 +427,8 @@ def test_a_restricted_worker_reads_only_its_rules_and_opens_no_channel(tmp_path)
     """What a uid-mode optimizers worker does to itself before any submission
     code runs: it reads below its rules only, writes nowhere, and gets EPERM
     for a socket or SysV shared memory (the channels a worker of the same uid
-    beside it could use); processes stay refused."""
+    beside it could use), and is not dumpable (that worker cannot open its
+    memory); processes stay refused."""
     allowed, other = tmp_path / "allowed", tmp_path / "other"
     for d in (allowed, other):
         d.mkdir()
@@ -438,4 +440,4 @@ def test_a_restricted_worker_reads_only_its_rules_and_opens_no_channel(tmp_path)
     out = json.loads(proc.stdout)
     assert out == {"seccomp": "on", "landlock": "on", "read allowed": "allowed", "read other": "PermissionError",
                    "write allowed": "PermissionError", "udp": "PermissionError", "fork": "BlockingIOError",
-                   "shmget": 1}, out
+                   "shmget": 1, "dumpable": 0}, out
