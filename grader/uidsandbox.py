@@ -38,7 +38,9 @@ passes (:func:`uid_isolation`).
 What this mode does not hide: files elsewhere on the machine that are
 world-readable (another checkout of the course repository, a copy of the
 reference under ``/tmp``): keep the grading machine to the one locked
-checkout, as Gradescope's image is. Workers of one run share the uid (one
+checkout, as Gradescope's image is. (The optimizers' worker alone also
+restricts itself with Landlock, where the kernel has it, to keep it from
+torch.optim's own files: :meth:`grader.sandbox.Sandbox.seals_optim`.) Workers of one run share the uid (one
 submission); each run (each ``python -m grader``, so each submission of a
 batch) takes its own uid, so one submission's worker cannot signal, trace or
 read another's.
