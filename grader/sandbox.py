@@ -110,6 +110,12 @@ def _worker_env(gpu: bool) -> dict[str, str]:
     return {k: v for k, v in env.items() if v}
 
 
+def _devices() -> list[str]:
+    """The device nodes a Landlock-restricted worker may read and write: every
+    entry of ``/dev`` but the shared-memory folders (host memory no limit counts)."""
+    return carve(["/dev"], [os.path.realpath(d) for d in ("/dev/shm", "/run/shm", "/dev/mqueue")])
+
+
 @functools.lru_cache(maxsize=1)
 def bwrap_usable() -> tuple[bool, str]:
     """Whether bubblewrap works here (probed once by running ``bwrap ... true``)."""
@@ -216,10 +222,12 @@ class Sandbox:
         if self.mode == "bwrap":
             return f"bubblewrap (no network, private filesystem) + rlimits{extra}"
         if self.mode == "uid":
-            optim = ("torch.optim's files closed to the optimizers' worker by Landlock" if self.seals_optim else
-                     "no Landlock: torch.optim's files open to the optimizers' worker")
+            landlock = ("Landlock: it writes only to its scratch folder, and the optimizers' worker cannot read "
+                        "torch.optim's files" if self.seals_optim else
+                        "no Landlock: it may write the host's temporary folders, and the optimizers' worker can read "
+                        "torch.optim's files")
             return (f"unprivileged uid {self.uid} (no namespaces; the reference, hidden checks and grader "
-                    f"unreadable to it; {optim}) + rlimits{extra}")
+                    f"unreadable to it; {landlock}) + rlimits{extra}")
         return f"rlimits only ({self.why}){extra}"
 
     @property
@@ -240,8 +248,7 @@ class Sandbox:
         system = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/sys"]
         site = [p for p in sys.path if p and "-packages" in p and Path(p).is_dir()]
         read = [*system, *_python_roots(), sys.prefix, *site, str(work)]
-        device = carve(["/dev"], [os.path.realpath(d) for d in ("/dev/shm", "/run/shm", "/dev/mqueue")])
-        return sealed_optim.landlock_rules(read, write=[], device=device)
+        return sealed_optim.landlock_rules(read, write=[], device=_devices())
 
     def credentials(self) -> dict[str, Any]:
         """Keyword arguments of :class:`subprocess.Popen` that start the worker
@@ -255,17 +262,21 @@ class Sandbox:
                 sealed_optim: SealedOptim | None = None) -> tuple[list[str], dict[str, str], str]:
         """(argv, env, cwd) that start a worker on the working copy ``work``,
         reading requests from ``in_fd`` and replying on ``out_fd`` (inherited),
-        with ``scratch`` its only writable host folder (bwrap mode).
-        ``sealed_optim``: bind its sealed copies of torch.optim's algorithm
-        sources over torch's, and hide torch.optim's bytecode (bwrap mode; the
-        other modes have the worker's in-process seal only)."""
+        with ``scratch`` its only writable host folder (bwrap mode; uid mode
+        with Landlock). ``sealed_optim``: bind its sealed copies of
+        torch.optim's algorithm sources over torch's, and hide torch.optim's
+        bytecode (bwrap mode; uid mode with Landlock: the worker keeps itself
+        from those files and writes nothing; otherwise it has the in-process
+        seal only)."""
         python = [sys.executable, "-I"]
         env = _worker_env(self.gpu)
         if self.mode != "bwrap":
             if self.mode == "uid":  # its temporary files in the scratch folder, measured and capped
                 env.update(HOME=str(scratch), TMPDIR=str(scratch))
-                if sealed_optim is not None:
-                    config = replace(config, landlock=self._sealed_rules(work, sealed_optim))
+                if landlock_abi() >= 1:  # writes only to its scratch folder (the watched, capped one)
+                    rules = (self._sealed_rules(work, sealed_optim) if sealed_optim is not None
+                             else {"write": [str(scratch)], "device": _devices()})
+                    config = replace(config, landlock=rules)
             text = replace(config, parent=os.getpid()).to_json()
             return [*python, str(work / WORKER_SCRIPT), str(in_fd), str(out_fd), text], env, str(work)
         # Mounts apply in order: the tmpfs /tmp comes first so that binds below

@@ -67,7 +67,8 @@ class WorkerConfig:
     ``processes``: how many child processes it may create (0: the seccomp
     filter refuses any). ``parent``: the pid it must die with (0: none; bwrap's
     ``--die-with-parent`` does that job). ``landlock``: the only files it may
-    reach once started (:func:`restrict_files`; empty: no such restriction).
+    write (and with a "read" entry, read) once started (:func:`restrict_files`;
+    empty: no such restriction).
     """
 
     rlimits: dict[str, int] = field(default_factory=dict)
@@ -230,12 +231,12 @@ def landlock_abi() -> int:
 
 def restrict_files(rules: dict[str, list[str]]) -> str:
     """Let this thread (and the threads and processes it makes from now on)
-    reach no TCP port, no abstract unix socket or process outside it, and only
-    the paths of ``rules`` (``{"read": [...], "device": [...], "write": [...]}``,
-    rights :data:`LANDLOCK_RIGHTS`, each path with what is below it); and make
-    this process not dumpable, so that no process of its uid can open its
-    memory. Returns "on", else why not. Irreversible; paths that do not exist
-    are skipped."""
+    reach no TCP port, no abstract unix socket or process outside it, and
+    write (and, when ``rules`` has a "read" entry, read) only below the paths
+    of ``rules`` (``{"read": [...], "device": [...], "write": [...]}``, rights
+    :data:`LANDLOCK_RIGHTS`); and make this process not dumpable, so that no
+    process of its uid can open its memory. Returns "on", else why not.
+    Irreversible; paths that do not exist are skipped."""
     abi = landlock_abi()
     if abi < 1:
         return "off: the kernel has no Landlock"
@@ -243,6 +244,8 @@ def restrict_files(rules: dict[str, list[str]]) -> str:
 
     libc = ctypes.CDLL(None, use_errno=True)
     handled = _LL_ABI1 | (_LL_REFER if abi >= 2 else 0) | (_LL_TRUNCATE if abi >= 3 else 0)
+    if "read" not in rules:  # writes only: reading (and executing) stays as the permissions allow
+        handled &= ~LANDLOCK_RIGHTS["read"]
     # struct landlock_ruleset_attr, as long as this ABI reads it: files; TCP
     # bind and connect (ABI 4; no rule grants them); abstract unix sockets and
     # signals to processes outside the domain (ABI 6).
@@ -522,16 +525,18 @@ def main() -> None:
     processes = config.processes
     if processes:
         _limit_processes(processes + 64)  # + torch's threads
-    seccomp = "off (processes allowed)" if processes else _forbid_processes(ipc=bool(config.landlock))
+    sealed_files = "read" in config.landlock  # the optimizers' worker in uid mode (grader/optimseal.py)
+    seccomp = "off (processes allowed)" if processes else _forbid_processes(ipc=sealed_files)
     if not processes and seccomp != "on" and sys.platform == "linux" and platform.machine() in _ARCH:
         # Mandatory where the platform has it: RLIMIT_NPROC does not bind root
         # (graders often run as root), so without the filter nothing would.
         os.write(2, b"grader worker: the seccomp filter could not be installed; refusing to run\n")
         os._exit(71)
     if config.landlock:  # after every import the harness needs; before any submission code
-        # torch.optim.Optimizer imports torch._dynamo on first use, which makes
-        # its cache folder on import: done now, while the worker may still write.
-        import torch._dynamo
+        if sealed_files:
+            # torch.optim.Optimizer imports torch._dynamo on first use, which makes
+            # its cache folder on import: done now, while the worker may still write.
+            import torch._dynamo
 
         state = restrict_files(config.landlock)
         if state != "on":  # asked for: the files it would keep from the submission are open
