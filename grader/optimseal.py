@@ -22,6 +22,11 @@ when imported there: no torch code is lost that a worker needs). The copies are 
 folder of its own that no worker sees (created once per
 :class:`grader.remote.RemoteImpl`, removed with it), from the torch this
 interpreter (and so the worker, which runs it on the same paths) imports.
+
+In uid mode there are no mounts: the optimizers' worker imports torch from
+torch's own files, then, before any submission code runs, gives up reading
+every file but those :meth:`SealedOptim.readable` lists, which leave out the
+files the binds would cover (Landlock, :func:`grader.worker.restrict_files`).
 """
 
 from __future__ import annotations
@@ -178,19 +183,12 @@ class SealedOptim:
         caches = sorted(p for p in self.optim.rglob("__pycache__") if p.is_dir() and not p.is_symlink())
         return [*self.files, *((self.root / "empty", cache) for cache in caches)]
 
-    def covered(self) -> list[Path]:
-        """torch's files and folders a sealed worker must not read: each
-        algorithm source and each ``__pycache__`` below torch.optim."""
-        return [dest for _source, dest in self.binds()]
-
-    def landlock_rules(self, read: list[str], write: list[str], device: list[str]) -> dict[str, list[str]]:
-        """The Landlock rules of a sealed worker in uid mode (see
-        :func:`grader.worker.restrict_files`): ``read`` (each folder with all
-        below it), ``write`` and ``device`` as given, but with every folder of
-        ``read`` that holds a :meth:`covered` path replaced by its entries, down
-        to the covered paths, which are left out."""
-        return {"read": carve(read, [os.path.realpath(c) for c in self.covered()]),
-                "write": write, "device": device}
+    def readable(self, roots: list[str]) -> list[str]:
+        """What a sealed worker in uid mode may read (its Landlock "read" rules,
+        :func:`grader.worker.restrict_files`): ``roots`` and all below them but
+        torch's files that :meth:`binds` covers in bubblewrap (each algorithm
+        source, each ``__pycache__`` below torch.optim), carved out."""
+        return carve(roots, [os.path.realpath(dest) for _source, dest in self.binds()])
 
     def remove(self) -> None:
         if os.path.lexists(self.root):

@@ -231,11 +231,17 @@ class Sandbox:
         return f"rlimits only ({self.why}){extra}"
 
     @property
+    def landlocked(self) -> bool:
+        """Uid mode on a kernel with Landlock: each worker restricts itself
+        (writes only to its scratch folder; the optimizers' one more)."""
+        return self.mode == "uid" and landlock_abi() >= 1
+
+    @property
     def seals_optim(self) -> bool:
         """Whether the optimizers' worker can be kept from torch.optim's files
         (sealed copies in bubblewrap, Landlock in uid mode): else it has the
         in-process seal only (:func:`grader.worker.seal_torch_optim`)."""
-        return self.mode == "bwrap" or (self.mode == "uid" and landlock_abi() >= 1)
+        return self.mode == "bwrap" or self.landlocked
 
     @staticmethod
     def _sealed_rules(work: Path, sealed_optim: SealedOptim) -> dict[str, list[str]]:
@@ -246,9 +252,8 @@ class Sandbox:
         submission (the same uid, maybe running beside it) can hand it a file
         (its checks write none)."""
         system = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/sys"]
-        site = [p for p in sys.path if p and "-packages" in p and Path(p).is_dir()]
-        read = [*system, *_python_roots(), sys.prefix, *site, str(work)]
-        return sealed_optim.landlock_rules(read, write=[], device=_devices())
+        read = sealed_optim.readable([*system, *_python_roots(), str(work)])
+        return {"read": read, "write": [], "device": _devices()}
 
     def credentials(self) -> dict[str, Any]:
         """Keyword arguments of :class:`subprocess.Popen` that start the worker
@@ -273,7 +278,7 @@ class Sandbox:
         if self.mode != "bwrap":
             if self.mode == "uid":  # its temporary files in the scratch folder, measured and capped
                 env.update(HOME=str(scratch), TMPDIR=str(scratch))
-                if landlock_abi() >= 1:  # writes only to its scratch folder (the watched, capped one)
+                if self.landlocked:  # writes only to its scratch folder (the watched, capped one)
                     rules = (self._sealed_rules(work, sealed_optim) if sealed_optim is not None
                              else {"write": [str(scratch)], "device": _devices()})
                     config = replace(config, landlock=rules)
