@@ -545,7 +545,7 @@ def main() -> None:
     wire.write_frame(out_fd, wire.encode({"hello": {
         "seccomp": seccomp, "python": sys.version.split()[0], "torch": str(torch.__version__),
         "cuda": bool(torch.cuda.is_available()) if config.cuda else False}}))
-    lab = Modules("student")
+    modules = Modules("student")
     sealed = False
 
     while True:
@@ -575,7 +575,7 @@ def main() -> None:
                 if fn is None:
                     raise ValueError(f"not a scenario: {req['name']!r}")
                 where = fn.__qualname__
-                value = fn(lab, *args, **kwargs)
+                value = fn(modules, *args, **kwargs)
             try:
                 reply = wire.encode({"ok": True, "value": value})
             except wire.WireError as e:

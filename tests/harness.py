@@ -7,7 +7,7 @@ implementation. It reaches the implementation only through an :class:`Impl`:
   handout module with plain data and gets plain data back;
 * ``impl.scenario(scenarios.optimizers.trajectory, "AdamW", ...)`` runs a
   *scenario*: a module-level function in ``tests/scenarios/`` that receives the
-  implementation's modules (``lab.optimizers``) plus plain data, builds and drives
+  implementation's modules (``modules.optimizers``) plus plain data, builds and drives
   the implementation's objects (optimizers, models) and returns plain data.
 
 Arguments and results always go through :mod:`tests.wire` (also in-process), so
@@ -164,20 +164,20 @@ def stub_message(fn: object) -> str | None:
 
 
 def _scenario_calls(fn: Callable[..., Any]) -> list[tuple[str, str]] | None:
-    """The ``lab.<module>.<name>`` a scenario uses, in source order, when those
-    are its only uses of ``lab`` (its first parameter); None when it hands
-    ``lab`` to anything else (a helper could call other functions first)."""
+    """The ``modules.<module>.<name>`` a scenario uses, in source order, when those
+    are its only uses of ``modules`` (its first parameter); None when it hands
+    ``modules`` to anything else (a helper could call other functions first)."""
     try:
         func = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
     except (OSError, TypeError, SyntaxError, IndexError):
         return None
     if not isinstance(func, ast.FunctionDef) or not func.args.args:
         return None
-    lab = func.args.args[0].arg
+    first = func.args.args[0].arg
     parent = {id(child): node for node in ast.walk(func) for child in ast.iter_child_nodes(node)}
     used: list[tuple[int, int, str, str]] = []
     for node in ast.walk(func):
-        if not (isinstance(node, ast.Name) and node.id == lab):
+        if not (isinstance(node, ast.Name) and node.id == first):
             continue
         module, name = parent.get(id(node)), None
         if isinstance(module, ast.Attribute) and isinstance(node.ctx, ast.Load):

@@ -34,8 +34,8 @@ def test_xavier_init_statistics(impl, ref, d_in, seed, data):
     d_out = data.draw(st.integers(max(1, 2**17 // d_in), 2**18 // d_in), label="d_out")
     bound = bernstein_halfwidth(d_in * d_out, M4 - M2**2, 9.0 - M2, delta=5e-9)
     mean_squares = {}
-    for who, lab in (("submission", impl), ("reference", ref)):
-        w = check_tensor(lab.scenario(scenarios.xavier_from_generator, d_in, d_out, seed), dtype=torch.float32,
+    for who, side in (("submission", impl), ("reference", ref)):
+        w = check_tensor(side.scenario(scenarios.xavier_from_generator, d_in, d_out, seed), dtype=torch.float32,
                          shape=(d_in, d_out), what=f"{who} xavier_init({d_in}, {d_out})")
         z = w.double() * math.sqrt(d_in)
         assert z.abs().max().item() <= 3 * (1 + 1e-6), f"{who} xavier_init({d_in}, {d_out}) exceeds 3 std"

@@ -22,9 +22,9 @@ def build_model(dims: list[int], bias: bool, tie: bool, dtype: torch.dtype = tor
     return model
 
 
-def count_parameters_of(lab: Any, dims: list[int], bias: bool, tie: bool) -> Any:
+def count_parameters_of(modules: Any, dims: list[int], bias: bool, tie: bool) -> Any:
     """What the implementation's count_parameters says of ``build_model(...)``."""
-    return lab.memory.count_parameters(build_model(dims, bias, tie))
+    return modules.memory.count_parameters(build_model(dims, bias, tie))
 
 
 def frozen_model_with_buffers(dims: list[int], bias: bool, frozen: list[bool], buffers: bool) -> nn.Module:
@@ -39,10 +39,10 @@ def frozen_model_with_buffers(dims: list[int], bias: bool, frozen: list[bool], b
     return model
 
 
-def count_parameters_of_frozen(lab: Any, dims: list[int], bias: bool, frozen: list[bool], buffers: bool) -> Any:
+def count_parameters_of_frozen(modules: Any, dims: list[int], bias: bool, frozen: list[bool], buffers: bool) -> Any:
     """What the implementation's count_parameters says of ``frozen_model_with_buffers(...)``."""
-    return lab.memory.count_parameters(frozen_model_with_buffers(dims, bias, frozen, buffers))
+    return modules.memory.count_parameters(frozen_model_with_buffers(dims, bias, frozen, buffers))
 
 
-def count_parameters_of_non_module(lab: Any) -> Any:
-    return lab.memory.count_parameters([torch.zeros(3, requires_grad=True)])
+def count_parameters_of_non_module(modules: Any) -> Any:
+    return modules.memory.count_parameters([torch.zeros(3, requires_grad=True)])

@@ -77,8 +77,8 @@ def _synchronize(device: str) -> None:
         torch.cuda.synchronize(dev)
 
 
-def train_workload(lab: Any, workload: dict[str, Any], seed: int, steps: int, probe_seed: int, device: str) -> Any:
-    """Run ``lab.training.train`` for ``steps`` steps on the workload; return
+def train_workload(modules: Any, workload: dict[str, Any], seed: int, steps: int, probe_seed: int, device: str) -> Any:
+    """Run ``modules.training.train`` for ``steps`` steps on the workload; return
     ``{"losses": what train returned, "initial": probe, "final": probe}``.
 
     The optimizer is ``torch.optim.AdamW`` (fused on CUDA), so the graded
@@ -93,6 +93,6 @@ def train_workload(lab: Any, workload: dict[str, Any], seed: int, steps: int, pr
     count = int(workload["probe"])
     initial = probe(model, count, probe_seed)
     _synchronize(device)
-    losses = lab.training.train(model, optimizer, batches, steps=steps, precision=workload["precision"])
+    losses = modules.training.train(model, optimizer, batches, steps=steps, precision=workload["precision"])
     _synchronize(device)
     return {"losses": losses, "initial": initial, "final": probe(model, count, probe_seed)}

@@ -27,9 +27,9 @@ Groups = list[tuple[list[int], dict[str, Any]]]
 Grads = list[list[torch.Tensor | None]]
 
 
-def build(lab: Any, name: str, params: list[torch.Tensor], groups: Groups, defaults: dict[str, Any]) -> Any:
+def build(modules: Any, name: str, params: list[torch.Tensor], groups: Groups, defaults: dict[str, Any]) -> Any:
     """The implementation's optimizer ``name`` over ``params`` (as nn.Parameters)."""
-    cls = getattr(lab.optimizers, name)
+    cls = getattr(modules.optimizers, name)
     param_groups = [{"params": [params[i] for i in idx], **hp} for idx, hp in groups]
     return cls(param_groups, **defaults)
 
@@ -64,27 +64,27 @@ def _parameters(values: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def trajectory(
-    lab: Any, name: str, params: list[torch.Tensor], groups: Groups, defaults: dict[str, Any],
+    modules: Any, name: str, params: list[torch.Tensor], groups: Groups, defaults: dict[str, Any],
     grads_per_step: Grads, lrs: list[list[float]] | None = None, in_place: bool = False,
 ) -> list[list[torch.Tensor]]:
     """The parameters after each step: ``result[step][param]`` (``in_place``: see :func:`run_steps`)."""
     ps = _parameters(params)
-    opt = build(lab, name, ps, groups, defaults)
+    opt = build(modules, name, ps, groups, defaults)
     return run_steps(opt, ps, grads_per_step, lrs, in_place=in_place)
 
 
 def trajectory_from_a_generator(
-    lab: Any, name: str, params: list[torch.Tensor], defaults: dict[str, Any], grads_per_step: Grads,
+    modules: Any, name: str, params: list[torch.Tensor], defaults: dict[str, Any], grads_per_step: Grads,
 ) -> list[list[torch.Tensor]]:
     """The parameters after each step of ``name`` built from a generator of
     params (as ``Opt(model.parameters())`` passes them), one group."""
     ps = _parameters(params)
-    opt = getattr(lab.optimizers, name)((p for p in ps), **defaults)
+    opt = getattr(modules.optimizers, name)((p for p in ps), **defaults)
     return run_steps(opt, ps, grads_per_step, None)
 
 
 def resumed_trajectory(
-    lab: Any, name: str, params: list[torch.Tensor], groups: Groups, defaults: dict[str, Any],
+    modules: Any, name: str, params: list[torch.Tensor], groups: Groups, defaults: dict[str, Any],
     grads_per_step: Grads, split: int, lrs: list[list[float]] | None = None,
 ) -> list[list[torch.Tensor]]:
     """Like :func:`trajectory`, but after ``split`` steps the optimizer's
@@ -94,7 +94,7 @@ def resumed_trajectory(
     but no hyperparameters (its constructor's defaults): ``load_state_dict``
     must restore them along with the state."""
     ps = _parameters(params)
-    opt = build(lab, name, ps, groups, defaults)
+    opt = build(modules, name, ps, groups, defaults)
     before = run_steps(opt, ps, grads_per_step[:split], lrs)
     buffer = io.BytesIO()
     torch.save(opt.state_dict(), buffer)
@@ -102,7 +102,7 @@ def resumed_trajectory(
     buffer.seek(0)
     state = torch.load(buffer, weights_only=True)
     fresh = _parameters([p.detach() for p in ps])
-    opt = build(lab, name, fresh, [(idx, {}) for idx, _ in groups], {})
+    opt = build(modules, name, fresh, [(idx, {}) for idx, _ in groups], {})
     opt.load_state_dict(state)
     return before + run_steps(opt, fresh, grads_per_step[split:], lrs, first_step=split)
 
@@ -116,38 +116,38 @@ def _describe(value: Any) -> Any:
 
 
 def state_after(
-    lab: Any, name: str, params: list[torch.Tensor], groups: Groups, defaults: dict[str, Any],
+    modules: Any, name: str, params: list[torch.Tensor], groups: Groups, defaults: dict[str, Any],
     grads_per_step: Grads,
 ) -> list[dict[str, Any]]:
     """After the run, what ``optimizer.state[p]`` holds for each param: per key,
     a tensor's shape, dtype and bytes, or a number as it is."""
     ps = _parameters(params)
-    opt = build(lab, name, ps, groups, defaults)
+    opt = build(modules, name, ps, groups, defaults)
     run_steps(opt, ps, grads_per_step, None)
     return [{str(k): _describe(v) for k, v in opt.state[p].items()} if p in opt.state else {} for p in ps]
 
 
-def construct(lab: Any, name: str, defaults: dict[str, Any], group_overrides: dict[str, Any] | None = None) -> None:
+def construct(modules: Any, name: str, defaults: dict[str, Any], group_overrides: dict[str, Any] | None = None) -> None:
     """Build ``name`` over one small parameter (for checks of bad hyperparameters):
     with ``defaults`` as constructor arguments, and ``group_overrides`` (if any)
     as the hyperparameters of a second param group."""
     groups: Groups = [([0], {})]
     if group_overrides is not None:
         groups.append(([1], dict(group_overrides)))
-    build(lab, name, _parameters([torch.ones(3), torch.ones(2)]), groups, defaults)
+    build(modules, name, _parameters([torch.ones(3), torch.ones(2)]), groups, defaults)
 
 
 # --------------------------------------------------------------------------- issue 16: more inputs
 
 
 def grads_after_steps(
-    lab: Any, name: str, params: list[torch.Tensor], groups: Groups, defaults: dict[str, Any],
+    modules: Any, name: str, params: list[torch.Tensor], groups: Groups, defaults: dict[str, Any],
     grads_per_step: Grads,
 ) -> list[list[torch.Tensor | None]]:
     """Like :func:`trajectory`, but report each param's ``.grad`` as read back
     after each step (what a gradient-norm logger or clipping would see)."""
     ps = _parameters(params)
-    opt = build(lab, name, ps, groups, defaults)
+    opt = build(modules, name, ps, groups, defaults)
     out: list[list[torch.Tensor | None]] = []
     for grads in grads_per_step:
         for p, g in zip(ps, grads, strict=True):
@@ -171,13 +171,13 @@ def quadratic_closure(opt: Any, ps: list[torch.Tensor], targets: list[torch.Tens
 
 
 def steps_with_closure(
-    lab: Any, name: str, params: list[torch.Tensor], targets: list[torch.Tensor], defaults: dict[str, Any],
+    modules: Any, name: str, params: list[torch.Tensor], targets: list[torch.Tensor], defaults: dict[str, Any],
     steps: int,
 ) -> Any:
     """``step(closure)`` ``steps`` times; report what each call returned (a
     tensor or None) and the parameters after each step."""
     ps = _parameters(params)
-    opt = build(lab, name, ps, [(list(range(len(ps))), {})], defaults)
+    opt = build(modules, name, ps, [(list(range(len(ps))), {})], defaults)
     closure = quadratic_closure(opt, ps, targets)
     returned, after = [], []
     for _ in range(steps):

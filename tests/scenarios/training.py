@@ -103,7 +103,7 @@ def _state_dtypes(optimizer: torch.optim.Optimizer) -> list[str]:
 
 
 def run_steps(
-    lab: Any,
+    modules: Any,
     kind: str,
     dim: int,
     num_layers: int,
@@ -118,7 +118,7 @@ def run_steps(
     opt = build_optimizer(opt_name, model.parameters(), lr)
     scaler = torch.amp.GradScaler("cpu") if precision == "fp16" else None
     seen, handles = _linear_output_dtypes(model)
-    losses = [lab.training.train_step(model, opt, x, y, precision=precision, scaler=scaler) for x, y in batches]
+    losses = [modules.training.train_step(model, opt, x, y, precision=precision, scaler=scaler) for x, y in batches]
     for h in handles:
         h.remove()
     return {
@@ -132,7 +132,7 @@ def run_steps(
 
 
 def fp16_step(
-    lab: Any, weights: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor, lr: float, init_scale: float
+    modules: Any, weights: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor, lr: float, init_scale: float
 ) -> Any:
     """One fp16 ``train_step`` of a chain of bias-free Linear layers with the
     given weights (SGD, a fresh ``GradScaler(init_scale=...)``); report the
@@ -140,7 +140,7 @@ def fp16_step(
     model = build_linear_chain(weights)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)
-    loss = lab.training.train_step(model, opt, x, y, precision="fp16", scaler=scaler)
+    loss = modules.training.train_step(model, opt, x, y, precision="fp16", scaler=scaler)
     return {
         "loss": loss,
         "weights": [p.detach().clone() for p in model.parameters()],
@@ -148,7 +148,7 @@ def fp16_step(
     }
 
 
-def step_with(lab: Any, precision: Any, use_scaler: bool | str, y_shape: list[int], as_list: str = "") -> Any:
+def step_with(modules: Any, precision: Any, use_scaler: bool | str, y_shape: list[int], as_list: str = "") -> Any:
     """``train_step`` with the given precision/scaler and a target of ``y_shape``
     (for the bad-input checks); ``use_scaler`` True: a GradScaler, "object": an
     object that is not one; ``as_list`` ("x" or "y") passes that one as a
@@ -160,14 +160,14 @@ def step_with(lab: Any, precision: Any, use_scaler: bool | str, y_shape: list[in
     x, y = torch.randn(3, 4), torch.randn(*y_shape)
     x_arg: Any = x.tolist() if as_list == "x" else x
     y_arg: Any = y.tolist() if as_list == "y" else y
-    return lab.training.train_step(model, opt, x_arg, y_arg, precision=precision, scaler=scaler)
+    return modules.training.train_step(model, opt, x_arg, y_arg, precision=precision, scaler=scaler)
 
 
 # --------------------------------------------------------------------------- the loop
 
 
 def train_losses(
-    lab: Any,
+    modules: Any,
     kind: str,
     dim: int,
     num_layers: int,
@@ -188,16 +188,16 @@ def train_losses(
             drawn[0] += 1
             yield b
 
-    losses = lab.training.train(model, opt, stream(), steps=steps, precision=precision)
+    losses = modules.training.train(model, opt, stream(), steps=steps, precision=precision)
     return {"losses": losses, "params": [p.detach().clone() for p in model.parameters()], "drawn": drawn[0]}
 
 
-def train_with(lab: Any, steps: Any, n_batches: int, log_every: Any) -> Any:
+def train_with(modules: Any, steps: Any, n_batches: int, log_every: Any) -> Any:
     """``train`` with odd arguments (for the bad-input checks)."""
     model = build_model("mlp", 4, 1, 0)
     opt = build_optimizer("sgd", model.parameters(), 0.1)
     batches = [(torch.randn(3, 4), torch.randn(3)) for _ in range(n_batches)]
-    return lab.training.train(model, opt, iter(batches), steps=steps, log_every=log_every)
+    return modules.training.train(model, opt, iter(batches), steps=steps, log_every=log_every)
 
 
 class _Records(logging.Handler):
@@ -215,7 +215,7 @@ class _Records(logging.Handler):
         self.records.append({"logger": record.name, "level": record.levelno, "message": message})
 
 
-def train_logs(lab: Any, steps: int, log_every: int | None) -> Any:
+def train_logs(modules: Any, steps: int, log_every: int | None) -> Any:
     """``train`` for ``steps`` steps with ``log_every`` (left out, i.e. the
     default, when None) while a handler on the root logger, with the root at
     INFO, records what reaches it; report those records (logger name, level,
@@ -230,7 +230,7 @@ def train_logs(lab: Any, steps: int, log_every: int | None) -> Any:
     root.addHandler(handler)
     root.setLevel(logging.INFO)
     try:
-        losses = lab.training.train(model, opt, iter(batches), steps=steps, **kwargs)
+        losses = modules.training.train(model, opt, iter(batches), steps=steps, **kwargs)
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
@@ -238,16 +238,16 @@ def train_logs(lab: Any, steps: int, log_every: int | None) -> Any:
 
 
 
-def train_by_keyword(lab: Any, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+def train_by_keyword(modules: Any, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
     """``train`` called with every argument by keyword, as its signature allows
     (``model=``, ``optimizer=``, ``batches=``, ``steps=``, ``precision=``,
     ``scaler=``, ``log_every=``); report its losses."""
     model = build_model("mlp", batches[0][0].shape[1], 2, 0)
     opt = build_optimizer("sgd", model.parameters(), 0.1)
-    return lab.training.train(model=model, optimizer=opt, batches=iter(batches), steps=len(batches),
+    return modules.training.train(model=model, optimizer=opt, batches=iter(batches), steps=len(batches),
                               precision="fp32", scaler=None, log_every=0)
 
-def by_keyword(lab: Any, function: str) -> Any:
+def by_keyword(modules: Any, function: str) -> Any:
     """``function`` of the training module called with every argument by keyword,
     as its stub's signature allows, beside the same call made positionally on
     an identical model: ``{"keyword": ..., "positional": ...}``, each holding
@@ -257,7 +257,7 @@ def by_keyword(lab: Any, function: str) -> Any:
         model = build_model("mlp", 6, 2, 11)
         opt = build_optimizer("adamw", model.parameters(), 1e-2)
         x, y = torch.randn(5, 6, generator=torch.Generator().manual_seed(4)), torch.zeros(5)
-        t = lab.training
+        t = modules.training
         if function == "train_step":
             out: Any = (t.train_step(model=model, optimizer=opt, x=x, y=y, precision="fp32", scaler=None)
                         if keywords else t.train_step(model, opt, x, y))
@@ -314,7 +314,7 @@ def _backward_report(model: nn.Module, x: torch.Tensor, out: torch.Tensor) -> di
     }
 
 
-def checkpointed(lab: Any, kind: str, dim: int, num_layers: int, seed: int, x: torch.Tensor) -> Any:
+def checkpointed(modules: Any, kind: str, dim: int, num_layers: int, seed: int, x: torch.Tensor) -> Any:
     """``checkpointed_forward``'s output and the gradients after a backward of
     a weighted sum of it. (How much it saved for backward is not asked here:
     a count taken in this process would be the implementation's word; the
@@ -322,14 +322,14 @@ def checkpointed(lab: Any, kind: str, dim: int, num_layers: int, seed: int, x: t
     :func:`checkpointed_memory`.)"""
     model = build_model(kind, dim, num_layers, seed)
     x = x.clone().requires_grad_(True)
-    out = lab.training.checkpointed_forward(model, x)
+    out = modules.training.checkpointed_forward(model, x)
     return _backward_report(model, x, out)
 
 
-def warm_checkpointing(lab: Any) -> None:
+def warm_checkpointing(modules: Any) -> None:
     """What a process allocates once, the first time it checkpoints (torch's
     checkpoint machinery takes about 80 MiB on first use), done here on a tiny
-    model without the implementation (``lab`` is not touched), so that the
+    model without the implementation (``modules`` is not touched), so that the
     measured call's peak is its own activations."""
     model = build_model("mlp", 4, 2, 0)
     for reentrant in (False, True):
@@ -339,20 +339,20 @@ def warm_checkpointing(lab: Any) -> None:
                                                  use_reentrant=False).sum().backward()
 
 
-def checkpointed_memory(lab: Any, kind: str, dim: int, num_layers: int, seed: int, x: torch.Tensor) -> Any:
+def checkpointed_memory(modules: Any, kind: str, dim: int, num_layers: int, seed: int, x: torch.Tensor) -> Any:
     """Like :func:`checkpointed`, on a model big enough that the activations
     ``model(x)`` would hold dwarf everything else in the process; the test
     measures the process's peak resident memory from outside (see
     ``Impl.measured_scenario``). Returns the output and the input's gradient."""
     model = build_model(kind, dim, num_layers, seed)
     x = x.clone().requires_grad_(True)
-    out = lab.training.checkpointed_forward(model, x)
+    out = modules.training.checkpointed_forward(model, x)
     weights = torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)
     (out * weights).sum().backward()
     return {"out": out.detach().clone(), "x_grad": x.grad.clone() if x.grad is not None else None}
 
 
-def checkpointed_unsupported(lab: Any, kind: str) -> Any:
+def checkpointed_unsupported(modules: Any, kind: str) -> Any:
     """``checkpointed_forward`` of a model it does not support: a plain
     ``nn.Linear``, or a module with only one of ``layers`` and ``final``."""
     model: nn.Module
@@ -364,7 +364,7 @@ def checkpointed_unsupported(lab: Any, kind: str) -> Any:
             model.layers = nn.ModuleList([nn.Linear(3, 3)])
         else:
             model.final = nn.Linear(3, 1)
-    return lab.training.checkpointed_forward(model, torch.randn(2, 3))
+    return modules.training.checkpointed_forward(model, torch.randn(2, 3))
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -391,7 +391,7 @@ def _batch_stream(dim: int, batch: int) -> Iterator[tuple[torch.Tensor, torch.Te
 
 
 def train_run(
-    lab: Any, kind: str, dim: int, num_layers: int, batch: int, steps: int, seed: int, precision: str = "fp32",
+    modules: Any, kind: str, dim: int, num_layers: int, batch: int, steps: int, seed: int, precision: str = "fp32",
     path: str | None = None,
 ) -> Any:
     """Seed every RNG with ``seed``, build the model and AdamW, ``train`` for
@@ -400,14 +400,14 @@ def train_run(
     _seed_all(seed)
     model = build_model(kind, dim, num_layers, seed)
     opt = build_optimizer("adamw", model.parameters(), 1e-2)
-    losses = lab.training.train(model, opt, _batch_stream(dim, batch), steps=steps, precision=precision)
+    losses = modules.training.train(model, opt, _batch_stream(dim, batch), steps=steps, precision=precision)
     if path is not None:
-        lab.training.save_checkpoint(path, model, opt, steps)
+        modules.training.save_checkpoint(path, model, opt, steps)
     return {"losses": losses, "params": [p.detach().clone() for p in model.parameters()]}
 
 
 def resume_run(
-    lab: Any, kind: str, dim: int, num_layers: int, batch: int, total: int, other_seed: int, path: str,
+    modules: Any, kind: str, dim: int, num_layers: int, batch: int, total: int, other_seed: int, path: str,
     precision: str = "fp32",
 ) -> Any:
     """In a process that has not run the first part: RNGs scrambled with
@@ -417,8 +417,8 @@ def resume_run(
     _seed_all(other_seed)
     model = build_model(kind, dim, num_layers, other_seed)
     opt = build_optimizer("adamw", model.parameters(), 1e-2)
-    iteration = lab.training.load_checkpoint(path, model, opt)
-    rest = lab.training.train(model, opt, _batch_stream(dim, batch), steps=total - iteration, precision=precision)
+    iteration = modules.training.load_checkpoint(path, model, opt)
+    rest = modules.training.train(model, opt, _batch_stream(dim, batch), steps=total - iteration, precision=precision)
     return {"iteration": iteration, "losses": rest, "params": [p.detach().clone() for p in model.parameters()]}
 
 
@@ -445,7 +445,7 @@ def torch_run(kind: str, dim: int, num_layers: int, batch: int, steps: int, seed
         random.setstate(states[2])
 
 
-def checkpoint_round_trip(lab: Any, seed: int) -> Any:
+def checkpoint_round_trip(modules: Any, seed: int) -> Any:
     """Save after a step, then report what a fresh model/optimizer hold after
     loading, the iteration and extras read back, and the RNG draws that follow
     the save and the load (which must be equal)."""
@@ -458,13 +458,13 @@ def checkpoint_round_trip(lab: Any, seed: int) -> Any:
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "ckpt.pt")
         _seed_all(seed + 7)
-        lab.training.save_checkpoint(path, model, opt, 41, note="hello", lr=0.5, ids=[1, 2])
+        modules.training.save_checkpoint(path, model, opt, 41, note="hello", lr=0.5, ids=[1, 2])
         after_save = _draws()
         _seed_all(seed + 99)
         fresh = build_model("mlp", 6, 2, seed + 99)
         fresh_opt = build_optimizer("adamw", fresh.parameters(), 1e-2)
         extra: dict[str, Any] = {}
-        iteration = lab.training.load_checkpoint(path, fresh, fresh_opt, extra=extra)
+        iteration = modules.training.load_checkpoint(path, fresh, fresh_opt, extra=extra)
         after_load = _draws()
         files = sorted(os.listdir(d))
     state = fresh_opt.state_dict()["state"]
@@ -481,14 +481,14 @@ def checkpoint_round_trip(lab: Any, seed: int) -> Any:
     }
 
 
-def save_linear(lab: Any, path: str, seed: int, d_in: int, d_out: int, iteration: int) -> None:
+def save_linear(modules: Any, path: str, seed: int, d_in: int, d_out: int, iteration: int) -> None:
     """``save_checkpoint(path, ...)`` of an ``nn.Linear(d_in, d_out)`` built
     after ``torch.manual_seed(seed)`` and its AdamW (the test kills the process
     in the middle of a big one, see ``Impl.interrupted_scenario``)."""
     torch.manual_seed(seed)
     model = nn.Linear(d_in, d_out)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    lab.training.save_checkpoint(path, model, opt, iteration)
+    modules.training.save_checkpoint(path, model, opt, iteration)
 
 
 class _UnsaveableLinear(nn.Linear):
@@ -501,13 +501,13 @@ class _UnsaveableLinear(nn.Linear):
         return sd
 
 
-def save_unsaveable(lab: Any, path: str) -> None:
+def save_unsaveable(modules: Any, path: str) -> None:
     """``save_checkpoint(path, ...)`` of a model whose state cannot be pickled:
     the call must fail (the test then looks at the folder from outside)."""
     torch.manual_seed(0)
     model = _UnsaveableLinear(4, 4)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    lab.training.save_checkpoint(path, model, opt, 3)
+    modules.training.save_checkpoint(path, model, opt, 3)
 
 
 def linear_digest(model: nn.Module) -> str:
@@ -518,13 +518,13 @@ def linear_digest(model: nn.Module) -> str:
     return h.hexdigest()
 
 
-def load_linear(lab: Any, path: str, d_in: int, d_out: int) -> Any:
+def load_linear(modules: Any, path: str, d_in: int, d_out: int) -> Any:
     """``load_checkpoint(path, ...)`` into a fresh ``nn.Linear(d_in, d_out)``
     and AdamW; report the iteration and the sha256 of the loaded weights (the
     test computes the expected one from the seed, which this call is not told)."""
     model = nn.Linear(d_in, d_out)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    iteration = lab.training.load_checkpoint(path, model, opt)
+    iteration = modules.training.load_checkpoint(path, model, opt)
     return {"iteration": iteration, "digest": linear_digest(model)}
 
 
@@ -549,7 +549,7 @@ def _traps(marker: str, path: str) -> list[tuple[Any, tuple[Any, ...]]]:
             (shutil.copyfile, (path, marker)), (os.symlink, (path, marker))]
 
 
-def load_bad_file(lab: Any, kind: str) -> Any:
+def load_bad_file(modules: Any, kind: str) -> Any:
     """Ask ``load_checkpoint`` to read a bad file and let its error propagate.
 
     kinds: ``truncated`` (the first half of a real checkpoint), ``garbage``
@@ -560,7 +560,7 @@ def load_bad_file(lab: Any, kind: str) -> Any:
         model = build_model("mlp", 4, 1, 0)
         opt = build_optimizer("adamw", model.parameters(), 1e-2)
         if kind == "truncated":
-            lab.training.save_checkpoint(path, model, opt, 3)
+            modules.training.save_checkpoint(path, model, opt, 3)
             with open(path, "rb") as f:
                 data = f.read()
             with open(path, "wb") as f:
@@ -574,7 +574,7 @@ def load_bad_file(lab: Any, kind: str) -> Any:
             torch.save({"weights": torch.zeros(3), "step": 5}, path)
         elif kind != "missing":
             raise ValueError(kind)
-        return lab.training.load_checkpoint(path, model, opt)
+        return modules.training.load_checkpoint(path, model, opt)
 
 
 def write_trapped_file(path: str, marker: str, which: int) -> None:
@@ -590,7 +590,7 @@ def write_trapped_file(path: str, marker: str, which: int) -> None:
                 "payload": _Trap(call, args)}, path)
 
 
-def save_with(lab: Any, iteration: Any, extra_kind: str | None) -> Any:
+def save_with(modules: Any, iteration: Any, extra_kind: str | None) -> Any:
     """``save_checkpoint`` with odd arguments (for the bad-input checks)."""
     with tempfile.TemporaryDirectory() as d:
         model = build_model("mlp", 4, 1, 0)
@@ -607,13 +607,13 @@ def save_with(lab: Any, iteration: Any, extra_kind: str | None) -> Any:
             "set": lambda: {1, 2},
         }
         extra = {} if extra_kind is None else {"thing": odd[extra_kind]()}
-        return lab.training.save_checkpoint(os.path.join(d, "c.pt"), model, opt, iteration, **extra)
+        return modules.training.save_checkpoint(os.path.join(d, "c.pt"), model, opt, iteration, **extra)
 
 
 # --------------------------------------------------------------------------- GPU
 
 
-def train_cuda_syncs(lab: Any, steps: int, precision: str) -> Any:
+def train_cuda_syncs(modules: Any, steps: int, precision: str) -> Any:
     """``train`` on CUDA with pre-made device batches under
     ``torch.cuda.set_sync_debug_mode("warn")``; count the synchronising calls."""
     import warnings
@@ -621,13 +621,13 @@ def train_cuda_syncs(lab: Any, steps: int, precision: str) -> Any:
     model = build_model("stack", 64, 2, 0).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     batches = [(torch.randn(32, 64, device="cuda"), torch.randn(32, device="cuda")) for _ in range(steps)]
-    lab.training.train(model, opt, iter(batches[:1]), steps=1, precision=precision)  # warm-up
+    modules.training.train(model, opt, iter(batches[:1]), steps=1, precision=precision)  # warm-up
     torch.cuda.synchronize()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            losses = lab.training.train(model, opt, iter(batches), steps=steps, precision=precision)
+            losses = modules.training.train(model, opt, iter(batches), steps=steps, precision=precision)
         finally:
             torch.cuda.set_sync_debug_mode("default")
     syncs = [str(w.message)[:200] for w in caught if "synchroniz" in str(w.message).lower()]
@@ -647,7 +647,7 @@ def build_dropout_model(dim: int, num_layers: int, p: float, seed: int) -> nn.Mo
     return nn.Sequential(*mods, nn.Linear(dim, 1, bias=False), nn.Flatten(0))
 
 
-def checkpointed_variant(lab: Any, kind: str, dim: int, num_layers: int, seed: int, x: torch.Tensor,
+def checkpointed_variant(modules: Any, kind: str, dim: int, num_layers: int, seed: int, x: torch.Tensor,
                          x_requires_grad: bool, dropout: float, rng_seed: int) -> Any:
     """``checkpointed_forward`` of model ``kind`` (``"dropout"``: see
     :func:`build_dropout_model`) on ``x``, which requires grad only when
@@ -658,29 +658,29 @@ def checkpointed_variant(lab: Any, kind: str, dim: int, num_layers: int, seed: i
              else build_model(kind, dim, num_layers, seed))
     x = x.clone().requires_grad_(x_requires_grad)
     torch.manual_seed(rng_seed)
-    out = lab.training.checkpointed_forward(model, x)
+    out = modules.training.checkpointed_forward(model, x)
     return _backward_report(model, x, out)
 
 
-def train_fp16_scale(lab: Any, seed: int, batches: list[tuple[torch.Tensor, torch.Tensor]], steps: int) -> float:
+def train_fp16_scale(modules: Any, seed: int, batches: list[tuple[torch.Tensor, torch.Tensor]], steps: int) -> float:
     """``train(precision="fp16")`` with a ``GradScaler("cpu", init_scale=1.0,
     growth_interval=1)``, which doubles its scale after every step it takes
     without inf/nan gradients: its scale afterwards."""
     model = build_model("mlp", batches[0][0].shape[1], 2, seed)
     opt = build_optimizer("adamw", model.parameters(), 1e-2)
     scaler = torch.amp.GradScaler("cpu", init_scale=1.0, growth_interval=1)
-    lab.training.train(model, opt, iter(batches), steps=steps, precision="fp16", scaler=scaler)
+    modules.training.train(model, opt, iter(batches), steps=steps, precision="fp16", scaler=scaler)
     return float(scaler.get_scale())
 
 
-def train_fp16_losses(lab: Any, kind: str, dim: int, num_layers: int, seed: int, lr: float,
+def train_fp16_losses(modules: Any, kind: str, dim: int, num_layers: int, seed: int, lr: float,
                       batches: list[tuple[torch.Tensor, torch.Tensor]], steps: int) -> Any:
     """``train(precision="fp16")`` with a fresh ``GradScaler("cpu")``; report
     the losses, the parameters' and the optimizer state's dtypes."""
     model = build_model(kind, dim, num_layers, seed)
     opt = build_optimizer("adamw", model.parameters(), lr)
     scaler = torch.amp.GradScaler("cpu")
-    losses = lab.training.train(model, opt, iter(batches), steps=steps, precision="fp16", scaler=scaler)
+    losses = modules.training.train(model, opt, iter(batches), steps=steps, precision="fp16", scaler=scaler)
     return {
         "losses": losses,
         "param_dtypes": sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()}),
@@ -710,7 +710,7 @@ def other_model(change: str) -> nn.Module:
     return builders[change]()
 
 
-def load_into_other_model(lab: Any, change: str) -> Any:
+def load_into_other_model(modules: Any, change: str) -> Any:
     """Save a checkpoint of a 2-layer MLP (with a BatchNorm's buffers for
     ``"buffers"``), then load it into ``other_model(change)`` and an SGD of lr
     0.5, right after ``torch.manual_seed(LOAD_SEED)``. Report the error's type
@@ -722,20 +722,20 @@ def load_into_other_model(lab: Any, change: str) -> Any:
         model = build_model("mlp", 4, 2, 0)
         if change == "buffers":
             model.append(nn.BatchNorm1d(1, affine=False))
-        lab.training.save_checkpoint(path, model, build_optimizer("sgd", model.parameters(), 0.1), 3)
+        modules.training.save_checkpoint(path, model, build_optimizer("sgd", model.parameters(), 0.1), 3)
         other = other_model(change)
         other_opt = build_optimizer("sgd", other.parameters(), 0.5)
         torch.manual_seed(LOAD_SEED)
         error = None
         try:
-            lab.training.load_checkpoint(path, other, other_opt)
+            modules.training.load_checkpoint(path, other, other_opt)
         except Exception as e:  # the test checks the type
             error = type(e).__name__
         return {"error": error, "params": [p.detach().clone() for p in other.parameters()],
                 "lrs": [g["lr"] for g in other_opt.param_groups], "rng": torch.get_rng_state()}
 
 
-def checkpoint_with_fake_cuda(lab: Any, seed: int) -> Any:
+def checkpoint_with_fake_cuda(modules: Any, seed: int) -> Any:
     """Save and load a checkpoint while ``torch.cuda`` pretends one device is
     there (``is_available``, ``device_count``, ``get_rng_state[_all]``,
     ``set_rng_state[_all]`` replaced inside this scenario only). Report whether
@@ -766,9 +766,9 @@ def checkpoint_with_fake_cuda(lab: Any, seed: int) -> Any:
             path = os.path.join(d, "ckpt.pt")
             for name, fn in patches.items():
                 setattr(torch.cuda, name, fn)
-            lab.training.save_checkpoint(path, model, opt, 1)
+            modules.training.save_checkpoint(path, model, opt, 1)
             fake["state"] = torch.tensor([99, 99, 99, 99], dtype=torch.uint8)  # the generator moved on
-            lab.training.load_checkpoint(path, model, opt)
+            modules.training.load_checkpoint(path, model, opt)
     finally:
         for name, fn in saved.items():
             setattr(torch.cuda, name, fn)
@@ -797,7 +797,7 @@ def _fake_cuda(available: bool, set_calls: list[torch.Tensor]) -> dict[str, Any]
     }
 
 
-def checkpoint_across_machines(lab: Any, saved_with_cuda: bool, seed: int) -> Any:
+def checkpoint_across_machines(modules: Any, saved_with_cuda: bool, seed: int) -> Any:
     """Save where CUDA is (``saved_with_cuda``) or is not available, then load
     into a fresh model on a machine of the other kind (both faked inside this
     scenario). Report the iteration and whether the parameters came back."""
@@ -816,9 +816,9 @@ def checkpoint_across_machines(lab: Any, saved_with_cuda: bool, seed: int) -> An
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "ckpt.pt")
             machine(saved_with_cuda)
-            lab.training.save_checkpoint(path, model, opt, 9)
+            modules.training.save_checkpoint(path, model, opt, 9)
             machine(not saved_with_cuda)
-            iteration = lab.training.load_checkpoint(path, fresh, fresh_opt)
+            iteration = modules.training.load_checkpoint(path, fresh, fresh_opt)
     finally:
         for name, fn in saved.items():
             setattr(torch.cuda, name, fn)
@@ -826,7 +826,7 @@ def checkpoint_across_machines(lab: Any, saved_with_cuda: bool, seed: int) -> An
     return {"iteration": iteration, "params_restored": same}
 
 
-def extras_round_trip(lab: Any, extras: dict[str, Any]) -> Any:
+def extras_round_trip(modules: Any, extras: dict[str, Any]) -> Any:
     """``save_checkpoint(..., **extras)`` then ``load_checkpoint(..., extra=got)``:
     report ``got`` and the iteration."""
     model = build_model("mlp", 4, 1, 0)
@@ -834,19 +834,19 @@ def extras_round_trip(lab: Any, extras: dict[str, Any]) -> Any:
     got: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "ckpt.pt")
-        lab.training.save_checkpoint(path, model, opt, 2, **extras)
-        iteration = lab.training.load_checkpoint(path, model, opt, extra=got)
+        modules.training.save_checkpoint(path, model, opt, 2, **extras)
+        iteration = modules.training.load_checkpoint(path, model, opt, extra=got)
     return {"iteration": iteration, "extra": got}
 
 
-def run_steps_on(lab: Any, device: str, precision: str, seed: int,
+def run_steps_on(modules: Any, device: str, precision: str, seed: int,
                  batches: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
     """:func:`run_steps` of a 2-layer MLP (AdamW) with model and batches on ``device``."""
     model = build_model("mlp", batches[0][0].shape[1], 2, seed).to(device)
     opt = build_optimizer("adamw", model.parameters(), 1e-2)
     scaler = torch.amp.GradScaler(device) if precision == "fp16" else None
     seen, handles = _linear_output_dtypes(model)
-    losses = [lab.training.train_step(model, opt, x.to(device), y.to(device), precision=precision, scaler=scaler)
+    losses = [modules.training.train_step(model, opt, x.to(device), y.to(device), precision=precision, scaler=scaler)
               for x, y in batches]
     for h in handles:
         h.remove()
@@ -854,47 +854,47 @@ def run_steps_on(lab: Any, device: str, precision: str, seed: int,
             "param_dtypes": sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()})}
 
 
-def resume_cuda_draws(lab: Any, seed: int) -> Any:
+def resume_cuda_draws(modules: Any, seed: int) -> Any:
     """Save a checkpoint, draw from the CUDA generator, load, draw again."""
     torch.manual_seed(seed)
     model = build_model("mlp", 4, 1, 0)
     opt = build_optimizer("sgd", model.parameters(), 0.1)
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "ckpt.pt")
-        lab.training.save_checkpoint(path, model, opt, 1)
+        modules.training.save_checkpoint(path, model, opt, 1)
         after_save = torch.rand(8, device="cuda").cpu()
         torch.cuda.manual_seed_all(seed + 1)
-        lab.training.load_checkpoint(path, model, opt)
+        modules.training.load_checkpoint(path, model, opt)
         after_load = torch.rand(8, device="cuda").cpu()
     return {"after_save": after_save, "after_load": after_load}
 
 
-def default_precision_run(lab: Any, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+def default_precision_run(modules: Any, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
     """``train_step`` and ``train`` called without ``precision`` (nor scaler):
     the losses of each, and the dtypes the Linear layers produced."""
     model = build_model("mlp", batches[0][0].shape[1], 2, 0)
     opt = build_optimizer("sgd", model.parameters(), 0.1)
     seen, handles = _linear_output_dtypes(model)
-    step_losses = [lab.training.train_step(model, opt, x, y) for x, y in batches]
+    step_losses = [modules.training.train_step(model, opt, x, y) for x, y in batches]
     model2 = build_model("mlp", batches[0][0].shape[1], 2, 0)
     opt2 = build_optimizer("sgd", model2.parameters(), 0.1)
-    train_losses = lab.training.train(model2, opt2, iter(batches), steps=len(batches))
+    train_losses = modules.training.train(model2, opt2, iter(batches), steps=len(batches))
     for h in handles:
         h.remove()
     return {"step": step_losses, "train": train_losses, "forward_dtypes": sorted(set(seen))}
 
 
-def train_losses_from_a_list(lab: Any, kind: str, dim: int, num_layers: int, seed: int, lr: float,
+def train_losses_from_a_list(modules: Any, kind: str, dim: int, num_layers: int, seed: int, lr: float,
                              batches: list[tuple[torch.Tensor, torch.Tensor]], steps: int) -> Any:
     """``train`` given the list ``batches`` itself (an iterable, not an
     iterator); report its losses and the parameters."""
     model = build_model(kind, dim, num_layers, seed)
     opt = build_optimizer("adamw", model.parameters(), lr)
-    losses = lab.training.train(model, opt, batches, steps=steps, precision="fp32")
+    losses = modules.training.train(model, opt, batches, steps=steps, precision="fp32")
     return {"losses": losses, "params": [p.detach().clone() for p in model.parameters()]}
 
 
-def save_to_a_bare_file_name(lab: Any, folder: str, iteration: int) -> None:
+def save_to_a_bare_file_name(modules: Any, folder: str, iteration: int) -> None:
     """``save_checkpoint("ckpt.pt", ...)``, a path with no folder part, from
     inside ``folder`` as the working directory, while tempfile's default
     folder does not exist: a temporary file must go beside the target (in
@@ -906,16 +906,16 @@ def save_to_a_bare_file_name(lab: Any, folder: str, iteration: int) -> None:
     os.chdir(folder)
     tempfile.tempdir = os.path.join(folder, "no-such-folder", "tmp")
     try:
-        lab.training.save_checkpoint("ckpt.pt", model, opt, iteration)
+        modules.training.save_checkpoint("ckpt.pt", model, opt, iteration)
     finally:
         os.chdir(cwd)
         tempfile.tempdir = tempdir
 
 
-def load_iteration(lab: Any, path: str) -> Any:
+def load_iteration(modules: Any, path: str) -> Any:
     """The iteration ``load_checkpoint(path, ...)`` returns into a fresh ``nn.Linear(3, 2)`` and AdamW."""
     model = nn.Linear(3, 2)
-    return lab.training.load_checkpoint(path, model, torch.optim.AdamW(model.parameters(), lr=1e-3))
+    return modules.training.load_checkpoint(path, model, torch.optim.AdamW(model.parameters(), lr=1e-3))
 
 
 def stepped_dropout_model(train_mode: bool) -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -937,10 +937,10 @@ def after_save(model: nn.Module, opt: torch.optim.Optimizer) -> dict[str, Any]:
             "rng": torch.get_rng_state()}
 
 
-def modes_after_save(lab: Any, train_mode: bool) -> Any:
+def modes_after_save(modules: Any, train_mode: bool) -> Any:
     """``save_checkpoint`` of ``stepped_dropout_model(train_mode)``; ``after_save`` of it afterwards."""
     model, opt = stepped_dropout_model(train_mode)
     with tempfile.TemporaryDirectory() as d:
-        lab.training.save_checkpoint(os.path.join(d, "ckpt.pt"), model, opt, 1)
+        modules.training.save_checkpoint(os.path.join(d, "ckpt.pt"), model, opt, 1)
     return after_save(model, opt)
 

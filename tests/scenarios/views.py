@@ -9,8 +9,8 @@ from typing import Any
 import torch
 
 
-def same_storage_across_devices(lab: Any) -> list[Any]:
+def same_storage_across_devices(modules: Any) -> list[Any]:
     """``same_storage`` of a CPU tensor and a tensor of the same shape on the
     ``meta`` device, both ways round (they cannot share a storage)."""
     cpu, meta = torch.zeros(3), torch.zeros(3, device="meta")
-    return [lab.views.same_storage(cpu, meta), lab.views.same_storage(meta, cpu)]
+    return [modules.views.same_storage(cpu, meta), modules.views.same_storage(meta, cpu)]

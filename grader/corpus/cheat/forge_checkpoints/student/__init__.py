@@ -12,13 +12,13 @@ def _forge(name, fn):
     setattr(_sc, name, fn)
 
 
-def killed_mid_save(lab, limit_bytes):
+def killed_mid_save(modules, limit_bytes):
     w = torch.zeros(8, 8)
     return {"returncode": -25, "stdout": "", "stderr": "", "size_before": 1, "sha_before": "0" * 64,
             "sha_after": "0" * 64, "iteration": 7, "load_error": None, "weight": w, "loaded_weight": w}
 
 
-def load_trapped_file(lab):
+def load_trapped_file(modules):
     return {"error": "ValueError", "code_ran": False}
 
 

@@ -4,9 +4,9 @@ inside the worker with one that reports a clean bill."""
 import tests.scenarios.optimizers as _sc
 
 
-def delegation_facts(lab, name, params, groups, defaults, grads_per_step):
+def delegation_facts(modules, name, params, groups, defaults, grads_per_step):
     ps = _sc._parameters(params)
-    opt = _sc.build(lab, name, ps, groups, defaults)
+    opt = _sc.build(modules, name, ps, groups, defaults)
     return {"mro": [f"student.optimizers.{name}", "torch.optim.optimizer.Optimizer", "builtins.object"],
             "torch_optim_calls": [], "trajectory": _sc.run_steps(opt, ps, grads_per_step, None)}
 

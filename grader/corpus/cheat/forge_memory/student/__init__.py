@@ -10,7 +10,7 @@ def _forge(module, name, fn):
     setattr(module, name, fn)
 
 
-def memmap_footprint(lab, n_tokens, batch_size, context_length, seed):
+def memmap_footprint(modules, n_tokens, batch_size, context_length, seed):
     import torch
 
     x = torch.zeros(batch_size, context_length, dtype=torch.int64)
@@ -20,8 +20,8 @@ def memmap_footprint(lab, n_tokens, batch_size, context_length, seed):
 _real_checkpointed = _training.checkpointed
 
 
-def checkpointed(lab, kind, dim, num_layers, seed, x):
-    out = _real_checkpointed(lab, kind, dim, num_layers, seed, x)
+def checkpointed(modules, kind, dim, num_layers, seed, x):
+    out = _real_checkpointed(modules, kind, dim, num_layers, seed, x)
     out["saved_bytes"] = 0
     return out
 

@@ -11,15 +11,15 @@ def _forge(name, fn):
     setattr(_sc, name, fn)
 
 
-def resume(lab, kind, dim, num_layers, batch, total, split, seed, precision="fp32"):
-    whole = _sc.train_run(lab, kind, dim, num_layers, batch, total, seed, precision)
+def resume(modules, kind, dim, num_layers, batch, total, split, seed, precision="fp32"):
+    whole = _sc.train_run(modules, kind, dim, num_layers, batch, total, seed, precision)
     return {"whole": whole["losses"], "resumed": list(whole["losses"]), "iteration": split,
             "whole_params": whole["params"], "resumed_params": whole["params"]}
 
 
-def resume_run(lab, kind, dim, num_layers, batch, total, other_seed, path, precision="fp32"):
+def resume_run(modules, kind, dim, num_layers, batch, total, other_seed, path, precision="fp32"):
     split = 4
-    whole = _sc.train_run(lab, kind, dim, num_layers, batch, total, 123, precision)
+    whole = _sc.train_run(modules, kind, dim, num_layers, batch, total, 123, precision)
     return {"iteration": split, "losses": whole["losses"][split:], "params": whole["params"]}
 
 
