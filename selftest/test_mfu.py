@@ -56,13 +56,13 @@ class FakeClock:
 
 
 class FakeImpl(ImplBase):
-    """Runs scenarios in-process with ``train`` as ``lab.training.train``; each
+    """Runs scenarios in-process with ``train`` as ``modules.training.train``; each
     call costs ``overhead + steps * step_seconds`` on the fake clock."""
 
     def __init__(self, name: str, train: Callable[..., Any], clock: FakeClock, step_seconds: float,
                  overhead: float = 0.05) -> None:
         self.name, self.clock, self.step_seconds, self.overhead = name, clock, step_seconds, overhead
-        self.lab = SimpleNamespace(training=SimpleNamespace(train=train))
+        self.modules = SimpleNamespace(training=SimpleNamespace(train=train))
         self.calls: list[tuple[int, int]] = []  # (seed, steps)
         self.precisions: list[str] = []
 
@@ -71,7 +71,7 @@ class FakeImpl(ImplBase):
 
     def scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         args, kwargs = wire.decode(wire.encode((args, kwargs)))
-        value = fn(self.lab, *args, **kwargs)
+        value = fn(self.modules, *args, **kwargs)
         data, seed, steps, _, _ = args
         self.calls.append((seed, steps))
         self.precisions.append(data["precision"])

@@ -60,7 +60,7 @@ def _correct_module(sub: Any, tmp: Path, module: str) -> ModuleType:
 
 @pytest.fixture(scope="module")
 def formulations(tmp_path_factory) -> dict[str, Any]:
-    """Each correct formulation as a ``lab`` for the scenarios (``lab.optimizers``)."""
+    """Each correct formulation as the ``modules`` of the scenarios (``modules.optimizers``)."""
     out = {"reference": SimpleNamespace(optimizers=importlib.import_module("reference.optimizers"))}
     tmp = tmp_path_factory.mktemp("formulations")
     for sub in correct_submissions():
@@ -95,8 +95,8 @@ def test_every_correct_formulation_passes_every_long_run(formulations, name, dty
         bound = bound_to_exact(exact, dtype=dtype, error=_flat(expected.error),
                                magnitude=_flat(expected.magnitude))
         drawn[0] += 1
-        for label, lab in formulations.items():
-            got = scenarios.trajectory(lab, name, *args, run["lrs"])
+        for label, modules in formulations.items():
+            got = scenarios.trajectory(modules, name, *args, run["lrs"])
             ratio = worst_ratio(_flat(got), exact, bound)
             worst[label] = max(worst[label], ratio)
             if not ratio <= 1.0 and len(rejected) < 5:
@@ -149,10 +149,10 @@ def test_every_correct_train_step_passes_every_fp32_run(tmp_path):
         batches = _batches(4, 5, dim, run_seed)
         expected = torch_steps(kind, dim, layers, run_seed, opt, lr, batches)
         drawn[0] += 1
-        for label, lab in labs.items():
+        for label, modules in labs.items():
             torch.set_num_threads(1)
             try:
-                got = training_scenarios.run_steps(lab, kind, dim, layers, run_seed, opt, lr, batches, "fp32")
+                got = training_scenarios.run_steps(modules, kind, dim, layers, run_seed, opt, lr, batches, "fp32")
             finally:
                 torch.set_num_threads(threads)
             ratio = steps_ratio(got, expected)
