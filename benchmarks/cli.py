@@ -6,7 +6,7 @@
 Each row is a fresh interpreter (a subprocess, as a user runs it), timed on the
 wall clock around the whole process; the table prints the median, the fastest
 and the slowest run. The rows beside ``--help``: a bare interpreter (the floor),
-importing the grading pipeline (``grader.engine`` and ``grader.report``, what
+importing the grading pipeline (``grader.engine`` and ``grader.report.render``, what
 ``--help`` imported before the pipeline was imported after argument parsing),
 and importing torch (what a heavy import costs here). Figures, not a verdict:
 selftest/test_cli.py checks what makes ``--help`` fast (no torch, no pipeline).
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 ROWS: tuple[tuple[str, list[str]], ...] = (
     ("python -c pass (the floor)", ["-c", "pass"]),
     ("python -m grader --help", ["-m", "grader", "--help"]),
-    ("import grader.engine, grader.report", ["-c", "import grader.engine, grader.report"]),
+    ("import grader.engine, grader.report.render", ["-c", "import grader.engine, grader.report.render"]),
     ("import torch", ["-c", "import torch"]),
 )
 

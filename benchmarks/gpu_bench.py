@@ -27,8 +27,9 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from grader import mfu, peaks  # noqa: E402
-from tests.harness import LocalImpl  # noqa: E402
+from grader.mfu import check as mfu  # noqa: E402
+from grader.mfu import peaks  # noqa: E402
+from tests.local import LocalImpl  # noqa: E402
 from tests.scenarios import mfu as scenarios  # noqa: E402
 
 #: CPU smoke-test sizes: seconds on a laptop, meaningless as performance figures.

@@ -13,7 +13,7 @@ import importlib
 import sys
 
 _WORKFLOWS = {"batch": "grader.instructor.batch", "release": "grader.instructor.release",
-              "gradescope": "grader.instructor.bundle", "similarity": "grader.instructor.similarity",
+              "gradescope": "grader.instructor.gradescope", "similarity": "grader.instructor.similarity",
               "mutants": "grader.instructor.mutants", "calibrate": "grader.instructor.calibrate"}
 
 

@@ -13,7 +13,7 @@ score (a submission without ``student/`` gets an error result, not a crash);
 the grader itself could not run.
 
 While it grades, each problem's start and finish go to stderr
-(:mod:`grader.progress`: a rich display on a terminal, plain lines otherwise);
+(:mod:`grader.report.progress`: a rich display on a terminal, plain lines otherwise);
 the table goes to stdout. ``--help`` imports nothing heavy (no torch, not the
 engine): the pipeline is imported after the arguments are parsed.
 """
@@ -49,7 +49,7 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m grader", description=DESCRIPTION, epilog=EPILOG)
     ap.add_argument("submission", nargs="?", default=None,
                     help="a folder or zip holding student/ (default: this repository's student/)")
-    ap.add_argument("--json", metavar="FILE", help="write the full results as JSON (see grader/report.py)")
+    ap.add_argument("--json", metavar="FILE", help="write the full results as JSON (see grader/report/render.py)")
     ap.add_argument("--gradescope", metavar="FILE", help="write Gradescope's results.json")
     ap.add_argument("--junit", metavar="FILE", help="write JUnit XML")
     ap.add_argument("--profile", "--hypothesis-profile", dest="profile", choices=PROFILES, metavar="NAME",
@@ -91,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grader: {args.submission} does not exist (give a folder or zip holding student/)", file=sys.stderr)
         return 2
     # The pipeline (and torch, which some of it imports) only once the arguments are good.
-    from grader import engine, report
-    from grader.progress import GradeProgress
+    from grader import engine
+    from grader.report import render as report
+    from grader.report.progress import GradeProgress
     from grader.rubric import DEFAULT_RUBRIC, RubricError
 
     progress = None if args.no_progress else GradeProgress(sys.stderr)

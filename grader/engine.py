@@ -1,23 +1,23 @@
 """Grading one submission: a trusted pytest run over sandboxed workers, then scores.
 
 The engine never imports the submission. It copies the submission's
-``student/`` into a fresh working copy (:mod:`grader.sandbox`), then runs
+``student/`` into a fresh working copy (:mod:`grader.sandbox.isolation`), then runs
 trusted pytest processes (the public test file and the hidden checks of the
 selected problems) with :mod:`grader.plugin`, which routes every call of the
 tests to one sandboxed worker per problem and sends the outcomes back over a
 pipe. The work is split by concern, each module importing only those below it:
 
-* :mod:`grader.planning`: which check files go to which of the K concurrent
+* :mod:`grader.groups`: which check files go to which of the K concurrent
   trusted pytest processes (groups);
 * :mod:`grader.groups`: running the groups (the :mod:`grader.protocol` plan
   out, results back) and merging each problem's results from its groups;
 * :mod:`grader.scoring`: verdicts and points from the rubric, and each failed
   item's first failure as structured fields;
 * :mod:`grader.results`: the records all this produces, which
-  :mod:`grader.report` renders.
+  :mod:`grader.report.render` renders.
 
 Time budgets are CPU seconds, relative to the reference's cost for the same
-checks and scaled to this machine (:mod:`grader.budgets`, measured once per
+checks and scaled to this machine (:mod:`grader.sandbox.budgets`, measured once per
 grade). A problem that ends in a grader error (a fault of the machine or of
 the grader, never the submission's) is regraded once, alone, before the
 result is final.
@@ -31,22 +31,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader import budgets
 from grader import rubric as rubric_mod
 from grader.groups import base_plan, run_groups
-from grader.progress import GradeProgress
 from grader.protocol import RunResults
+from grader.report.progress import GradeProgress
 from grader.results import ERROR, GRADER_ERROR, GradeResult, ProblemResult
-from grader.sandbox import (
-    Limits,
-    Sandbox,
-    SubmissionError,
-    fitted_memory_limit,
-    make_working_copy,
-    remove_tree,
-)
+from grader.sandbox import budgets
+from grader.sandbox.isolation import Sandbox
+from grader.sandbox.limits import Limits, fitted_memory_limit
+from grader.sandbox.scratch import remove_tree
+from grader.sandbox.submission import locate
+from grader.sandbox.workcopy import SubmissionError, make_working_copy
 from grader.scoring import score_problem, strip_controls, total, unavailable
-from grader.submission import locate
 from grader.util import PROFILES, REPO, cuda_available, printable
 
 __all__ = ["STUDENT_RELEASE_CHECKS", "Options", "grade", "hidden_available"]

@@ -1,12 +1,19 @@
-"""Running the planned groups: one trusted pytest process each, then each
-problem's results merged from the groups that ran its files.
+"""Planning and running a grade's groups: which check files go to which
+trusted pytest process, one process per group, then each problem's results
+merged from the groups that ran its files.
 
-Each group gets its own :class:`grader.protocol.Plan`, results pipe and
+**Planning.** The problems (a heavy one split into its check files) are split into K groups
+run concurrently, one trusted pytest process each, with K = min(cores, check
+files, memory slots of :func:`grader.sandbox.limits.worker_slots`) or the requested
+number. Expected times (the reference's wall-clock seconds per check file in
+``grader/budgets.toml``) only balance the groups; they never decide a verdict.
+
+**Running.** Each group gets its own :class:`grader.protocol.Plan`, results pipe and
 scratch folder; its pytest process loads :mod:`grader.plugin`, which routes
 the tests' calls to one sandboxed worker per problem and writes
 :class:`grader.protocol.RunResults` back over the pipe. Each problem's CPU
 budget is computed here, for the files of it the group runs
-(:func:`grader.budgets.problem_budget`). A group that ends without results (a
+(:func:`grader.sandbox.budgets.problem_budget`). A group that ends without results (a
 crash, killed for memory, the hard time limit) yields a ``fatal`` record:
 nothing the submission could cause (its code never runs in that process), so
 its problems are grader errors rather than failures, and are regraded.
@@ -24,15 +31,85 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from grader.budgets import Costs, problem_budget
-from grader.limits import LOG_CAP
-from grader.planning import Planned, Unit, group_plans, parallelism, partition, units_of
-from grader.progress import GradeProgress
 from grader.protocol import PLAN_ENV, Plan, ProblemPlan, RunResults, SandboxSpec, WorkerRecord
+from grader.report.progress import GradeProgress
 from grader.rubric import Problem, Rubric, is_hidden
-from grader.sandbox import Sandbox
-from grader.scratch import BASETEMP, GROUP_PREFIX
+from grader.sandbox.budgets import Costs, problem_budget
+from grader.sandbox.isolation import Sandbox
+from grader.sandbox.limits import LOG_CAP, worker_slots
+from grader.sandbox.scratch import BASETEMP, GROUP_PREFIX
 from grader.util import REPO, cores, memory_available
+
+#: The expected seconds of a check file ``budgets.toml`` has no figure for.
+UNMEASURED_FILE_SECONDS = 10.0
+
+#: A problem with the check files it is planned to run (those that exist).
+Planned = tuple[Problem, list[str]]
+
+#: What the groups are made of: a problem with some of its check files (all of
+#: them, unless the problem alone outweighs a group's fair share).
+Unit = tuple[Problem, tuple[str, ...]]
+
+
+def file_cost(f: str, costs: Costs, profile: str) -> float:
+    """The expected seconds of check file ``f`` in ``profile``."""
+    c = costs.file(profile, f)
+    return c.seconds if c is not None else UNMEASURED_FILE_SECONDS
+
+
+def units_of(planned: list[Planned], k: int, costs: Costs, profile: str) -> list[Unit]:
+    """Whole problems (one worker each), except that a problem heavier than
+    1/k of the total is split into its files (a second worker start is cheaper
+    than one group waiting on it) when they are all public or all hidden.
+
+    A problem with both is never split (the engine plans public and hidden
+    files in separate phases, :func:`grader.groups.by_phase`; this holds for a
+    caller that does not): its files in two groups would run at the same time,
+    a worker that sees hidden inputs beside one whose answers reach students'
+    failure messages."""
+    total = sum(file_cost(f, costs, profile) for _, files in planned for f in files)
+    out: list[Unit] = []
+    for p, files in planned:
+        one_kind = len({is_hidden(f) for f in files}) == 1
+        if k > 1 and len(files) > 1 and one_kind and sum(file_cost(f, costs, profile) for f in files) > total / k:
+            out += [(p, (f,)) for f in files]
+        else:
+            out.append((p, tuple(files)))
+    return out
+
+
+def parallelism(n_units: int, memory_bytes: int, requested: int | None = None) -> int:
+    """K, the groups run at once: ``requested`` (when given) or the cores, never
+    more than the check files nor the memory slots (each group has one worker at a
+    time under ``memory_bytes``, plus its warm spare)."""
+    want = requested if requested and requested > 0 else cores()
+    return max(1, min(want, n_units, worker_slots(memory_bytes)))
+
+
+def partition(units: list[Unit], k: int, costs: Costs, profile: str) -> list[list[Unit]]:
+    """``units`` in ``k`` groups of about equal expected time (longest first,
+    each to the lightest group). Within a group, the rubric's order is kept."""
+    groups: list[list[Unit]] = [[] for _ in range(max(1, k))]
+    load = [0.0] * len(groups)
+
+    def cost(u: Unit) -> float:
+        return sum(file_cost(f, costs, profile) for f in u[1])
+
+    for u in sorted(units, key=lambda u: -cost(u)):  # stable: ties keep the rubric's order
+        i = min(range(len(groups)), key=lambda j: (load[j], j))
+        groups[i].append(u)
+        load[i] += cost(u)
+    order = {(p.name, f): i for i, (p, f) in enumerate(units)}
+    return [sorted(g, key=lambda u: order[(u[0].name, u[1])]) for g in groups if g]
+
+
+def group_plans(group: list[Unit]) -> list[Planned]:
+    """One group's problems, each with its files in the group (a problem split
+    into several units of the same group gets them back together)."""
+    plan: dict[str, Planned] = {}
+    for p, fs in group:
+        plan.setdefault(p.name, (p, []))[1].extend(fs)
+    return list(plan.values())
 
 
 def run_groups(rub: Rubric, selected: list[Problem], plan: Plan, *, public_only: bool, parallel: int | None,
@@ -45,7 +122,7 @@ def run_groups(rub: Rubric, selected: list[Problem], plan: Plan, *, public_only:
     ``plan`` is the run's plan without problems (each group gets its own copy
     with its problems, scratch folder and pipe); ``cpu_budget`` overrides every
     problem's budget (CPU seconds, as given); ``costs`` and ``speed`` are the
-    reference's measured costs and this machine's speed (grader/budgets.py);
+    reference's measured costs and this machine's speed (grader/sandbox/budgets.py);
     ``run`` is the run's temporary folder; ``progress``, when given, is told
     which process holds which problem and fed each process's progress events.
     """
@@ -138,7 +215,7 @@ def run_pytest(rub: Rubric, base: Plan, problems: tuple[ProblemPlan, ...], run: 
     files = [f for p in problems for f in p.files]
     # No per-test wall-clock timeout (--timeout=0): on a busy machine a test
     # may take long without any fault of the submission, whose calls are
-    # bounded by their CPU limits and wall-clock backstops in grader.remote.
+    # bounded by their CPU limits and wall-clock backstops in grader.worker.remote.
     argv = [sys.executable, "-m", "pytest", *files, "-p", "grader.plugin", "-q", "--no-header",
             "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly", "--rootdir", str(REPO),
             "-c", str(REPO / "pyproject.toml"), f"--basetemp={scratch / BASETEMP}",
@@ -203,7 +280,7 @@ def hard_limit_of(plan: Plan) -> float:
     own hang), plus the wait for a GPU another grading holds."""
     limit = 1800 + 4 * sum(p.cpu_budget for p in plan.problems)
     if plan.gpu_problems:  # waiting for another grading's GPU problem is not this run hanging
-        from grader.gpulock import WAIT_SECONDS
+        from grader.mfu.gpulock import WAIT_SECONDS
 
         limit += WAIT_SECONDS
     return limit
@@ -214,7 +291,7 @@ class _PeakMemory:
     second (so that a run the kernel killed for memory says how much it held)."""
 
     def __init__(self, pid: int) -> None:
-        from grader import proctree
+        from grader.sandbox import proctree
 
         self.bytes = 0
         self._done = threading.Event()

@@ -5,7 +5,7 @@ It does nothing unless :data:`grader.protocol.PLAN_ENV` names a plan file (a
 :class:`grader.protocol.Plan`, written by the engine). Then its
 ``pytest_configure``:
 
-* puts a :class:`grader.remote.RemoteImpl` into ``config.stash[IMPL_KEY]``
+* puts a :class:`grader.worker.remote.RemoteImpl` into ``config.stash[IMPL_KEY]``
   before tests/plugin.py would build a LocalImpl, so the very same public tests
   and hidden checks run against the sandboxed worker;
 * registers a :class:`GraderRun`, which holds this run's state and hooks, and:
@@ -17,15 +17,15 @@ It does nothing unless :data:`grader.protocol.PLAN_ENV` names a plan file (a
     failure details, duration (setup + call + teardown, on this trusted
     process's monotonic clock: nothing the worker reports about time is used)
     and the CPU seconds the problem's workers used meanwhile (read from
-    outside); a check stopped by a :class:`grader.remote.GraderFault`,
-    :class:`grader.remote.NotRun` or :class:`grader.remote.WorkerTimeout` gets
+    outside); a check stopped by a :class:`grader.worker.client.GraderFault`,
+    :class:`grader.worker.client.NotRun` or :class:`grader.worker.client.WorkerTimeout` gets
     the outcome "grader error", "not run" or "timeout", never "failed",
     and for hidden checks the public test their ``extends`` marker names and the
     kind of input they declared with ``input_kind`` (read here, on the trusted
     side: the submission's worker never sees the test items);
   * tells the engine, over the inherited progress pipe ``progress_fd`` (when
     the plan has one), as each problem starts, each check ends and each
-    problem's last check here ends (:mod:`grader.progress`; nothing is scored
+    problem's last check here ends (:mod:`grader.report.progress`; nothing is scored
     from it);
   * at the end writes them with each problem's worker record (timeouts,
     crashes, capped log) as :class:`grader.protocol.RunResults` JSON to the
@@ -52,8 +52,8 @@ from grader.util import cuda_available
 from tests.plugin import IMPL_KEY
 
 if TYPE_CHECKING:
-    from grader.remote import RemoteImpl
-    from grader.scratch import ScratchWatch
+    from grader.sandbox.scratch import ScratchWatch
+    from grader.worker.remote import RemoteImpl
 
 #: The name the run's :class:`GraderRun` is registered under.
 RUN_PLUGIN = "grader-run"
@@ -70,13 +70,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if not path:
         return
     plan = Plan.from_json(Path(path).read_text())
-    from grader.remote import RemoteImpl
-    from grader.scratch import ScratchWatch
-    from grader.worker import WorkerConfig
+    from grader.sandbox.scratch import ScratchWatch
+    from grader.worker.main import WorkerConfig
+    from grader.worker.remote import RemoteImpl
 
     sandbox = plan.sandbox.sandbox()
     if sandbox.mode == "uid":  # the working copy and scratch to the worker's group; tmp_path shared as under bwrap
-        from grader.uidsandbox import hand_over, open_pytest_temp_dirs
+        from grader.sandbox.uidsandbox import hand_over, open_pytest_temp_dirs
 
         hand_over(Path(plan.work), Path(plan.scratch), sandbox.gid)
         open_pytest_temp_dirs()
@@ -198,7 +198,7 @@ class GraderRun:
     def pytest_runtest_call(self, item: pytest.Item) -> None:
         busy = self.gpu_busy.get(self.where(item)[0])
         if busy:
-            from grader.remote import GraderFault
+            from grader.worker.client import GraderFault
 
             raise GraderFault(f"not graded: {busy}")
 
@@ -264,7 +264,7 @@ class GraderRun:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.release_gpu_lock()  # (the kernel would drop it at exit anyway)
 
-    # -------------------------------------------------------------- one GPU problem per device (grader/gpulock.py)
+    # -------------------------------------------------------------- one GPU problem per device (grader/mfu/gpulock.py)
     def hold_gpu_lock(self, item: pytest.Item) -> None:
         """Hold the device's lock from the first check of a GPU problem to its last.
 
@@ -282,7 +282,7 @@ class GraderRun:
             self._acquire_gpu_lock(problem)
 
     def _acquire_gpu_lock(self, problem: str) -> None:
-        from grader import gpulock
+        from grader.mfu import gpulock
 
         stack = contextlib.ExitStack()
         try:
@@ -301,7 +301,7 @@ class GraderRun:
 def _device_key() -> str:
     import torch
 
-    from grader import gpulock
+    from grader.mfu import gpulock
 
     return gpulock.device_key(torch.cuda.current_device())
 

@@ -33,7 +33,8 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from grader.sandbox import Limits, Sandbox
+from grader.sandbox.isolation import Sandbox
+from grader.sandbox.limits import Limits
 from grader.util import feedback_text
 
 #: The environment variable naming the plan file of a trusted pytest process.
@@ -53,7 +54,7 @@ class ProblemPlan:
     order; some of the problem's files when it is split over groups), the CPU
     seconds its workers may use for them (``cpu_budget``) and what the
     reference uses for the same checks on this machine (``reference_cpu``,
-    reported beside it; both from :mod:`grader.budgets`), and how many
+    reported beside it; both from :mod:`grader.sandbox.budgets`), and how many
     processes its worker may start."""
 
     name: str
@@ -61,12 +62,12 @@ class ProblemPlan:
     files: tuple[str, ...]
     reference_cpu: float = 0.0
     processes: int = 0
-    gpu: bool = False  # it holds the device's lock (grader/gpulock.py) while it runs
+    gpu: bool = False  # it holds the device's lock (grader/mfu/gpulock.py) while it runs
 
 
 @dataclass(frozen=True)
 class SandboxSpec:
-    """The engine's resolved :class:`grader.sandbox.Sandbox`: its mode and why,
+    """The engine's resolved :class:`grader.sandbox.isolation.Sandbox`: its mode and why,
     the device flag and the limits, so the plugin restores it without probing again."""
 
     mode: str  # bwrap | uid | rlimits
@@ -98,7 +99,7 @@ class Plan:
     wait may last in wall-clock time (a backstop). ``results_fd`` is the write
     end of the pipe to the engine. ``seed`` seeds the hidden checks' draws
     (:func:`grader.plugin.hidden_seed`). ``progress_fd`` (-1: none) is the
-    write end of a second pipe, for progress events (:mod:`grader.progress`):
+    write end of a second pipe, for progress events (:mod:`grader.report.progress`):
     they only inform, nothing is scored from them.
     """
 
@@ -177,7 +178,7 @@ class CheckOutcome:
 @dataclass
 class WorkerRecord:
     """What happened to one problem's worker(s) in one trusted pytest process
-    (:class:`grader.remote.ProblemState`, observed from the trusted side): calls
+    (:class:`grader.worker.remote.ProblemState`, observed from the trusted side): calls
     served, crash messages, the calls that ran past their limits, why its
     remaining checks were cut ("" if not), a fault of the machine or the
     grader ("" if none), the CPU seconds its workers used, its budget and the
@@ -274,5 +275,5 @@ class Failure:
     withheld: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """The ``failure`` object of the ``--json`` file (see grader/report.py)."""
+        """The ``failure`` object of the ``--json`` file (see grader/report/render.py)."""
         return asdict(self)

@@ -1,7 +1,7 @@
 """What grading one submission produces: per check, per rubric item, per problem
 and in all, plus an item's text as the student reads it.
 
-Built by :mod:`grader.scoring`, rendered by :mod:`grader.report` (whose module
+Built by :mod:`grader.scoring`, rendered by :mod:`grader.report.render` (whose module
 docstring states the ``--json`` schema these records are written as).
 """
 

@@ -3,7 +3,7 @@
 Every point comes from the TOML file; this module only reads and validates it,
 and is the one reader of that file: :func:`load` for the grading rubric,
 :func:`read_table` for a table another module interprets (``[mfu]``, read by
-grader/mfu.py, is also on :attr:`Rubric.mfu`).
+grader/mfu/check.py, is also on :attr:`Rubric.mfu`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from grader.compat import tomllib
-from grader.util import PROFILES, REPO
+from grader.util import PROFILES, REPO, tomllib
 
 DEFAULT_RUBRIC = Path(__file__).resolve().with_name("rubric.toml")
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
@@ -55,7 +54,7 @@ class Problem:
     gpu: bool = False
     processes: int = 0
     items: tuple[Item, ...] = ()
-    cpu_budget: float | None = None  # CPU seconds for its checks; None: from the reference's cost (grader/budgets.py)
+    cpu_budget: float | None = None  # CPU seconds for its checks; None: from the reference's cost (sandbox/budgets.py)
 
     def items_of(self, test: str, extends: str = "") -> list[Item]:
         """The items a check counts toward (exactly one in a consistent rubric).
@@ -95,7 +94,7 @@ class Rubric:
     settings: Settings
     problems: tuple[Problem, ...]
     path: Path
-    mfu: dict[str, Any] = field(default_factory=dict)  # the [mfu] table as written (grader/mfu.py checks its keys)
+    mfu: dict[str, Any] = field(default_factory=dict)  # the [mfu] table as written (grader/mfu/check.py checks it)
 
     def problem(self, name: str) -> Problem:
         for p in self.problems:

@@ -2,7 +2,8 @@
 
 Nothing here imports torch or another grader module at import time (the
 trusted pytest process, the worker's launcher and the batch driver all import
-it cheaply).
+it cheaply). ``tomllib`` is the TOML parser on every supported Python
+(3.10 gets tomli, the package it was made from).
 """
 
 from __future__ import annotations
@@ -10,8 +11,14 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pyproject.toml installs tomli on 3.10, the parser tomllib was made from
+    import tomli as tomllib  # noqa: F401
 
 #: The repository root (the folder holding ``grader/``, ``tests/``, ``reference/``).
 REPO = Path(__file__).resolve().parent.parent

@@ -388,7 +388,7 @@ def test_gradescope_metadata_reader_is_yaml_not_a_line_guess(tmp_path, capsys):
     """Quoted scalars are unquoted with their escapes, folded scalars joined, block
     scalars, tags and flow collections never mistaken for submitters; text outside
     the subset is refused with its line, and the batch then leaves names blank."""
-    from grader.instructor.gradescope_metadata import MetadataError, parse_block_yaml
+    from grader.instructor.gradescope_export import MetadataError, parse_block_yaml
 
     text = """\
 # exported
@@ -522,31 +522,32 @@ def test_jobs_and_worker_memory_fit_the_free_memory(monkeypatch):
     """--jobs and the per-worker limit shrink so that every worker that can run at once fits."""
     import psutil
 
-    from grader import sandbox
+    from grader.sandbox import limits
 
     class VM:
         available = 10 << 30
 
     monkeypatch.setattr(psutil, "virtual_memory", lambda: VM)
-    jobs, per_worker, message = sandbox.plan_jobs(8, 8 << 30)
-    assert jobs * (sandbox.TRUSTED_SHARE_BYTES + 2 * per_worker) <= VM.available and "lowered" in message
-    assert per_worker >= sandbox.MIN_WORKER_BYTES and jobs == 1
+    jobs, per_worker, message = limits.plan_jobs(8, 8 << 30)
+    assert jobs * (limits.TRUSTED_SHARE_BYTES + 2 * per_worker) <= VM.available and "lowered" in message
+    assert per_worker >= limits.MIN_WORKER_BYTES and jobs == 1
     VM.available = 200 << 30
-    assert sandbox.plan_jobs(4, 8 << 30) == (4, 8 << 30, "")
-    assert sandbox.worker_slots(8 << 30) == (200 - 1) // 8
-    assert sandbox.fitted_memory_limit(8 << 30) == 8 << 30
+    assert limits.plan_jobs(4, 8 << 30) == (4, 8 << 30, "")
+    assert limits.worker_slots(8 << 30) == (200 - 1) // 8
+    assert limits.fitted_memory_limit(8 << 30) == 8 << 30
     VM.available = 5 << 30
-    assert sandbox.fitted_memory_limit(8 << 30) == sandbox.MIN_WORKER_BYTES
+    assert limits.fitted_memory_limit(8 << 30) == limits.MIN_WORKER_BYTES
 
 
 def test_jobs_share_one_worker_budget(monkeypatch):
     """jobs x problems at once never exceeds min(cores, memory slots)."""
-    from grader import sandbox, util
+    from grader import util
+    from grader.sandbox import limits
 
     monkeypatch.setattr(util, "cores", lambda: 4)
-    monkeypatch.setattr(sandbox, "worker_slots", lambda memory_bytes: 3)
+    monkeypatch.setattr(limits, "worker_slots", lambda memory_bytes: 3)
     assert batch.share_budget(1) == (1, 3)
     assert batch.share_budget(2) == (2, 1)
     assert batch.share_budget(5) == (3, 1)
-    monkeypatch.setattr(sandbox, "worker_slots", lambda memory_bytes: 16)
+    monkeypatch.setattr(limits, "worker_slots", lambda memory_bytes: 16)
     assert batch.share_budget(2) == (2, 2)

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from grader.compat import tomllib
 from grader.corpus import build_wrong, wrong_submissions
 from grader.instructor import batch
 from grader.rubric import load
+from grader.util import tomllib
 
 REPO = Path(__file__).resolve().parent.parent
 PROBLEMS = ("precision", "views")

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from grader import budgets
 from grader.corpus import CORPUS, build_correct, correct_submissions
-from grader.sandbox import bwrap_usable
+from grader.sandbox import budgets
+from grader.sandbox.isolation import bwrap_usable
 from selftest.load import busy_machine
 from selftest.sampling import FULL
 

@@ -92,8 +92,8 @@ def test_bundle_contents(bundle_zip):
     assert not any(n.startswith("student/") and n != "student/__init__.py" for n in names)
     assert "-c constraints.txt -r requirements.txt" in setup and "bubblewrap" in setup
     # The build fails where the worker can be isolated neither by bubblewrap nor by uid (on a locked checkout).
-    assert "-m grader.uidsandbox lock" in setup and "if ! \"$SOURCE/.venv/bin/python\" -m grader.uidsandbox check" \
-        in setup and "exit 1" in setup
+    uid_check = "if ! \"$SOURCE/.venv/bin/python\" -m grader.sandbox.uidsandbox check"
+    assert "-m grader.sandbox.uidsandbox lock" in setup and uid_check in setup and "exit 1" in setup
     assert any(r.startswith("torch") for r in reqs) and not any(r.startswith("matplotlib") for r in reqs)
     assert "--profile dev --problems precision,views" in run and "{{" not in run
     for script in ("setup.sh", "run_autograder"):

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from grader import uidsandbox
 from grader.corpus import build_cheat
-from grader.sandbox import bwrap_usable
-from grader.worker import _ARCH, landlock_abi
+from grader.sandbox import uidsandbox
+from grader.sandbox.isolation import bwrap_usable
+from grader.worker.main import _ARCH, landlock_abi
 from selftest.uidmode import locked_checkout, uid_setup
 
 REPO = Path(__file__).resolve().parent.parent
@@ -117,7 +117,7 @@ def test_bad_archive_is_an_error_result(archive, tmp_path):
 
 
 #: Cheats against the grader's files and its measurements, graded in each filesystem isolation: bubblewrap
-#: and the worker as an unprivileged uid on a locked checkout (grader/uidsandbox.py).
+#: and the worker as an unprivileged uid on a locked checkout (grader/sandbox/uidsandbox.py).
 BOTH_ISOLATIONS = ("read_reference", "write_results", "tmpfs_offload", "deleted_offload", "exec_torch_source",
                    "dev_fill")
 #: The uid-mode cases that rest on Landlock (the host's shared memory and torch.optim's files are open to the
@@ -246,7 +246,7 @@ def test_memory_hungry_batch_fits_the_machine(tmp_path):
 
     import psutil
 
-    from grader.sandbox import TRUSTED_SHARE_BYTES, plan_jobs
+    from grader.sandbox.limits import TRUSTED_SHARE_BYTES, plan_jobs
 
     subs = tmp_path / "subs"
     for name in ("one", "two"):

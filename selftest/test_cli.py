@@ -1,7 +1,7 @@
 """The command line's manners: ``python -m grader --help`` imports nothing heavy
 and shows no markup, the grader's exit codes, ``./lab`` names an unknown
 command and says what its set-up installs, and a grade shows each problem as
-it starts and finishes (grader/progress.py) on stderr, never on stdout.
+it starts and finishes (grader/report/progress.py) on stderr, never on stdout.
 
 The help's speed is measured in benchmarks/cli.py (figures, not asserts); here
 the test is what makes it fast: torch and the pipeline are not imported.
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from grader import cli
-from grader.progress import GradeProgress, summary
+from grader.report.progress import GradeProgress, summary
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -42,7 +42,7 @@ def test_help_imports_neither_torch_nor_the_pipeline_and_shows_no_markup():
     modules = _imported(proc.stderr)
     assert "grader.cli" in modules, "the importtime output was not read"  # the parse above is not vacuous
     heavy = sorted(m for m in modules if m.split(".")[0] in ("torch", "numpy", "hypothesis", "pytest", "rich")
-                   or m in ("grader.engine", "grader.report", "grader.groups", "grader.sandbox"))
+                   or m in ("grader.engine", "grader.report.render", "grader.groups", "grader.sandbox.isolation"))
     assert not heavy, f"--help imported {heavy}"
     assert proc.stdout.startswith("usage: python -m grader"), proc.stdout[:200]
     for markup in ("``", ":mod:", ":func:", ":class:"):

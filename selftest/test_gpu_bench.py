@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 
 from benchmarks import gpu_bench
-from grader import mfu
-from tests.harness import LocalImpl
+from grader.mfu import check as mfu
+from tests.local import LocalImpl
 from tests.scenarios import mfu as scenarios
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""grader/gpulock.py: two grader processes never hold one device at once.
+"""grader/mfu/gpulock.py: two grader processes never hold one device at once.
 
 Real processes, a fake device key: each holder announces itself on stdout
 and holds the lock until the test tells it to let go, so the order of events
@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from grader import gpulock
+from grader.mfu import gpulock
 
 REPO = Path(__file__).resolve().parent.parent
 HOLDER = """
 import sys
-from grader import gpulock
+from grader.mfu import gpulock
 print("waiting", flush=True)
 with gpulock.device_lock(sys.argv[1], directory=sys.argv[2]):
     print("in", flush=True)
@@ -155,7 +155,7 @@ def test_the_grader_plugin_holds_the_lock_from_first_to_last_check_of_a_gpu_prob
 
     from grader import plugin
     from grader.protocol import Plan, ProblemPlan, SandboxSpec
-    from grader.sandbox import Limits
+    from grader.sandbox.limits import Limits
 
     monkeypatch.setenv(gpulock.LOCK_DIR_ENV, str(tmp_path))
     monkeypatch.setattr(plugin, "_device_key", lambda: "fake0")

@@ -186,8 +186,8 @@ def test_partition_balances_check_files_and_keeps_rubric_order():
     """K groups hold every check file once, in the rubric's order within each; a
     problem is split over groups only when it alone outweighs a fair share; the
     heaviest group is within one unit of the ideal (longest-first greedy)."""
-    from grader import budgets
-    from grader.planning import file_cost, partition, units_of
+    from grader.groups import file_cost, partition, units_of
+    from grader.sandbox import budgets
 
     costs, profile = budgets.load(), "grade"
     planned = _planned()
@@ -246,15 +246,15 @@ def test_a_problem_split_over_groups_is_merged_in_file_order():
 
 
 def test_parallelism_is_capped_by_cores_files_and_memory(monkeypatch):
-    from grader import planning
+    from grader import groups
 
-    monkeypatch.setattr(planning, "cores", lambda: 8)
-    monkeypatch.setattr(planning, "worker_slots", lambda memory_bytes: 16)
-    assert planning.parallelism(3, 8 << 30) == 3
-    assert planning.parallelism(20, 8 << 30) == 8
-    assert planning.parallelism(20, 8 << 30, requested=2) == 2
-    monkeypatch.setattr(planning, "worker_slots", lambda memory_bytes: 1)
-    assert planning.parallelism(20, 8 << 30, requested=4) == 1
+    monkeypatch.setattr(groups, "cores", lambda: 8)
+    monkeypatch.setattr(groups, "worker_slots", lambda memory_bytes: 16)
+    assert groups.parallelism(3, 8 << 30) == 3
+    assert groups.parallelism(20, 8 << 30) == 8
+    assert groups.parallelism(20, 8 << 30, requested=2) == 2
+    monkeypatch.setattr(groups, "worker_slots", lambda memory_bytes: 1)
+    assert groups.parallelism(20, 8 << 30, requested=4) == 1
 
 
 @pytest.mark.skipif(not hidden_available(), reason="needs reference/ and the hidden checks")

@@ -19,8 +19,8 @@ import jsonschema
 import pytest
 
 from grader import __main__ as entry
-from grader.sandbox import SubmissionError
-from grader.submission import extract_zip
+from grader.sandbox.submission import extract_zip
+from grader.sandbox.workcopy import SubmissionError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -360,7 +360,8 @@ def _hostile_result() -> Any:
 def test_a_report_writer_that_fails_stops_no_other(tmp_path, monkeypatch, capsys):
     """A writer that raises (here the JUnit one) is the grader's error, said on
     stderr and in the table: the other reports are written, the exit code is 0."""
-    from grader import cli, engine, report
+    from grader import cli, engine
+    from grader.report import render as report
 
     def broken(_r: Any) -> str:
         raise UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
@@ -382,7 +383,7 @@ def test_table_prints_in_any_encoding():
     prints in the stream's own encoding, an ASCII one included, without raising."""
     import io
 
-    from grader import report
+    from grader.report import render as report
 
     stream = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
     report.print_table(_hostile_result(), stream=stream)

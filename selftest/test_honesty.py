@@ -160,7 +160,7 @@ def test_readme_starts_students_with_the_first_handout_problem(readme):
     """The first pytest command a student reads (this repository's student
     section, and the release's README) runs §1.1's problem alone, and none
     passes the default hypothesis profile explicitly."""
-    from grader.compat import tomllib
+    from grader.util import tomllib
 
     rubric = tomllib.loads((REPO / "grader" / "rubric.toml").read_text())
     first = next(p["name"] for p in rubric["problem"] if p["section"] == "1.1")
@@ -197,10 +197,11 @@ def test_only_an_untouched_stub_skips_the_child_process(tmp_path):
     implementation is an untouched stub fails before a process starts) tells a
     stub from a started function, and leaves scenarios that hand ``lab`` on alone."""
     from tests import harness
+    from tests.local import LocalImpl
     from tests.scenarios import optimizers, training
 
-    stub = harness.LocalImpl("student").modules.training
-    done = harness.LocalImpl("reference").modules.training
+    stub = LocalImpl("student").modules.training
+    done = LocalImpl("reference").modules.training
     assert harness.stub_message(stub.checkpointed_forward) == "checkpointed_forward: see handout §6"
     assert harness.stub_message(done.checkpointed_forward) is None
     (tmp_path / "started.py").write_text(
@@ -211,9 +212,9 @@ def test_only_an_untouched_stub_skips_the_child_process(tmp_path):
     assert harness.stub_message(namespace["f"]) is None, "a started function is no stub"
     assert harness.stub_message(namespace["g"]) == "g: see handout §6"
     with pytest.raises(harness.NotImplementedYet) as caught:
-        harness.fail_if_only_stubs(harness.LocalImpl("student").modules, training.checkpointed_memory)
+        harness.fail_if_only_stubs(LocalImpl("student").modules, training.checkpointed_memory)
     assert (caught.value.function, caught.value.section) == ("checkpointed_forward", "6")
     assert isinstance(caught.value.__cause__, NotImplementedError)
-    harness.fail_if_only_stubs(harness.LocalImpl("reference").modules, training.checkpointed_memory)  # no raise
+    harness.fail_if_only_stubs(LocalImpl("reference").modules, training.checkpointed_memory)  # no raise
     # trajectory hands lab to a helper (build), which might call something else first: it runs.
-    harness.fail_if_only_stubs(harness.LocalImpl("student").modules, optimizers.trajectory)
+    harness.fail_if_only_stubs(LocalImpl("student").modules, optimizers.trajectory)

@@ -1,4 +1,4 @@
-"""The MFU check's logic (grader/mfu.py), on the CPU with a fake device clock.
+"""The MFU check's logic (grader/mfu/check.py), on the CPU with a fake device clock.
 
 The fake implementations run the real scenario (tests/scenarios/mfu.py) on a
 tiny workload with training loops written here, through the wire format, and
@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 import torch
 
-from grader import mfu
+from grader.mfu import check as mfu
 from selftest.sampling import FULL
 from tests import wire
-from tests.harness import ImplBase, LocalImpl
+from tests.harness import ImplBase
+from tests.local import LocalImpl
 from tests.scenarios import mfu as scenarios
 
 # Small enough for the CPU, big enough to tell work from no work: on this

@@ -2,7 +2,7 @@
 submission cannot change a verdict.
 
 The hog (grader/corpus/cheat/gpu_hog) runs in a real sandboxed worker
-(grader.remote.RemoteImpl); its background thread burns the CPU whenever its
+(grader.worker.remote.RemoteImpl); its background thread burns the CPU whenever its
 ``train`` is not running, i.e. while the reference is timed. The reference
 runs the real reference loop in this process. What a GPU would do with a
 co-tenant is modelled by the fake device clock: a timed reference call costs
@@ -23,11 +23,15 @@ from typing import Any
 import pytest
 import torch
 
-from grader import mfu, proctree
-from grader.remote import RemoteImpl
-from grader.sandbox import Limits, Sandbox, make_working_copy
-from grader.worker import WorkerConfig
-from tests.harness import ImplBase, LocalImpl
+from grader.mfu import check as mfu
+from grader.sandbox import proctree
+from grader.sandbox.isolation import Sandbox
+from grader.sandbox.limits import Limits
+from grader.sandbox.workcopy import make_working_copy
+from grader.worker.main import WorkerConfig
+from grader.worker.remote import RemoteImpl
+from tests.harness import ImplBase
+from tests.local import LocalImpl
 
 REPO = Path(__file__).resolve().parent.parent
 HOG = REPO / "grader" / "corpus" / "cheat" / "gpu_hog" / "student"
@@ -57,9 +61,8 @@ def submission_processes(work: Path) -> list[proctree.Proc]:
     """Live processes of the submission, found without asking the RemoteImpl:
     below this test process, the ones started on this test's working copy
     (its path is in the worker's or bubblewrap's command line), and all below them."""
-    table = proctree.snapshot()
-    roots = [p for p in proctree.descendants(os.getpid(), table, include_root=False) if str(work) in _cmdline(p.pid)]
-    procs = {q for r in roots for q in proctree.descendants(r.pid, table)}
+    roots = [p for p in proctree.below(os.getpid())[1:] if str(work) in _cmdline(p.pid)]
+    procs = {q for r in roots for q in proctree.below(r.pid)}
     return sorted((p for p in procs if p.live), key=lambda p: p.pid)
 
 

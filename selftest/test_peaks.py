@@ -1,11 +1,11 @@
-"""The peak FLOP/s table (grader/peaks.py): dense figures and device-name matching."""
+"""The peak FLOP/s table (grader/mfu/peaks.py): dense figures and device-name matching."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from grader import peaks
+from grader.mfu import peaks
 
 T = 1e12
 

@@ -12,29 +12,22 @@ from pathlib import Path
 import pytest
 import torch
 
-from grader.remote import (
+from grader.sandbox.cgroups import PidsCgroup, pids_limit
+from grader.sandbox.isolation import Sandbox, bwrap_usable
+from grader.sandbox.limits import Limits
+from grader.sandbox.scratch import BASETEMP, ScratchWatch, remove_tree, scratch_usage
+from grader.sandbox.workcopy import make_working_copy
+from grader.worker.client import (
     GraderFault,
     NotRun,
     ProtocolError,
     RemoteError,
-    RemoteImpl,
     WorkerCrashed,
     WorkerError,
     WorkerTimeout,
 )
-from grader.sandbox import (
-    Limits,
-    PidsCgroup,
-    Sandbox,
-    ScratchWatch,
-    bwrap_usable,
-    make_working_copy,
-    pids_limit,
-    remove_tree,
-    scratch_usage,
-)
-from grader.scratch import BASETEMP
-from grader.worker import _ARCH, WorkerConfig
+from grader.worker.main import _ARCH, WorkerConfig
+from grader.worker.remote import RemoteImpl
 
 REPO = Path(__file__).resolve().parent.parent
 BWRAP = bwrap_usable()[0]
@@ -344,7 +337,7 @@ def test_the_worker_sees_no_repository_no_host_and_no_network(impl, tmp_path):
         "refused")
     listing = impl.precision.tensor_bytes("list", str(REPO))
     assert "reference" not in listing and "grader" not in listing, listing
-    assert impl.precision.tensor_bytes("list", "/submission") == ["_grader_worker.py", "student", "tests"]
+    assert impl.precision.tensor_bytes("list", "/submission") == ["_grader_seal.py", "_grader_worker.py", "student", "tests"]
     assert "reference" not in impl.precision.tensor_bytes("list", "/proc/1/cwd/..")
     assert impl.precision.tensor_bytes("net").startswith("refused")
     assert max(impl.precision.tensor_bytes("pids")) < 100  # its own PID namespace
@@ -514,8 +507,8 @@ def test_a_worker_starved_of_cpu_is_a_grader_fault_not_a_timeout(work):
     import contextlib
     import os
 
-    from grader import proctree
     from selftest.load import busy_machine
+    from tests.memwatch import process_tree
 
     impl = make_impl(work, call_cpu=30.0)
     try:
@@ -524,7 +517,7 @@ def test_a_worker_starved_of_cpu_is_a_grader_fault_not_a_timeout(work):
         # what this test is about.
         impl.wall_factor, impl.min_wall = 0.05, 1.5
         worker = impl._workers["precision"]
-        for pid in proctree.tree(worker.proc.pid):
+        for pid in process_tree(worker.proc.pid):
             for tid in os.listdir(f"/proc/{pid}/task"):
                 os.setpriority(os.PRIO_PROCESS, int(tid), 19)
             # With autogroup scheduling a session's weight is its group's nice (the worker leads its own session).
@@ -546,7 +539,7 @@ def _in_sandbox(root: int) -> list[int]:
     """The processes of ``root``'s tree in another PID namespace than this one."""
     import os
 
-    from tests.harness import process_tree
+    from tests.memwatch import process_tree
 
     own = os.stat("/proc/self/ns/pid").st_ino
     return [p for p in process_tree(root) if os.stat(f"/proc/{p}/ns/pid").st_ino != own]
@@ -578,7 +571,7 @@ def test_every_tmpfs_of_the_sandbox_is_sized_and_dev_is_read_only(work):
 def test_the_measured_storage_counts_tmpfs_and_scratch_from_outside(work):
     """What a call keeps in files (/tmp, /dev/shm: memory no resident set
     shows; the scratch folder) is read from outside, and kept after the call."""
-    from grader.meter import StorageWatch
+    from grader.sandbox.meter import StorageWatch
 
     impl = make_impl(work)
     scratch = work[1]
@@ -665,9 +658,9 @@ def test_fallocate_reserves_nothing_past_the_watch(work):
 def test_a_problem_with_hidden_checks_is_never_split_over_groups():
     """Its public and hidden files would run at once in two groups: they stay
     in one group, in order; a problem of public files alone may still split."""
-    from grader import budgets
-    from grader.planning import partition, units_of
+    from grader.groups import partition, units_of
     from grader.rubric import is_hidden, load
+    from grader.sandbox import budgets
 
     costs, profile = budgets.load(), "grade"
     rub = load()
@@ -692,10 +685,11 @@ def test_no_hidden_check_runs_while_a_public_check_runs(tmp_path, monkeypatch):
     same problem or another. Each problem still gets all its files' results."""
     import threading
 
-    from grader import budgets, groups
+    from grader import groups
     from grader.protocol import RunResults
     from grader.rubric import is_hidden, load
-    from grader.sandbox import Sandbox
+    from grader.sandbox import budgets
+    from grader.sandbox.isolation import Sandbox
 
     rub = load()
     selected = [p for p in rub.problems if not p.gpu]
@@ -731,8 +725,7 @@ def test_no_hidden_check_runs_while_a_public_check_runs(tmp_path, monkeypatch):
 def test_the_working_copy_refuses_folders(tmp_path):
     """A student/ of many folders is refused before anything is copied (plain
     modules only: any folder but __pycache__ is refused, the first one named)."""
-    from grader.sandbox import SubmissionError
-    from grader.workcopy import MAX_FOLDERS
+    from grader.sandbox.workcopy import MAX_FOLDERS, SubmissionError
 
     student = tmp_path / "student"
     for i in range(MAX_FOLDERS + 1):

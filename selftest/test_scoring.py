@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from grader import report, results, scoring
+from grader import results, scoring
 from grader.protocol import RunResults
+from grader.report import render as report
 from grader.rubric import load
 
 RUBRIC = """

@@ -1,13 +1,13 @@
-"""The optimizers' worker seals torch.optim (grader/worker.py ``seal_torch_optim``)
+"""The optimizers' worker seals torch.optim (grader/worker/seal.py ``seal_torch_optim``)
 and staging refuses what Python would import differently from what the grader
-reads (grader/workcopy.py ``check_plain_modules``).
+reads (grader/sandbox/workcopy.py ``check_plain_modules``).
 
 Sealing changes the process it runs in for good, so it runs in a child process
 that reports, as JSON, what each route to torch.optim's optimizers did.
 
 In bubblewrap mode the optimizers' worker also sees sealed copies of
 torch.optim's algorithm sources and no torch.optim bytecode
-(grader/optimseal.py): the routes that rebuild torch's optimizers from its
+(grader/sandbox/optimseal.py): the routes that rebuild torch's optimizers from its
 files on disk, which the in-process seal cannot stop."""
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from grader.optimseal import SealedOptim, algorithm_files, carve, module_name, optim_dir, seal_source
-from grader.remote import RemoteImpl
-from grader.sandbox import Limits, Sandbox, bwrap_usable
-from grader.workcopy import SubmissionError, make_working_copy
-from grader.worker import _IPC, WorkerConfig, landlock_abi
+from grader.sandbox.isolation import Sandbox, bwrap_usable
+from grader.sandbox.limits import Limits
+from grader.sandbox.optimseal import SealedOptim, algorithm_files, carve, module_name, optim_dir, seal_source
+from grader.sandbox.workcopy import SubmissionError, make_working_copy
+from grader.worker.main import _IPC, WorkerConfig, landlock_abi
+from grader.worker.remote import RemoteImpl
 
 REPO = Path(__file__).resolve().parent.parent
 BWRAP, WHY = bwrap_usable()
@@ -35,7 +36,7 @@ needs_bwrap = pytest.mark.skipif(not BWRAP, reason=f"bubblewrap is unusable here
 ROUTES = r'''
 import builtins, importlib, json, operator, pkgutil, sys
 import torch
-from grader.worker import seal_torch_optim
+from grader.worker.seal import seal_torch_optim
 
 report = {"left": seal_torch_optim()}
 p = torch.nn.Parameter(torch.ones(3))
@@ -184,7 +185,7 @@ def test_source_check_names_a_rebound_decoy():
     """The first line (tests/static.py, clear feedback): a class the module
     rebinds later is a decoy, whatever its bases; the reference rebinds none."""
     from tests import static
-    from tests.harness import LocalImpl
+    from tests.local import LocalImpl
 
     cheat = static.delegation_facts(LocalImpl(str(REPO / "grader" / "corpus" / "cheat" / "dynamic_delegation")))
     assert cheat.subclasses_optimizer("Adam")  # what the class definition alone says
@@ -399,7 +400,7 @@ def test_carved_rules_reach_everything_but_the_holes(tmp_path):
 #: A process restricting itself as a uid-mode optimizers worker does; prints what it could still do.
 RESTRICTED = r'''
 import ctypes, json, os, socket, sys
-from grader.worker import _forbid_processes, restrict_files
+from grader.worker.main import _forbid_processes, restrict_files
 allowed, other = sys.argv[1], sys.argv[2]
 out = {"seccomp": _forbid_processes(ipc=True), "landlock": restrict_files({"read": [allowed, "/usr", "/lib"]})}
 

@@ -1,4 +1,4 @@
-"""The uid isolation mode (grader/uidsandbox.py): the worker as an unprivileged
+"""The uid isolation mode (grader/sandbox/uidsandbox.py): the worker as an unprivileged
 uid where bubblewrap cannot run, and the refusal to grade an instructor's
 checkout with no isolation at all. The cheats that need filesystem isolation
 are graded in this mode too, in selftest/test_cheat_corpus.py."""
@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from grader import sandbox as sandbox_mod
-from grader import uidsandbox
-from grader.sandbox import Limits, Sandbox
+from grader.sandbox import isolation as sandbox_mod
+from grader.sandbox import uidsandbox
+from grader.sandbox.isolation import Sandbox
+from grader.sandbox.limits import Limits
 from selftest.uidmode import REPO, _runs_as, locked_checkout, uid_setup
 
 UID, GID = uidsandbox.worker_ids()
@@ -36,7 +37,7 @@ def open_folder():
     path = Path(tempfile.mkdtemp(prefix="lab-uid-test-"))
     path.chmod(0o755)
     yield path
-    from grader.scratch import remove_tree
+    from grader.sandbox.scratch import remove_tree
 
     remove_tree(path)
 
@@ -122,7 +123,7 @@ def test_no_isolation_refuses_an_instructor_checkout(no_isolation, monkeypatch):
     with pytest.raises(RuntimeError) as refused:
         Sandbox(limits=Limits())
     message = str(refused.value)
-    assert "reference" in message and "bubblewrap" in message and "python -m grader.uidsandbox lock" in message
+    assert "reference" in message and "bubblewrap" in message and "python -m grader.sandbox.uidsandbox lock" in message
     assert "--sandbox rlimits" in message
     with pytest.raises(RuntimeError, match="--sandbox uid"):
         Sandbox(limits=Limits(), want="uid")
@@ -169,10 +170,10 @@ def test_worker_uid_is_configurable_and_never_root(monkeypatch):
 _WORKER_CHECK = r'''
 import json, os, sys, tempfile
 from pathlib import Path
-from grader.limits import Limits
-from grader.sandbox import Sandbox, make_working_copy
-from grader.workerproc import Limit, Worker
-from grader.worker import WorkerConfig
+from grader.sandbox.limits import Limits
+from grader.sandbox.isolation import Sandbox, make_working_copy
+from grader.worker.client import Limit, Worker
+from grader.worker.main import WorkerConfig
 import time
 
 sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30), want="uid")
@@ -237,7 +238,7 @@ def test_the_uids_files_are_counted_past_many_files_of_others(tmp_path, monkeypa
     uid owns in the host's world-writable folders: found in a folder it made,
     whatever the number of other users' files beside it (a busy /tmp), and
     each inode once; another uid's files are not counted."""
-    from grader import meter
+    from grader.sandbox import meter
 
     uid, other = 64999, 64998
     shared = tmp_path / "shared"

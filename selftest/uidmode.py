@@ -1,4 +1,4 @@
-"""What the selftests of the uid isolation mode need (grader/uidsandbox.py).
+"""What the selftests of the uid isolation mode need (grader/sandbox/uidsandbox.py).
 
 :func:`uid_setup` gives an interpreter the worker's uid can run, locks this
 checkout for the test's duration (as the Gradescope bundle's setup.sh does),
@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from grader import uidsandbox
+from grader.sandbox import uidsandbox
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -109,7 +109,7 @@ def other_references(uid: int) -> list[str]:
 
 @contextlib.contextmanager
 def locked_checkout() -> Iterator[None]:
-    """This checkout locked (:func:`grader.uidsandbox.lock`) while any test
+    """This checkout locked (:func:`grader.sandbox.uidsandbox.lock`) while any test
     process of this run needs it (a count under a file lock: xdist runs tests
     in several processes), its modes given back after the last."""
     state = _private_dir() / f"{hashlib.sha256(bytes(REPO)).hexdigest()[:16]}.json"

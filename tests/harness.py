@@ -38,8 +38,13 @@ only travel through files), :meth:`Impl.interrupted_scenario` (the test kills
 the process itself when it sees the moment on disk) and
 :meth:`Impl.measured_scenario` (peak resident memory read from outside).
 
-**Why the harness lives in ``tests/``** (with :mod:`tests.wire` and
-``tests/scenarios/``) and not in a package of its own: it is part of what
+The implementations: :class:`tests.local.LocalImpl` (students' ``pytest``:
+the implementation imported here, and a child process for the three methods
+above) and the grader's ``RemoteImpl`` (grader/worker/remote.py: a sandboxed
+worker). :mod:`tests.memwatch` measures memory from outside a process.
+
+**Why the harness lives in ``tests/``** (with :mod:`tests.wire`, :mod:`tests.local`,
+:mod:`tests.memwatch` and ``tests/scenarios/``) and not in a package of its own: it is part of what
 students receive and run. ``pytest`` in the student release needs it next to
 the public tests, with no install step; the grader's worker runs the very same
 files (copied into its working copy beside ``student/``), so a student reading
@@ -52,19 +57,12 @@ imports from here; nothing here imports ``grader``.
 from __future__ import annotations
 
 import ast
-import builtins
 import contextlib
 import importlib
 import inspect
-import os
 import re
-import select
-import subprocess
 import sys
 import textwrap
-import threading
-import time
-import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,8 +72,8 @@ from typing import Any, Protocol
 from tests import wire
 
 __all__ = [
-    "HANDOUT_MODULES", "CouldNotRun", "Impl", "Interrupted", "LocalImpl", "MemoryWatch", "Modules",
-    "NotImplementedYet", "fail_if_only_stubs", "process_tree", "resolve_scenario", "return_freed_memory",
+    "HANDOUT_MODULES", "CouldNotRun", "Impl", "ImplBase", "Interrupted", "Modules", "NotImplementedYet",
+    "fail_if_only_stubs", "import_submission", "package_dir", "read_source", "resolve_scenario", "returned_data",
     "scenario_name", "stub_message", "stubs_fail_fast",
 ]
 
@@ -323,7 +321,7 @@ def resolve_scenario(name: str) -> Callable[..., Any]:
     return fn
 
 
-def _package_dir(which: str) -> Path:
+def package_dir(which: str) -> Path:
     if which in ("student", "reference"):
         return REPO / which
     return Path(which).expanduser().resolve() / "student"
@@ -355,299 +353,10 @@ def import_submission(path: Path) -> None:
         raise ValueError(f"--impl {path}: imported student from {spec_origin} instead")
 
 
-class LocalImpl(ImplBase):
-    """The implementation imported into this process (students' ``pytest``).
-
-    ``which`` is ``"student"`` (this repo's stubs), ``"reference"``, or a path to a
-    folder holding ``student/`` (a submission).
-    """
-
-    def __init__(self, which: str = "student") -> None:
-        if which in ("student", "reference"):
-            self.package = which
-            if which == "student":
-                import_submission(REPO)
-        else:
-            path = Path(which).expanduser().resolve()
-            import_submission(path)
-            self.package = "student"
-        self.name = which
-        self.modules = Modules(self.package)
-
-    def call(self, module: str, function: str, *args: Any, **kwargs: Any) -> Any:
-        fn = getattr(getattr(self.modules, module), function)
-        args, kwargs = wire.decode(wire.encode((args, kwargs)))
-        with stubs_fail_fast():
-            value = fn(*args, **kwargs)
-        return _returned(value, f"{module}.{function}")
-
-    def scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        fn = resolve_scenario(scenario_name(fn))
-        args, kwargs = wire.decode(wire.encode((args, kwargs)))
-        with stubs_fail_fast():
-            value = fn(self.modules, *args, **kwargs)
-        return _returned(value, fn.__qualname__)
-
-    def source(self, module: str) -> str:
-        return read_source(_package_dir(self.name), module)
-
-    # The three below run in a child process: on a student's machine nothing
-    # needs defending, but a fresh process is what makes "state only travels
-    # through the file" true, and a child is what the test can kill.
-    # An untouched stub fails them at once, without a child (fail_if_only_stubs).
-    def fresh_scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        fail_if_only_stubs(self.modules, fn)
-        with _Child(self.name) as child:
-            child.send(scenario_name(fn), args, kwargs)
-            return child.reply(time.monotonic() + 600)
-
-    def interrupted_scenario(self, fn: Callable[..., Any], *args: Any, kill_when: Callable[[], bool],
-                             timeout: float = 120.0, **kwargs: Any) -> Interrupted:
-        fail_if_only_stubs(self.modules, fn)
-        with _Child(self.name) as child:
-            child.wait_ready(time.monotonic() + 600)
-            child.send(scenario_name(fn), args, kwargs)
-            deadline = time.monotonic() + timeout
-            while not child.readable(0.001):
-                if kill_when():
-                    child.kill()
-                    return Interrupted(True)
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{fn.__qualname__} ran past {timeout:g} s")
-            return Interrupted(False, child.reply(deadline))
-
-    def measured_scenario(self, fn: Callable[..., Any], *args: Any, warm_up: Callable[..., Any] | None = None,
-                          **kwargs: Any) -> tuple[Any, int]:
-        fail_if_only_stubs(self.modules, fn)
-        with _Child(self.name) as child:
-            child.wait_ready(time.monotonic() + 600)
-            if warm_up is not None:
-                child.send(scenario_name(warm_up), (), {})
-                child.reply(time.monotonic() + 600)
-            watch = MemoryWatch(child.proc.pid)
-            child.send(scenario_name(fn), args, kwargs)
-            watch.start()
-            try:
-                value = child.reply(time.monotonic() + 600)
-            finally:
-                peak = watch.stop()
-            return value, peak
-
-
-def _returned(value: Any, where: str) -> Any:
+def returned_data(value: Any, where: str) -> Any:
+    """``value`` as the wire delivers it (a fresh copy of plain data); a
+    :class:`~tests.wire.WireError` naming ``where`` when it is not data."""
     try:
         return wire.decode(wire.encode(value))
     except wire.WireError as e:
         raise wire.WireError(f"{where} returned something that is not data: {e}") from None
-
-
-# --------------------------------------------------------------------------- child processes
-
-def _builtin_base(e: BaseException) -> str:
-    return next((c.__name__ for c in type(e).__mro__ if issubclass(c, Exception)
-                 and getattr(builtins, c.__name__, None) is c), "RuntimeError")
-
-
-def return_freed_memory() -> None:
-    """Make glibc's malloc hand freed blocks of 64 KiB and more back to the OS at
-    once (and keep few arenas), so that a process's resident memory follows
-    what it holds instead of what it once held: measured peaks
-    (:class:`MemoryWatch`) then compare live data, not allocator caches. A
-    no-op without glibc. The implementation's process calls it at its start,
-    before any of the implementation's code runs."""
-    import ctypes
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(-3, 64 << 10)  # M_MMAP_THRESHOLD (fixed: no dynamic raise)
-    mallopt(-1, 0)  # M_TRIM_THRESHOLD
-    mallopt(-8, 2)  # M_ARENA_MAX
-
-
-def _child_main(which: str, in_fd: int, out_fd: int) -> None:
-    """The child of :class:`_Child`: LocalImpl's scenarios, one request per frame."""
-    return_freed_memory()
-    impl = LocalImpl(which)
-    wire.write_frame(out_fd, wire.encode({"hello": os.getpid()}))
-    while (head := wire.read_exact(in_fd, wire.FRAME.size)) is not None:
-        body = wire.read_exact(in_fd, wire.FRAME.unpack(head)[0])
-        if body is None:
-            return
-        req = wire.decode(body)
-        try:
-            fn = resolve_scenario(req["name"])
-            reply = wire.encode({"ok": True, "value": fn(impl.modules, *req["args"], **req["kwargs"])})
-        except BaseException as e:  # reported to the parent, which re-raises it
-            reply = wire.encode({"ok": False, "type": _builtin_base(e), "original": type(e).__qualname__,
-                                 "message": str(e)[:20_000],
-                                 "traceback": "".join(traceback.format_exception(e))[-20_000:]})
-        wire.write_frame(out_fd, reply)
-
-
-class _Child:
-    """A child process running one implementation's scenarios for LocalImpl."""
-
-    def __init__(self, which: str) -> None:
-        req_r, self.req_w = os.pipe()
-        self.rep_r, rep_w = os.pipe()
-        code = ("import sys; sys.path.insert(0, sys.argv[1]); from tests.harness import _child_main; "
-                "_child_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))")
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", code, str(REPO), which, str(req_r), str(rep_w)],
-                pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL, cwd=str(REPO),
-            )
-        finally:
-            os.close(req_r)
-            os.close(rep_w)
-        self.ready = False
-
-    def __enter__(self) -> _Child:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.kill()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        for fd in (self.req_w, self.rep_r):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self.req_w = self.rep_r = -1
-
-    def readable(self, timeout: float) -> bool:
-        return bool(select.select([self.rep_r], [], [], timeout)[0])
-
-    def _frame(self, deadline: float) -> Any:
-        while not self.readable(max(deadline - time.monotonic(), 0.0)):
-            if time.monotonic() >= deadline:
-                raise TimeoutError("the child process did not answer in time")
-        head = wire.read_exact(self.rep_r, wire.FRAME.size)
-        body = None if head is None else wire.read_exact(self.rep_r, wire.FRAME.unpack(head)[0])
-        if body is None:
-            raise RuntimeError(f"the child process died (exit status {self.proc.wait()})")
-        return wire.decode(body)
-
-    def wait_ready(self, deadline: float) -> None:
-        if not self.ready:
-            self._frame(deadline)
-            self.ready = True
-
-    def send(self, name: str, args: Any, kwargs: Any) -> None:
-        self.wait_ready(time.monotonic() + 600)
-        wire.write_frame(self.req_w, wire.encode({"name": name, "args": args, "kwargs": kwargs}))
-
-    def reply(self, deadline: float) -> Any:
-        self.wait_ready(deadline)
-        rep = self._frame(deadline)
-        if rep["ok"]:
-            return rep["value"]
-        cls = getattr(builtins, rep["type"], RuntimeError)
-        with stubs_fail_fast():
-            raise cls(f"{rep['message']}\n\nin the child process ({rep['original']}):\n{rep['traceback']}")
-
-
-# --------------------------------------------------------------------------- memory seen from outside
-
-
-def process_tree(root: int) -> list[int]:
-    """``root`` and its descendants (Linux: /proc; elsewhere psutil)."""
-    if sys.platform == "linux":
-        out, todo = [], [root]
-        while todo:
-            pid = todo.pop()
-            out.append(pid)
-            with contextlib.suppress(OSError):
-                for tid in os.listdir(f"/proc/{pid}/task"):
-                    with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/children") as f:
-                        todo += [int(c) for c in f.read().split()]
-        return out
-    import psutil
-
-    try:
-        proc = psutil.Process(root)
-        return [root, *(c.pid for c in proc.children(recursive=True))]
-    except psutil.Error:
-        return [root]
-
-
-def _status_bytes(pid: int, *keys: str) -> list[int]:
-    """``VmRSS``/``VmHWM``... of ``pid`` in bytes (0 when it is gone)."""
-    values = dict.fromkeys(keys, 0)
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                if key in values:
-                    values[key] = int(rest.split()[0]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return [values[k] for k in keys]
-
-
-def _rss(pids: list[int]) -> int:
-    if sys.platform == "linux":
-        return sum(_status_bytes(p, "VmRSS")[0] for p in pids)
-    import psutil
-
-    total = 0
-    for p in pids:
-        with contextlib.suppress(psutil.Error):
-            total += psutil.Process(p).memory_info().rss
-    return total
-
-
-class MemoryWatch:
-    """Peak resident memory of a process tree during a call, seen from outside.
-
-    ``start()`` resets the kernel's high-water mark (``VmHWM``, by writing 5 to
-    ``/proc/PID/clear_refs``, where allowed), records the resident set, and
-    samples it about every millisecond in a thread; ``stop()`` returns the peak
-    growth: the larger of the sampled peak and the summed high-water marks,
-    minus the resident set before. (The process itself could reset its own
-    high-water mark; the sampling still sees any allocation that lives for more
-    than a few milliseconds, and touching 100 MiB takes longer than that.)
-    """
-
-    def __init__(self, root: int) -> None:
-        self.root = root
-        self.before = self.peak = 0
-        self.hwm_ok = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        pids = process_tree(self.root)
-        if sys.platform == "linux":
-            self.hwm_ok = True
-            for p in pids:
-                try:
-                    with open(f"/proc/{p}/clear_refs", "w") as f:
-                        f.write("5")
-                except OSError:
-                    self.hwm_ok = False
-        self.before = self.peak = _rss(pids)
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-
-    def _sample(self) -> None:
-        pids, n = process_tree(self.root), 0
-        while not self._stop.wait(0.001):
-            n += 1
-            if n % 64 == 0:
-                pids = process_tree(self.root)
-            self.peak = max(self.peak, _rss(pids))
-
-    def stop(self) -> int:
-        pids = process_tree(self.root)
-        self.peak = max(self.peak, _rss(pids))
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        if self.hwm_ok:
-            self.peak = max(self.peak, sum(_status_bytes(p, "VmHWM")[0] for p in pids))
-        return max(self.peak - self.before, 0)

@@ -27,7 +27,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.compat import tomllib
+from grader.util import tomllib
 
 CORPUS = Path(__file__).resolve().parent
 REPO = CORPUS.parent.parent

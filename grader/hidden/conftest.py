@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import settings
 
-from tests.harness import Impl, LocalImpl
+from tests.harness import Impl
+from tests.local import LocalImpl
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@
 Runs only where CUDA is available; elsewhere every test here is skipped with
 the ``gpu`` marker, which the grader reports as "not run on a GPU" (never as
 passed). The workload and the threshold come from the rubric's ``[mfu]``
-table (grader/mfu.py has the defaults and explains each number).
+table (grader/mfu/check.py has the defaults and explains each number).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import time
 import pytest
 import torch
 
-from grader import mfu
 from grader.hidden.conftest import input_kind
+from grader.mfu import check as mfu
 
 pytestmark = [
     pytest.mark.gpu,
@@ -26,10 +26,10 @@ pytestmark = [
 def report(impl, ref) -> mfu.MfuReport:
     """One measurement shared by the tests below (it takes seconds of GPU time).
 
-    In the grader ``impl`` is the sandboxed submission (grader.remote.RemoteImpl):
+    In the grader ``impl`` is the sandboxed submission (grader.worker.remote.RemoteImpl):
     its workers are killed before each timed reference call (see
-    grader/mfu.py run_check), and the grader's plugin holds the device's
-    lock (grader/gpulock.py) for the whole problem.
+    grader/mfu/check.py run_check), and the grader's plugin holds the device's
+    lock (grader/mfu/gpulock.py) for the whole problem.
     """
     settings = mfu.load_settings()
     device = torch.device("cuda", torch.cuda.current_device())

@@ -60,16 +60,16 @@ from pathlib import Path
 from typing import Any
 
 from grader.instructor.discovery import Submission, discover, parse_shard, shard_index, unpack_export
-from grader.instructor.files import write_atomic, write_json_atomic
+from grader.instructor.files import write_json_atomic
 from grader.instructor.gradebook import gradebook_csv, write_outputs
-from grader.instructor.gradescope_metadata import parse_gradescope_metadata
-from grader.instructor.grading import GRADER_ENV, REPO, grade_submission, grader_command
+from grader.instructor.gradescope_export import parse_gradescope_metadata
+from grader.instructor.grading import GRADER_ENV, grade_submission, grader_command
 from grader.instructor.precheck import precheck
-from grader.instructor.progress import Progress
 from grader.instructor.records import STATUSES, content_hash, error_record, load_record, load_records
 from grader.instructor.slurm import write_slurm
-from grader.sandbox import plan_jobs
-from grader.util import PROFILES
+from grader.report.progress import BatchProgress
+from grader.sandbox.limits import plan_jobs
+from grader.util import PROFILES, REPO, write_atomic
 
 __all__ = [
     "GRADER_ENV",
@@ -123,7 +123,7 @@ def share_budget(jobs: int) -> tuple[int, int]:
     """(submissions at once, problems at once within each): one budget of worker
     slots, min(cores, memory slots), shared so that jobs x problems never exceeds it."""
     from grader.rubric import load
-    from grader.sandbox import worker_slots
+    from grader.sandbox.limits import worker_slots
     from grader.util import cores
 
     slots = max(1, min(cores(), worker_slots(int(load().settings.memory_limit_gib * (1 << 30)))))
@@ -205,7 +205,7 @@ def run_batch(args: argparse.Namespace) -> int:
         shutil.rmtree(out / "tmp", ignore_errors=True)  # leftovers of a killed run
         records, todo = _resume(subs, results, grader_args, args.force)
         lock = threading.Lock()
-        progress = Progress(len(subs), len(records))
+        progress = BatchProgress(len(subs), len(records))
         jobs, per_grader = share_budget(max(1, args.jobs))
         try:
             with ThreadPoolExecutor(max_workers=jobs) as pool:

@@ -6,10 +6,10 @@ per profile and check file, the CPU seconds the reference's workers used for
 the file's checks (the most any run used: hidden inputs change with the seed)
 and their wall-clock seconds on the trusted side (the median; the planner
 balances parallel groups with it), plus this machine's time for the
-calibration workload (:func:`grader.budgets.workload_seconds`), against which
+calibration workload (:func:`grader.sandbox.budgets.workload_seconds`), against which
 other machines are scaled (the median of its times before and after each
 grade). Run it on an idle machine after changing the
-checks or the reference; the budgets are :data:`grader.budgets.MARGIN` times
+checks or the reference; the budgets are :data:`grader.sandbox.budgets.MARGIN` times
 the rubric's ``slowdown`` times these figures.
 
     python -m grader calibrate [--profiles grade,ci,dev] [--runs 3] [--out grader/budgets.toml]
@@ -26,8 +26,8 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from grader import budgets
 from grader.engine import Options, grade
+from grader.sandbox import budgets
 from grader.util import PROFILES, REPO, cores, write_atomic
 
 __all__ = ["main", "measure"]
@@ -74,7 +74,7 @@ def render(figures: dict[str, dict[str, tuple[float, float]]], workload: float) 
         "# What the reference costs, per hypothesis profile and check file: the CPU seconds",
         "# of its workers (the most of a few grades with different hidden seeds) and the",
         "# wall-clock seconds of the checks on the trusted side (their median). Written by",
-        "# `python -m grader calibrate` on an idle machine; grader/budgets.py turns these",
+        "# `python -m grader calibrate` on an idle machine; grader/sandbox/budgets.py turns these",
         "# into each problem's CPU budget, scaled by how fast the grading machine runs the",
         "# calibration workload compared with this one (workload_seconds).",
         "",

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.instructor.gradescope_metadata import MetadataError, parse_gradescope_metadata
+from grader.instructor.gradescope_export import MetadataError, parse_gradescope_metadata
 
 __all__ = ["IGNORED", "Submission", "discover", "entry_kind", "parse_shard", "shard_index", "unpack_export"]
 

@@ -1,8 +1,8 @@
 """Files the instructor workflows write: atomically, and from templates.
 
 Contract: a reader of a file written here only ever sees the old file or the
-complete new one, even when the writer is killed midway (``grader.util.write_atomic``,
-re-exported here for the workflows).
+complete new one, even when the writer is killed midway (built on
+``grader.util.write_atomic``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from grader.util import write_atomic
 
-__all__ = ["TEMPLATES", "csv_text", "render", "spreadsheet_cell", "write_atomic", "write_json_atomic"]
+__all__ = ["TEMPLATES", "csv_text", "render", "spreadsheet_cell", "write_json_atomic"]
 
 #: The workflows' templates (Slurm, Gradescope, the release's README and CI).
 TEMPLATES = Path(__file__).resolve().parent / "templates"

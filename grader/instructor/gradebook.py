@@ -14,8 +14,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from grader.instructor.files import csv_text, write_atomic
+from grader.instructor.files import csv_text
 from grader.instructor.records import STATUSES
+from grader.util import write_atomic
 
 __all__ = ["class_summary", "gradebook_csv", "print_summary", "summary_markdown", "summary_png", "write_outputs"]
 

@@ -62,9 +62,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from grader.compat import tomllib
 from grader.corpus import WrongSubmission
-from grader.util import REPO
+from grader.util import REPO, tomllib
 
 EQUIVALENT_FILE = REPO / "grader" / "corpus" / "equivalent_mutants.toml"
 CUDA_ONLY_FILE = REPO / "grader" / "corpus" / "cuda_only_mutants.toml"

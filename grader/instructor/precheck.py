@@ -15,7 +15,8 @@ import zlib
 from pathlib import Path
 
 from grader.instructor.discovery import IGNORED, entry_kind
-from grader.sandbox import MAX_BYTES, remove_tree
+from grader.sandbox.scratch import remove_tree
+from grader.sandbox.workcopy import MAX_BYTES
 from tests.harness import HANDOUT_MODULES
 
 __all__ = ["precheck"]

@@ -178,7 +178,7 @@ def student_pyproject(text: str) -> str:
         out.pop()
     result = "\n".join(out) + "\n"
     try:
-        from grader.compat import tomllib
+        from grader.util import tomllib
 
         tomllib.loads(result)
     except ValueError as e:

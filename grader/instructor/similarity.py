@@ -9,8 +9,8 @@ Contract:
 
 * The submissions are found, prechecked and staged by the very functions the
   batch and the grader use (:func:`grader.instructor.discovery.discover`,
-  :func:`grader.instructor.precheck.precheck`, :func:`grader.submission.locate`,
-  :func:`grader.sandbox.make_working_copy`): regular files only (symlinks and
+  :func:`grader.instructor.precheck.precheck`, :func:`grader.sandbox.submission.locate`,
+  :func:`grader.sandbox.workcopy.make_working_copy`): regular files only (symlinks and
   special files are never followed), the same caps. A submission that cannot
   be graded is listed as skipped, with the reason.
 * Submission code is never imported or run: it is read as text (undecodable
@@ -64,12 +64,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from grader.instructor.discovery import Submission, discover, unpack_export
-from grader.instructor.files import csv_text, write_atomic
+from grader.instructor.files import csv_text
 from grader.instructor.precheck import precheck
-from grader.sandbox import SubmissionError, make_working_copy
-from grader.submission import locate
-from grader.util import REPO
-from grader.workcopy import is_plain_module
+from grader.sandbox.submission import locate
+from grader.sandbox.workcopy import SubmissionError, is_plain_module, make_working_copy
+from grader.util import REPO, write_atomic
 from tests.harness import HANDOUT_MODULES
 
 if TYPE_CHECKING:

@@ -13,7 +13,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from grader.instructor.files import TEMPLATES, render, write_atomic
+from grader.instructor.files import TEMPLATES, render
+from grader.util import write_atomic
 
 __all__ = ["write_slurm"]
 

@@ -1,4 +1,4 @@
-"""Scenarios for the MFU check (handout §6, graded on a GPU by grader/mfu.py).
+"""Scenarios for the MFU check (handout §6, graded on a GPU by grader/mfu/check.py).
 
 ``train_workload`` builds a fixed, compute-bound workload (a bias-free
 "Cruncher" MLP, AdamW, a pool of batches already on the device), hands it to
@@ -6,7 +6,7 @@ the implementation's ``training.train`` and reports what happened as plain
 data: the losses ``train`` returned and a probe of the parameters before and
 after. It never times anything and never judges anything: the grader times the
 whole call from its own process and compares the probes with the reference
-run's (grader/mfu.py).
+run's (grader/mfu/check.py).
 
 Everything is drawn from seeded generators on the device itself, so that two
 processes (the sandboxed worker and the trusted grader) build bit-identical

@@ -10,7 +10,7 @@ while ``train`` runs so that it does not slow its own timed calls.
 
 What stops it: the grader kills every process of the submission before each
 timed reference call and checks from /proc that none is left, and gives the
-submission a fresh worker for its own timed call (grader/mfu.py run_check).
+submission a fresh worker for its own timed call (grader/mfu/check.py run_check).
 """
 
 from __future__ import annotations

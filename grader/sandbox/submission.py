@@ -16,8 +16,7 @@ import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
 
-from grader.sandbox import MAX_BYTES, MAX_DEPTH, MAX_FILES, SubmissionError
-from grader.workcopy import MAX_FOLDERS
+from grader.sandbox.workcopy import MAX_BYTES, MAX_DEPTH, MAX_FILES, MAX_FOLDERS, SubmissionError
 
 MAX_MEMBERS = 4 * MAX_FILES
 #: Wall-clock seconds unpacking may take (a bound on the grader's own work,

@@ -10,8 +10,8 @@ trusted side and compares it with the same workload on the machine the
 figures were measured on, so a laptop twice as slow gets twice the seconds
 (a faster one keeps the measured figures: a budget never shrinks below them).
 
-CPU time, not wall-clock time, is what is counted (:mod:`grader.remote`,
-:mod:`grader.meter`): a busy machine slows every process down in wall-clock
+CPU time, not wall-clock time, is what is counted (:mod:`grader.worker.remote`,
+:mod:`grader.sandbox.meter`): a busy machine slows every process down in wall-clock
 time but not in CPU time, so a correct solution keeps its marks on a grading
 host running several jobs per core. Nothing here decides a verdict on its own:
 a budget only bounds how long a submission may run.
@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.compat import tomllib
+from grader.util import tomllib
 
 __all__ = ["BUDGETS", "MARGIN", "Costs", "FileCost", "load", "machine_speed", "workload"]
 
-BUDGETS = Path(__file__).resolve().with_name("budgets.toml")
+BUDGETS = Path(__file__).resolve().parent.parent / "budgets.toml"
 #: The budget is this times the promised slowdown times the reference's CPU:
 #: room for seeds that draw larger inputs and machines that run some code
 #: relatively slower than the calibration workload.

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from grader.mfu_settings import DEFAULT_CRITERIA, Criteria, Workload
+from grader.mfu.settings import DEFAULT_CRITERIA, Criteria, Workload
 
 __all__ = ["Calibration", "Verification", "calibrate", "calibration_precision", "matmul_rate", "mfu", "model_flops",
            "num_parameters", "time_call", "update_error", "verify_run"]

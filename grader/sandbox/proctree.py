@@ -1,6 +1,6 @@
 """Which processes exist, observed from outside through ``/proc`` (Linux).
 
-The MFU check (grader/mfu.py) must know that nothing of the submission runs
+The MFU check (grader/mfu/check.py) must know that nothing of the submission runs
 while the reference is timed. It does not ask the submission's worker (which
 the submission may have rewritten): it reads the kernel's process table.
 A process is identified by ``(pid, start time)`` so that a recycled pid is
@@ -19,7 +19,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["AVAILABLE", "Proc", "descendants", "exists", "read", "snapshot", "tree"]
+from tests.memwatch import process_tree
+
+__all__ = ["AVAILABLE", "Proc", "below", "exists", "read", "snapshot"]
 
 PROC = Path("/proc")
 AVAILABLE = (PROC / "self" / "stat").is_file()
@@ -74,44 +76,11 @@ def snapshot() -> dict[int, Proc]:
     return out
 
 
-def descendants(root: int, table: dict[int, Proc] | None = None, *, include_root: bool = True) -> list[Proc]:
-    """``root`` (when it is listed) and every process below it, live or not."""
-    table = snapshot() if table is None else table
-    children: dict[int, list[Proc]] = {}
-    for p in table.values():
-        children.setdefault(p.ppid, []).append(p)
-    out = [table[root]] if include_root and root in table else []
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child.pid)
-    return out
-
-
-def tree(root: int) -> list[int]:
-    """``root`` and every process below it, found through each thread's
-    ``children`` file (cheap: no scan of every process), or through
-    :func:`descendants` where the kernel has no such files; ``[root]`` without /proc."""
-    if not AVAILABLE:
-        return [root]
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        try:
-            tids = os.listdir(PROC / str(pid) / "task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                todo += [int(c) for c in (PROC / str(pid) / "task" / tid / "children").read_text().split()]
-            except FileNotFoundError:
-                if tid == str(pid) and (PROC / str(pid)).is_dir():  # no CONFIG_PROC_CHILDREN
-                    return [p.pid for p in descendants(root)]
-            except OSError:
-                pass
-    return out
+def below(root: int) -> list[Proc]:
+    """``root`` (while it is listed) and every process below it, as the kernel
+    lists them now, walked by the one process-tree walker
+    (:func:`tests.memwatch.process_tree`)."""
+    return [p for pid in process_tree(root) if (p := read(pid)) is not None]
 
 
 def exists(proc: Proc) -> bool:

@@ -8,7 +8,7 @@ PrairieLearn does. What that uid can reach is what the file permissions let
 any other user reach, so this mode rests on three things:
 
 * **The checkout is locked** (:func:`lock`, run by the Gradescope bundle's
-  ``setup.sh``, or ``python -m grader.uidsandbox lock``): every top-level
+  ``setup.sh``, or ``python -m grader.sandbox.uidsandbox lock``): every top-level
   entry of the repository but the one holding the interpreter (the virtual
   environment) loses its group and other permissions (``reference/``,
   ``grader/`` with ``grader/hidden``, ``tests/``, ``.git``, ...), and the
@@ -40,7 +40,7 @@ world-readable (another checkout of the course repository, a copy of the
 reference under ``/tmp``): keep the grading machine to the one locked
 checkout, as Gradescope's image is. (The optimizers' worker alone also
 restricts itself with Landlock, where the kernel has it, to keep it from
-torch.optim's own files: :meth:`grader.sandbox.Sandbox.seals_optim`.) Workers of one run share the uid (one
+torch.optim's own files: :meth:`grader.sandbox.isolation.Sandbox.seals_optim`.) Workers of one run share the uid (one
 submission); each run (each ``python -m grader``, so each submission of a
 batch) takes its own uid, so one submission's worker cannot signal, trace or
 read another's.
@@ -250,7 +250,7 @@ def probe(uid: int, gid: int, repo: Path = REPO, python: str = sys.executable) -
             return f"the probe as uid {uid} said nothing readable"
         return _summary(wrong, repo)
     finally:
-        from grader.scratch import remove_tree
+        from grader.sandbox.scratch import remove_tree
 
         with contextlib.suppress(OSError):
             remove_tree(base)
@@ -281,8 +281,8 @@ def _summary(wrong: list[str], repo: Path) -> str:
 
 def fix_hint() -> str:
     """How an instructor makes uid isolation work (said when it does not)."""
-    return ("lock the checkout (python -m grader.uidsandbox lock: the reference, hidden checks and grader become "
-            "unreadable to other users) and grade as root")
+    return ("lock the checkout (python -m grader.sandbox.uidsandbox lock: the reference, hidden checks and grader "
+            "become unreadable to other users) and grade as root")
 
 
 @functools.lru_cache(maxsize=4)
@@ -343,19 +343,19 @@ def open_pytest_temp_dirs() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m grader.uidsandbox lock|check``: lock this checkout; say which
+    """``python -m grader.sandbox.uidsandbox lock|check``: lock this checkout; say which
     isolation the grader would use here (as ``--sandbox auto`` decides, so
     ``$LAB_ISOLATION`` counts): exit 1 when it would refuse to grade."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m grader.uidsandbox", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m grader.sandbox.uidsandbox", description=main.__doc__)
     ap.add_argument("action", choices=("lock", "check"))
     args = ap.parse_args(argv)
     if args.action == "lock":
         changed = lock(REPO)
         print(f"locked {REPO}: {len(changed)} modes changed (the reference, hidden checks and grader are root's only)")
         return 0
-    from grader.sandbox import Sandbox
+    from grader.sandbox.isolation import Sandbox
 
     try:
         sandbox = Sandbox()

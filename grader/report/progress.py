@@ -1,10 +1,11 @@
-"""A single grade's progress: each problem as it starts and as it finishes.
+"""Progress while grading: a single grade's problems as they start and finish
+(:class:`GradeProgress`), and a batch's submissions (:class:`BatchProgress`).
 
 The trusted pytest processes (:mod:`grader.plugin`) write one JSON line per
 event to a progress pipe (``Plan.progress_fd``): ``start`` (with the number of
 the problem's checks that process holds), ``check`` (one check's outcome) and
 ``end`` (that process ran the problem's last check). A problem split over
-several processes (:mod:`grader.planning`) starts with its first ``start`` and
+several processes (:mod:`grader.groups`) starts with its first ``start`` and
 finishes when every process holding it has ended it, or has exited.
 
 :class:`GradeProgress` turns these events into a rich display on a terminal
@@ -20,6 +21,10 @@ workers, and an event naming an unplanned problem or holding anything but the
 fields above is dropped). Progress is written to ``stream`` (stderr by
 default), so a table or JSON on stdout stays clean. The events only inform:
 the verdicts and points come from :mod:`grader.scoring`, never from here.
+
+:class:`BatchProgress` is a rich bar on a terminal and one line per submission
+otherwise (CI logs); what a submission's line shows comes from its record
+and is made printable.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from typing import Any, TextIO
 
 from grader.util import printable
 
-__all__ = ["OUTCOMES", "GradeProgress", "summary"]
+__all__ = ["OUTCOMES", "BatchProgress", "GradeProgress", "summary"]
 
 #: The outcomes a check event may carry (grader.protocol.CheckOutcome's).
 OUTCOMES = ("passed", "failed", "error", "skipped", "timeout", "not run", "grader error")
@@ -193,3 +198,34 @@ class GradeProgress:
     def _line(self, text: str) -> None:
         with contextlib.suppress(OSError, ValueError):  # a closed stderr never stops a grade
             print(printable(text), file=self.stream, flush=True)
+
+
+class BatchProgress:
+    """Progress over ``total`` submissions of which ``done`` already have results."""
+
+    def __init__(self, total: int, done: int) -> None:
+        self.total, self.done = total, done
+        self.bar: Any = None
+        if sys.stderr.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                                TextColumn("{task.description}"), transient=False)
+            self.bar.start()
+            self.task = self.bar.add_task("", total=total, completed=done)
+
+    def advance(self, rec: dict[str, Any]) -> None:
+        """One more submission done, with this record."""
+        self.done += 1
+        what = (f"{rec['score']:g}/{rec['max_score']:g}" if rec["status"] == "graded"
+                else f"{rec['status']}: {rec['reason']}")
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, description=f"{rec['id']}: {what}"[:60])
+        else:
+            print(printable(f"[{self.done}/{self.total}] {rec['id']}: {what} ({rec.get('wall_time', 0):.1f} s)"),
+                  flush=True)
+
+    def close(self) -> None:
+        """Stop the bar (if any); idempotent enough to call in a ``finally``."""
+        if self.bar is not None:
+            self.bar.stop()

@@ -27,10 +27,9 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from grader.compat import tomllib
 from grader.instructor.files import TEMPLATES, render
 from grader.instructor.release import candidate_files
-from grader.util import PROFILES, REPO
+from grader.util import PROFILES, REPO, tomllib
 
 __all__ = ["build_bundle", "bundle_files", "main", "requirements"]
 

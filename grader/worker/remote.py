@@ -2,8 +2,8 @@
 
 :class:`RemoteImpl` implements :class:`tests.harness.Impl` for the grader's
 trusted pytest process: the lifecycle of the workers
-(:class:`grader.workerproc.Worker`) of one submission. Each problem gets its
-own long-lived worker process (see :mod:`grader.worker`), started from a warm
+(:class:`grader.worker.client.Worker`) of one submission. Each problem gets its
+own long-lived worker process (see :mod:`grader.worker.main`), started from a warm
 spare so that importing torch overlaps with the previous problem's checks.
 Requests and replies are length-prefixed :mod:`tests.wire` frames on
 dedicated pipes; replies are decoded with :func:`tests.wire.decode` only, and
@@ -11,11 +11,11 @@ errors are re-raised as the builtin exception the worker named (anything else
 as :class:`RemoteError`).
 
 **Budgets count the submission's own work.** Each problem has a budget of CPU
-seconds (:mod:`grader.budgets`: a multiple of what the reference uses for the
+seconds (:mod:`grader.sandbox.budgets`: a multiple of what the reference uses for the
 same checks, scaled to this machine), and each call a CPU limit; both count
 the CPU time of the worker's process tree since it started serving (its
 start-up, importing torch, is the grader's), read from outside
-(:mod:`grader.meter`). The trusted side's own work (oracles, float64 runs)
+(:mod:`grader.sandbox.meter`). The trusted side's own work (oracles, float64 runs)
 costs the submission nothing, and a busy machine, which makes every process
 wait for a CPU, costs it nothing either. Wall-clock time is only a backstop
 (``wall_factor`` times a call's CPU limit) against a call that sleeps or
@@ -25,7 +25,7 @@ happened is kept in a :class:`ProblemState`.
 
 When the worker times out, crashes or talks garbage, it is killed and the call
 raises a :class:`WorkerError` (a ``BaseException``, see
-:mod:`grader.workerproc`), and the next call starts a fresh worker. A spent
+:mod:`grader.worker.client`), and the next call starts a fresh worker. A spent
 budget cuts the problem: that call and every later one raise :class:`NotRun`
 (their checks did not run; items that passed before keep their points). So do
 ``max_timeouts`` timeouts or ``max_crashes`` crashes: a hang costs that
@@ -34,7 +34,7 @@ submission runs before its hello) is a :class:`GraderFault`.
 
 In bubblewrap mode the workers of :data:`SEALED_OPTIM_PROBLEMS` see sealed
 copies of torch.optim's algorithm sources and no torch.optim bytecode
-(:mod:`grader.optimseal`), written once per RemoteImpl into a folder beside
+(:mod:`grader.sandbox.optimseal`), written once per RemoteImpl into a folder beside
 the scratch folder that no worker sees, removed by :meth:`RemoteImpl.close`;
 in uid mode Landlock keeps them from those files (and from any writable one).
 The other problems' workers keep torch's own files: their scenarios train
@@ -49,14 +49,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from grader import proctree
-from grader.limits import LOG_CAP, worker_slots
-from grader.meter import StorageWatch
-from grader.optimseal import SealedOptim
-from grader.sandbox import Sandbox
-from grader.scratch import BASETEMP, remove_tree
-from grader.worker import WorkerConfig
-from grader.workerproc import (
+from grader.sandbox import proctree
+from grader.sandbox.isolation import Sandbox
+from grader.sandbox.limits import LOG_CAP, worker_slots
+from grader.sandbox.meter import StorageWatch
+from grader.sandbox.optimseal import SealedOptim
+from grader.sandbox.scratch import BASETEMP, remove_tree
+from grader.worker.client import (
     GraderFault,
     KilledForMemory,
     Limit,
@@ -64,7 +63,6 @@ from grader.workerproc import (
     NotRun,
     OutOfTime,
     ProtocolError,
-    RemoteError,
     Worker,
     WorkerCrashed,
     WorkerError,
@@ -72,17 +70,18 @@ from grader.workerproc import (
     decode_reply,
     reply_value,
 )
+from grader.worker.main import WorkerConfig
 from tests import wire
-from tests.harness import ImplBase, Interrupted, MemoryWatch, read_source, scenario_name, stubs_fail_fast
+from tests.harness import ImplBase, Interrupted, read_source, scenario_name, stubs_fail_fast
+from tests.memwatch import MemoryWatch, process_tree
 
-__all__ = ["GraderFault", "NotRun", "ProblemState", "ProtocolError", "RemoteError", "RemoteImpl",
-           "WorkerCrashed", "WorkerError", "WorkerTimeout"]
+__all__ = ["ProblemState", "RemoteImpl"]
 
 #: A wall-clock backstop is never shorter than this (seconds).
 MIN_WALL = 60.0
 #: The problems whose workers are kept from torch.optim's files (Sandbox.seals_optim):
 #: the ones whose checks compare the submission with torch.optim, which the
-#: worker seals in-process too (grader/worker.py ``_about_optimizers``).
+#: worker seals in-process too (grader/worker/main.py ``_about_optimizers``).
 SEALED_OPTIM_PROBLEMS = frozenset({"optimizers"})
 
 
@@ -281,7 +280,7 @@ class RemoteImpl(ImplBase):
             self._sealed_optim.remove()
             self._sealed_optim = None
 
-    # ------------------------------------------------------------ isolation (grader/mfu.py)
+    # ------------------------------------------------------------ isolation (grader/mfu/check.py)
     # The MFU check times the reference in this process and the submission in
     # its worker; neither may share the machine with anything of the submission
     # (a background thread or CUDA stream of a live worker could slow the
@@ -297,8 +296,7 @@ class RemoteImpl(ImplBase):
         """
         self._isolated = self.problem
         workers = [*self._workers.values(), *([self._spare] if self._spare is not None else [])]
-        table = proctree.snapshot()
-        self._killed += [p for w in workers for p in proctree.descendants(w.proc.pid, table)]  # before the kill
+        self._killed += [p for w in workers for p in proctree.below(w.proc.pid)]  # before the kill
         for problem in list(self._workers):
             self._retire(problem)
         if self._spare is not None:
@@ -331,12 +329,12 @@ class RemoteImpl(ImplBase):
         for root in self._roots:
             now = table.get(root.pid)
             if now is not None and now.start == root.start:  # (so root.pid is not a recycled pid)
-                found |= {p.pid for p in proctree.descendants(root.pid, table)}
+                found |= set(process_tree(root.pid))
                 found |= {p.pid for p in table.values() if p.sid == root.pid}
         found |= {p.pid for p in self._killed if (q := table.get(p.pid)) is not None and q.start == p.start}
         if current is not None:
-            found -= {p.pid for p in proctree.descendants(current.proc.pid, table)}
-        return sorted(pid for pid in found if table[pid].live)
+            found -= set(process_tree(current.proc.pid))
+        return sorted(pid for pid in found if (p := table.get(pid) or proctree.read(pid)) is not None and p.live)
 
     # ------------------------------------------------------------ Impl
     def call(self, module: str, function: str, *args: Any, **kwargs: Any) -> Any:

@@ -3,7 +3,7 @@
 The scratch folder is the one place a bwrapped worker can write on the host
 disk. :class:`ScratchWatch` measures it (:func:`scratch_usage`: bytes allocated,
 entries, depth, walked without following links) while calls run and reports
-when it is over its :class:`grader.limits.Limits`; :func:`remove_tree` removes
+when it is over its :class:`grader.sandbox.limits.Limits`; :func:`remove_tree` removes
 what a submission left there (or anywhere: its unpacked zip) without recursing
 or following links.
 """
@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from grader.limits import Limits
+from grader.sandbox.limits import Limits
 
 #: pytest's ``--basetemp`` inside the scratch folder: the tests' ``tmp_path``
-#: folders, which the workers see (grader/groups.py sets it; grader/remote.py
+#: folders, which the workers see (grader/groups.py sets it; grader/worker/remote.py
 #: empties it between problems).
 BASETEMP = "pytest"
 #: How a group's folder is named in the run's folder (grader/groups.py).

@@ -4,7 +4,7 @@
 precision), :class:`Criteria` (the pass fraction and how the update tolerance
 follows the measured rounding noise) and :class:`Settings` (both), read from
 the rubric's ``[mfu]`` table by :func:`load_settings` through
-:mod:`grader.rubric`. Pure data with validation; see :mod:`grader.mfu` for
+:mod:`grader.rubric`. Pure data with validation; see :mod:`grader.mfu.check` for
 the check itself.
 """
 

@@ -2,7 +2,7 @@
 
 :class:`Limits` are one worker's resources (rlimits, its tmpfs) and what the
 workers of a run share (the scratch folder's caps, checked by
-:class:`grader.scratch.ScratchWatch`). The memory budget
+:class:`grader.sandbox.scratch.ScratchWatch`). The memory budget
 (:func:`worker_slots`, :func:`fitted_memory_limit`, :func:`plan_jobs`) is the
 promise the grader keeps instead of the kernel, which reserves nothing an
 rlimit allows: the limits of all the workers that can run at once fit the free

@@ -2,13 +2,13 @@
 
 This file is copied, as ``_grader_worker.py``, into a fresh working copy that
 holds the submission's ``student/`` and the public harness (``tests/wire.py``,
-``tests/harness.py``, ``tests/scenarios/``), and runs there inside the sandbox
-(see :mod:`grader.sandbox`)::
+``tests/harness.py``, ``tests/memwatch.py``, ``tests/scenarios/``), and runs there inside the sandbox
+(see :mod:`grader.sandbox.isolation`)::
 
     python -I _grader_worker.py REQUEST_FD REPLY_FD CONFIG_JSON
 
 ``CONFIG_JSON`` is a :class:`WorkerConfig` (``WorkerConfig.to_json``); the
-trusted side imports that class from here (``grader.worker``). This file must
+trusted side imports that class from here (``grader.worker.main``). This file must
 not import anything of ``grader`` (which is not in the working copy), and
 imports only the standard library at module level.
 
@@ -32,7 +32,8 @@ Verdicts are computed in the trusted process.
 
 A worker whose first request is about the optimizers (a call of
 ``student.optimizers`` or a scenario of ``tests.scenarios.optimizers``) seals
-torch.optim before it imports the submission (:func:`seal_torch_optim`): the
+torch.optim before it imports the submission (``seal_torch_optim`` of
+grader/worker/seal.py, copied beside this file as ``_grader_seal.py``): the
 optimizers it must imitate are then unusable, whatever route the submission
 takes to them, so a submission that delegates fails the trajectory checks the
 trusted side compares (nothing it reports is believed). A worker that imported
@@ -51,8 +52,6 @@ import resource
 import signal
 import sys
 import traceback
-import types
-import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -305,163 +304,6 @@ def _error(e: BaseException) -> dict[str, Any]:
             "message": str(e)[:20_000], "traceback": tb[-20_000:]}
 
 
-# --------------------------------------------------------------------------- sealing torch.optim
-
-#: torch.optim's modules that hold no update rule and stay usable: the base
-#: class (handout §4 subclasses it), schedulers, weight averaging.
-OPTIM_KEPT = frozenset({"torch.optim", "torch.optim.optimizer", "torch.optim.lr_scheduler",
-                        "torch.optim.swa_utils", "torch.optim._stateless"})
-#: torch's fused optimizer kernels (every overload of each).
-FUSED_KERNELS = ("_fused_adam", "_fused_adamw", "_fused_sgd", "_fused_adagrad")
-
-
-#: What a sealed part of torch.optim says after "... is not available to
-#: submissions" (here and in the sealed sources of grader/optimseal.py).
-SEALED_HINT = ("the handout asks for the update rule written with tensor operations "
-               "(torch.optim.Optimizer is the only base class)")
-
-
-class SealedError(RuntimeError):
-    """Raised by every sealed part of torch.optim (a RuntimeError: neither the
-    ValueError nor the TypeError the handout's checks of bad input expect)."""
-
-
-def _sealed(what: str) -> Any:
-    def sealed(*_args: Any, **_kwargs: Any) -> Any:
-        raise SealedError(f"{what} is not available to submissions: {SEALED_HINT}")
-
-    sealed.__name__ = sealed.__qualname__ = what.rsplit(".", 1)[-1].rsplit(" ", 1)[-1]
-    return sealed
-
-
-class _SealedModules:
-    """A meta path finder, first on ``sys.meta_path``: a sealed module cannot be
-    imported afresh (``importlib.reload`` finds its spec through here too)."""
-
-    def __init__(self, names: frozenset[str]) -> None:
-        self.names = names
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-        if name in self.names or (name.startswith("torch.optim.") and name not in OPTIM_KEPT
-                                  and name not in sys.modules):
-            raise ImportError(f"{name} is not available to submissions")
-
-
-def seal_torch_optim() -> list[str]:
-    """Make torch.optim's algorithms unusable in this process, in place, before
-    any submission code runs; return what is left of them (empty: none).
-
-    * Every subclass of ``torch.optim.Optimizer`` (recursively: Adam, AdamW,
-      SGD, ... and the ``_multi_tensor`` variants) keeps its name, but each
-      method and attribute its class body defines raises :class:`SealedError`;
-      ``Optimizer`` itself, ``lr_scheduler`` and ``swa_utils`` are untouched.
-    * Every function of the algorithm modules (``torch.optim.adam.adam``,
-      ``_single_tensor_adam``, ``_multi_tensor_adam``, ``_fused_adam``,
-      ``torch.optim._functional``, ...) is replaced, and so is every other
-      reference the garbage collector can see to one of them (the registry in
-      ``torch.optim.optimizer``, closures, lists): the originals are then
-      unreachable and collected. The return value lists survivors.
-    * Those modules cannot be imported afresh or reloaded (:class:`_SealedModules`).
-    * The fused kernels (``torch._fused_adam_`` and every overload of
-      ``aten::_fused_{adam,adamw,sgd,adagrad}``) get CPU, CUDA, MPS and XPU
-      kernels that raise.
-
-    ``torch._foreach_*`` stays: each is one elementwise operation over a list of
-    tensors, the building block the handout recommends (and the reference
-    uses), holding no optimizer's rule; composing them is writing the rule.
-
-    All of this lives in the submission's own process, which could rebuild
-    torch's optimizers from torch's files (execute the sources read from disk,
-    or unmarshal their bytecode from ``__pycache__``). In bubblewrap mode that is
-    prevented from outside: the optimizers' worker sees sealed copies of those
-    sources and no torch.optim bytecode (``grader/optimseal.py``); in uid mode
-    Landlock keeps it from those files (:func:`restrict_files`, where the kernel
-    has it). In rlimits mode, or uid mode without Landlock, it is not: such a
-    rebuild is a copy of torch's code, for the similarity report (which compares
-    with torch.optim's sources) and the instructors.
-    """
-    import gc
-
-    import torch
-    import torch.optim
-    from torch.optim import Optimizer
-
-    modules = {name: m for name, m in list(sys.modules.items())
-               if name.startswith("torch.optim.") and name not in OPTIM_KEPT and isinstance(m, types.ModuleType)}
-    originals: dict[int, Any] = {}  # id -> the replacement of each original function
-    classes: list[type] = []
-    todo = [Optimizer]
-    while todo:
-        for cls in todo.pop().__subclasses__():
-            if cls not in classes and cls.__module__.startswith("torch."):
-                classes.append(cls)
-                todo.append(cls)
-    for cls in classes:
-        for key, value in list(vars(cls).items()):
-            if key in ("__module__", "__doc__", "__dict__", "__weakref__", "__qualname__", "__annotations__"):
-                continue
-            if callable(value) or hasattr(value, "__get__"):
-                fn = getattr(value, "__func__", value)
-                originals[id(fn)] = replacement = _sealed(f"torch.optim's {cls.__name__}.{key}")
-                setattr(cls, key, replacement)
-        for key in ("__init__", "step"):
-            if key not in vars(cls):
-                setattr(cls, key, _sealed(f"torch.optim's {cls.__name__}.{key}"))
-    files = {getattr(m, "__file__", None) for m in modules.values()} - {None}
-    for name, module in modules.items():
-        for key, value in list(vars(module).items()):
-            if isinstance(value, types.FunctionType) and value.__code__.co_filename in files:
-                originals[id(value)] = replacement = _sealed(f"{name}.{key}")
-                setattr(module, key, replacement)
-    sys.meta_path.insert(0, _SealedModules(frozenset(modules)))
-    _seal_fused_kernels(torch)
-
-    def survivors() -> list[types.FunctionType]:
-        gc.collect()
-        with warnings.catch_warnings():  # isinstance on some of torch's lazy objects warns of deprecations
-            warnings.simplefilter("ignore")
-            return [o for o in gc.get_objects()
-                    if isinstance(o, types.FunctionType) and o.__code__.co_filename in files]
-
-    for _round in range(3):  # references held elsewhere: replace them where they are
-        left = survivors()
-        if not left:
-            break
-        for fn in left:
-            replacement = originals.get(id(fn)) or _sealed(f"{fn.__module__}.{fn.__qualname__}")
-            for ref in gc.get_referrers(fn):
-                if isinstance(ref, dict):
-                    for key in [k for k, v in ref.items() if v is fn]:
-                        ref[key] = replacement
-                elif isinstance(ref, list):
-                    ref[:] = [replacement if v is fn else v for v in ref]
-                elif isinstance(ref, types.CellType):
-                    ref.cell_contents = replacement
-        del left
-    return [f"{fn.__module__}.{fn.__qualname__}" for fn in survivors()]
-
-
-def _seal_fused_kernels(torch: Any) -> None:
-    """Raising CPU, CUDA, MPS and XPU kernels for every overload of torch's
-    fused optimizer operators, registered through a dispatcher handle that no
-    Python object refers to: kept alive by one leaked reference (the handle is
-    not tracked by the garbage collector, so ``gc`` cannot find it, and
-    nothing here holds it for a submission to destroy), the registration lasts
-    as long as the process."""
-    import ctypes
-
-    handle = torch._C._dispatch_library("IMPL", "aten", "", "<sealed optimizers>", 0)
-    for qualified in sorted(torch._C._dispatch_get_all_op_names()):
-        namespace, _, op = qualified.partition("::")
-        if namespace != "aten" or op.split(".")[0].rstrip("_") not in FUSED_KERNELS:
-            continue
-        for key in ("CPU", "CUDA", "MPS", "XPU"):  # every device a grader or a student's machine may have
-            with warnings.catch_warnings():  # "overriding a previously registered kernel": the point
-                warnings.simplefilter("ignore")
-                handle.impl(op, key, _sealed(f"torch's fused optimizer kernel {op}"), False)
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(handle))  # never released: its kernels stay registered
-
-
 def _about_optimizers(req: dict[str, Any]) -> bool:
     """Whether a request runs the submission's optimizers."""
     if req.get("op") == "call":
@@ -495,7 +337,7 @@ def main() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
     sys.dont_write_bytecode = True
-    from tests.harness import return_freed_memory
+    from tests.memwatch import return_freed_memory
 
     return_freed_memory()  # resident memory follows live data (memory checks read it from outside)
     _lift_inherited_data_limit()
@@ -525,7 +367,7 @@ def main() -> None:
     processes = config.processes
     if processes:
         _limit_processes(processes + 64)  # + torch's threads
-    sealed_files = "read" in config.landlock  # the optimizers' worker in uid mode (grader/optimseal.py)
+    sealed_files = "read" in config.landlock  # the optimizers' worker in uid mode (grader/sandbox/optimseal.py)
     seccomp = "off (processes allowed)" if processes else _forbid_processes(ipc=sealed_files)
     if not processes and seccomp != "on" and sys.platform == "linux" and platform.machine() in _ARCH:
         # Mandatory where the platform has it: RLIMIT_NPROC does not bind root
@@ -558,7 +400,9 @@ def main() -> None:
                 if _submission_imported():  # too late: the submission may hold torch.optim's originals
                     raise RuntimeError("grader: this worker ran the submission before its optimizers checks; "
                                        "they run in a fresh worker")
-                left = seal_torch_optim()
+                import _grader_seal  # (grader/worker/seal.py, beside this file in the working copy)
+
+                left = _grader_seal.seal_torch_optim()
                 if left:
                     raise RuntimeError(f"grader: torch.optim could not be sealed ({', '.join(left[:5])} survived)")
                 sealed = True

@@ -1,15 +1,15 @@
 """Sealed copies of torch.optim's algorithm sources (trusted side).
 
 The optimizers' worker seals torch.optim in its own process before it imports
-the submission (:func:`grader.worker.seal_torch_optim`). A submission can undo
+the submission (:func:`grader.worker.seal.seal_torch_optim`). A submission can undo
 that without any import: execute torch's optimizer sources read from disk
 (``exec(compile(open(torch.optim.adam.__file__).read(), ...))``), or load their
 original bytecode from ``torch/optim/__pycache__/*.pyc`` with ``marshal``. In
 bubblewrap mode those files are covered from outside the process: the
-optimizers' worker (only: :data:`grader.remote.SEALED_OPTIM_PROBLEMS`) sees,
+optimizers' worker (only: :data:`grader.worker.remote.SEALED_OPTIM_PROBLEMS`) sees,
 read-only, a sealed copy over each algorithm source of torch.optim and an empty
 folder over each ``__pycache__`` below it (:meth:`SealedOptim.binds`, used by
-:meth:`grader.sandbox.Sandbox.command`).
+:meth:`grader.sandbox.isolation.Sandbox.command`).
 
 A sealed copy is torch's file through an AST pass (:func:`seal_source`): the
 module docstring, imports and every other module-level statement stay, and so
@@ -20,13 +20,13 @@ torch imports from those files exists; every function and method body is one
 function, ``torch.optim._multi_tensor``, which nothing of torch imports, raises
 when imported there: no torch code is lost that a worker needs). The copies are written by the grader, into a
 folder of its own that no worker sees (created once per
-:class:`grader.remote.RemoteImpl`, removed with it), from the torch this
+:class:`grader.worker.remote.RemoteImpl`, removed with it), from the torch this
 interpreter (and so the worker, which runs it on the same paths) imports.
 
 In uid mode there are no mounts: the optimizers' worker imports torch from
 torch's own files, then, before any submission code runs, gives up reading
 every file but those :meth:`SealedOptim.readable` lists, which leave out the
-files the binds would cover (Landlock, :func:`grader.worker.restrict_files`).
+files the binds would cover (Landlock, :func:`grader.worker.main.restrict_files`).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.scratch import remove_tree
-from grader.worker import OPTIM_KEPT, SEALED_HINT
+from grader.sandbox.scratch import remove_tree
+from grader.worker.seal import OPTIM_KEPT, SEALED_HINT
 
 __all__ = ["SealedOptim", "algorithm_files", "carve", "module_name", "optim_dir", "seal_source"]
 
@@ -67,7 +67,7 @@ def module_name(optim: Path, path: Path) -> str:
 
 def algorithm_files(optim: Path) -> list[Path]:
     """Every ``.py`` under torch.optim's folder but those of the modules the
-    worker keeps usable (:data:`grader.worker.OPTIM_KEPT`)."""
+    worker keeps usable (:data:`grader.worker.seal.OPTIM_KEPT`)."""
     return [p for p in sorted(optim.rglob("*.py"))
             if "__pycache__" not in p.parts and module_name(optim, p) not in OPTIM_KEPT]
 
@@ -116,7 +116,7 @@ class _Sealer(ast.NodeTransformer):
         return node
 
     def _seal(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.FunctionDef | ast.AsyncFunctionDef:
-        # Named as grader/worker.py's in-process seal names the same object.
+        # Named as grader/worker/main.py's in-process seal names the same object.
         what = (f"torch.optim's {'.'.join([*self.classes, node.name])}" if self.classes
                 else f"{self.module}.{node.name}")
         message = (f"{what} is not available to submissions (the sandbox holds a sealed copy of "
@@ -138,7 +138,7 @@ def seal_source(text: str, module: str, rel: str) -> str:
     ast.fix_missing_locations(tree)
     sealed = ast.unparse(tree) + "\n"
     compile(sealed, rel, "exec")  # a copy that would not compile fails here, not in every worker's import of torch
-    return f"# A sealed copy of torch/optim/{rel} (grader/optimseal.py): every function body raises.\n{sealed}"
+    return f"# A sealed copy of torch/optim/{rel} (grader/sandbox/optimseal.py): every function body raises.\n{sealed}"
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ class SealedOptim:
 
     def readable(self, roots: list[str]) -> list[str]:
         """What a sealed worker in uid mode may read (its Landlock "read" rules,
-        :func:`grader.worker.restrict_files`): ``roots`` and all below them but
+        :func:`grader.worker.main.restrict_files`): ``roots`` and all below them but
         torch's files that :meth:`binds` covers in bubblewrap (each algorithm
         source, each ``__pycache__`` below torch.optim), carved out."""
         return carve(roots, [os.path.realpath(dest) for _source, dest in self.binds()])

@@ -4,12 +4,13 @@
 ``student/`` (its plain modules, regular files only, capped by :data:`MAX_FILES`
 and :data:`MAX_BYTES`; symlinks never followed), the public
 harness the worker needs (``tests/__init__.py``, ``tests/wire.py``,
-``tests/harness.py``, ``tests/scenarios/``) and the worker script
-(:data:`WORKER_SCRIPT`, a copy of grader/worker.py): nothing of
+``tests/harness.py``, ``tests/memwatch.py``, ``tests/scenarios/``) and the worker script
+(:data:`WORKER_SCRIPT`, a copy of grader/worker/main.py, and
+:data:`SEAL_MODULE`, of grader/worker/seal.py): nothing of
 ``reference/`` or of ``grader/hidden``.
 
 What Python imports from the working copy must be what the trusted side reads
-(the sources of :attr:`grader.remote.RemoteImpl`, the similarity report): so
+(the sources of :attr:`grader.worker.remote.RemoteImpl`, the similarity report): so
 ``student/`` may hold plain modules only, ``student/<name>.py``. A folder (a
 package, or a namespace package, that would shadow a module), an extension
 module, bytecode or a ``.pth`` file makes the submission a
@@ -29,11 +30,13 @@ from pathlib import Path
 from grader.util import REPO
 
 WORKER_SCRIPT = "_grader_worker.py"
+#: The worker's torch.optim seal (a copy of grader/worker/seal.py), beside it.
+SEAL_MODULE = "_grader_seal.py"
 
 #: Caps on what is copied from a submission's student/ folder.
 MAX_FILES = 2000
 MAX_BYTES = 64 << 20
-#: Caps on what a submission's archive may make when unpacked (grader/submission.py):
+#: Caps on what a submission's archive may make when unpacked (grader/sandbox/submission.py):
 #: path depth, and folders (empty ones cost no bytes, but creating, copying and
 #: removing each costs time: 60,000 empty folders took minutes to copy and remove).
 MAX_DEPTH = 32
@@ -90,11 +93,13 @@ def make_working_copy(student: Path, dest: Path) -> Path:
         (dest / "student" / "__init__.py").write_text("")
     tests = dest / "tests"
     (tests / "scenarios").mkdir(parents=True, exist_ok=True)
-    for name in ("__init__.py", "wire.py", "harness.py"):
+    for name in ("__init__.py", "wire.py", "harness.py", "memwatch.py"):
         shutil.copyfile(REPO / "tests" / name, tests / name)
     for src in sorted((REPO / "tests" / "scenarios").glob("*.py")):
         shutil.copyfile(src, tests / "scenarios" / src.name)
-    shutil.copyfile(Path(__file__).with_name("worker.py"), dest / WORKER_SCRIPT)
+    worker = Path(__file__).resolve().parent.parent / "worker"
+    shutil.copyfile(worker / "main.py", dest / WORKER_SCRIPT)
+    shutil.copyfile(worker / "seal.py", dest / SEAL_MODULE)
     for path in [dest, *dest.rglob("*")]:  # world-readable, read-only for the worker
         path.chmod(0o755 if path.is_dir() else 0o644)
     return dest
@@ -105,11 +110,11 @@ def private_copy(work: Path) -> Path:
     files and inodes, so that nothing one worker does to them (an ``flock``,
     a lease) is seen by another worker of the same submission. ``work`` is the
     grader's own copy (regular files and folders only); remove the copy with
-    :func:`grader.scratch.remove_tree` once its worker is gone."""
+    :func:`grader.sandbox.scratch.remove_tree` once its worker is gone."""
     dest = Path(tempfile.mkdtemp(prefix=f"{work.name}-", dir=work.parent))
     shutil.copytree(work, dest, dirs_exist_ok=True, symlinks=True)
     # The copy's owners and modes are the original's: in uid mode the working
-    # copy is root:gid 0750/0640 (grader/uidsandbox.py hand_over), readable by
+    # copy is root:gid 0750/0640 (grader/sandbox/uidsandbox.py hand_over), readable by
     # this grading's worker only, not by another grading's.
     for path in [dest, *dest.rglob("*")]:
         st = (work / path.relative_to(dest)).lstat()

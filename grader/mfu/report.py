@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from grader.mfu_measure import Calibration, Verification, mfu
-from grader.mfu_settings import Workload
+from grader.mfu.measure import Calibration, Verification, mfu
+from grader.mfu.settings import Workload
 
 __all__ = ["MfuReport", "format_report", "score"]
 

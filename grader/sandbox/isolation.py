@@ -11,7 +11,7 @@ network, its own PID/IPC/UTS namespaces (in which it is pid 1, alone, where
 bwrap has ``--as-pid-1``), no capabilities, a new session, and it dies with
 its parent. The optimizers' worker also gets sealed copies of torch.optim's
 algorithm sources over torch's, and no torch.optim bytecode
-(:mod:`grader.optimseal`). Everywhere, the worker lowers its rlimits (CPU
+(:mod:`grader.sandbox.optimseal`). Everywhere, the worker lowers its rlimits (CPU
 time, address space, file size, open files, core dumps) and on Linux installs a seccomp
 filter that refuses to create processes (and ``fallocate``, ``ptrace``),
 before it imports submission code. A
@@ -20,22 +20,21 @@ worker without that filter, capped by RLIMIT_NPROC at the user's current task
 count plus N (which the kernel does not enforce for root). Without a usable
 bwrap (containers without user namespaces), a grader running as root starts
 the worker as an unprivileged uid of its own instead, on a locked checkout
-(:mod:`grader.uidsandbox`, probed before use). Where neither works (macOS, not
+(:mod:`grader.sandbox.uidsandbox`, probed before use). Where neither works (macOS, not
 root) only those last measures remain: an instructor's checkout (the reference
 and hidden checks on disk) is then refused unless rlimits are asked for
 explicitly; the student release runs, and every report says so.
 
 What holds for root too: the seccomp filter (mandatory where the platform has
 it), a pids cgroup per worker where one can be made
-(:class:`grader.cgroups.PidsCgroup`), the scratch folder's caps checked from
-the trusted side (:class:`grader.scratch.ScratchWatch`), and the memory budget
-(:mod:`grader.limits`).
+(:class:`grader.sandbox.cgroups.PidsCgroup`), the scratch folder's caps checked from
+the trusted side (:class:`grader.sandbox.scratch.ScratchWatch`), and the memory budget
+(:mod:`grader.sandbox.limits`).
 
 The sandbox's parts live in their own modules, which never import this one:
-:mod:`grader.limits` (limits, memory planning), :mod:`grader.scratch` (the
-scratch folder's watch and removal), :mod:`grader.cgroups` (pids cgroups),
-:mod:`grader.workcopy` (the working copy). Their public names are imported
-here too, where the rest of the grader has always found them.
+:mod:`grader.sandbox.limits` (limits, memory planning), :mod:`grader.sandbox.scratch` (the
+scratch folder's watch and removal), :mod:`grader.sandbox.cgroups` (pids cgroups),
+:mod:`grader.sandbox.workcopy` (the working copy); import their names from them.
 """
 
 from __future__ import annotations
@@ -49,29 +48,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from grader import uidsandbox
-from grader.cgroups import PidsCgroup, pids_limit
-from grader.limits import (
-    MIN_WORKER_BYTES,
-    TRUSTED_MEMORY_BYTES,
-    TRUSTED_SHARE_BYTES,
+from grader.sandbox import uidsandbox
+from grader.sandbox.limits import (
     Limits,
-    fitted_memory_limit,
-    plan_jobs,
-    worker_slots,
 )
-from grader.optimseal import SealedOptim, carve
-from grader.scratch import ScratchWatch, remove_tree, scratch_usage
+from grader.sandbox.optimseal import SealedOptim, carve
+from grader.sandbox.workcopy import WORKER_SCRIPT
 from grader.util import REPO
-from grader.workcopy import MAX_BYTES, MAX_DEPTH, MAX_FILES, WORKER_SCRIPT, SubmissionError, make_working_copy
-from grader.worker import WorkerConfig, landlock_abi
+from grader.worker.main import WorkerConfig, landlock_abi
 
-__all__ = [
-    "MAX_BYTES", "MAX_DEPTH", "MAX_FILES", "MIN_WORKER_BYTES", "MOUNT", "TRUSTED_MEMORY_BYTES",
-    "TRUSTED_SHARE_BYTES", "WORKER_SCRIPT", "Limits", "PidsCgroup", "Sandbox", "ScratchWatch", "SubmissionError",
-    "bwrap_usable", "fitted_memory_limit", "make_working_copy", "pids_limit", "plan_jobs",
-    "remove_tree", "scratch_usage", "worker_slots",
-]
+__all__ = ["MOUNT", "Sandbox", "bwrap_usable"]
 
 MOUNT = "/submission"
 
@@ -163,7 +149,7 @@ class Sandbox:
     Built with ``want`` ("auto", "bwrap", "uid", "rlimits"; "auto" reads
     ``$LAB_ISOLATION`` first), it decides its mode by probing (once per
     process): bubblewrap, else, as root, an unprivileged uid
-    (:mod:`grader.uidsandbox`). Asking for a mode that does not work raises
+    (:mod:`grader.sandbox.uidsandbox`). Asking for a mode that does not work raises
     RuntimeError, and so does "auto" when neither works and this checkout holds
     the reference or hidden checks (a submission could read them): only an
     explicit "rlimits" grades it without filesystem isolation. :meth:`restored`
@@ -240,7 +226,7 @@ class Sandbox:
     def seals_optim(self) -> bool:
         """Whether the optimizers' worker can be kept from torch.optim's files
         (sealed copies in bubblewrap, Landlock in uid mode): else it has the
-        in-process seal only (:func:`grader.worker.seal_torch_optim`)."""
+        in-process seal only (:func:`grader.worker.seal.seal_torch_optim`)."""
         return self.mode == "bwrap" or self.landlocked
 
     @staticmethod

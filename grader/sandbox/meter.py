@@ -23,8 +23,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader import proctree
-from grader.scratch import scratch_usage
+from grader.sandbox import proctree
+from grader.sandbox.scratch import scratch_usage
+from tests.memwatch import process_tree
 
 __all__ = ["HOST_WRITABLE", "Meter", "Reading", "StorageWatch", "held_deleted", "owned_bytes"]
 
@@ -62,22 +63,11 @@ class Meter:
     def read(self) -> Reading:
         now = time.monotonic()
         if not self._pids or now - self._scanned > RESCAN_SECONDS:
-            self._pids, self._scanned = _tree(self.root), now
+            self._pids, self._scanned = process_tree(self.root), now
         cpu, rss, runnable = _usage(self._pids)
         self.last = Reading(max(cpu, self.last.cpu), rss, runnable, now)
         self.peak_rss = max(self.peak_rss, rss)
         return self.last
-
-
-def _tree(root: int) -> list[int]:
-    if proctree.AVAILABLE:
-        return proctree.tree(root)
-    import psutil
-
-    try:
-        return [root, *(c.pid for c in psutil.Process(root).children(recursive=True))]
-    except psutil.Error:
-        return [root]
 
 
 def _usage(pids: list[int]) -> tuple[float, int, bool]:
@@ -101,7 +91,7 @@ def _usage(pids: list[int]) -> tuple[float, int, bool]:
     return cpu, rss, runnable
 
 
-#: The sandbox's own writable tmpfs mounts (grader/sandbox.py), relative to
+#: The sandbox's own writable tmpfs mounts (grader/sandbox/isolation.py), relative to
 #: the worker's root: their pages are memory that no resident set shows.
 SANDBOX_TMPFS = ("tmp", "dev/shm")
 
@@ -118,7 +108,7 @@ class StorageWatch:
 
     A call that keeps its data in files instead of in its memory (a tensor
     offloaded to ``/dev/shm`` and read back) holds it all the same: a measured
-    peak (:meth:`grader.remote.RemoteImpl.measured_scenario`) adds
+    peak (:meth:`grader.worker.remote.RemoteImpl.measured_scenario`) adds
     :meth:`stop`'s growth to the resident growth. Sampled every
     ``interval`` seconds (the tmpfs mounts; the walks, of the scratch folder,
     the uid's files and open file descriptors, every tenth time), plus once at
@@ -195,7 +185,7 @@ def _sandbox_mounts(root: int) -> list[str]:
         own = os.stat("/proc/self/ns/mnt").st_ino
     except OSError:
         return []
-    for pid in reversed(_tree(root)):
+    for pid in reversed(process_tree(root)):
         try:
             if os.stat(f"/proc/{pid}/ns/mnt").st_ino == own:
                 continue
@@ -254,7 +244,7 @@ def held_deleted(root: int, skip_devices: frozenset[int] = frozenset(),
     already in ``seen``."""
     seen = set() if seen is None else seen
     total = 0
-    for pid in _tree(root):
+    for pid in process_tree(root):
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:

@@ -1,7 +1,7 @@
 """One worker process seen from the trusted side: start, pipes, replies.
 
-:class:`Worker` starts a sandboxed worker (grader/worker.py, through
-:meth:`grader.sandbox.Sandbox.command`, in its own pids cgroup where one can
+:class:`Worker` starts a sandboxed worker (grader/worker/main.py, through
+:meth:`grader.sandbox.isolation.Sandbox.command`, in its own pids cgroup where one can
 be made), drains its output into a capped log, and exchanges
 :mod:`tests.wire` frames with it under deadlines. :func:`decode_reply` and
 :func:`reply_value` turn a reply into a value or the exception the worker
@@ -9,7 +9,7 @@ named (a builtin of :data:`tests.wire.MAPPED_ERRORS`, else
 :class:`RemoteError`).
 
 Every wait on the worker is bounded by a :class:`Limit`: the CPU seconds its
-process tree may use (read from outside by its :class:`grader.meter.Meter`)
+process tree may use (read from outside by its :class:`grader.sandbox.meter.Meter`)
 and a wall-clock backstop; past either it raises :class:`OutOfTime`, which
 says which one ran out and whether the tree was starved of CPU meanwhile.
 
@@ -19,7 +19,7 @@ When the worker times out, crashes or talks garbage the call raises a
 passed by crashing, and hypothesis does not retry it while shrinking. Two of
 them are no verdict on the submission at all: :class:`NotRun` (the check did
 not run: the problem's budget was spent) and :class:`GraderFault` (the machine
-or the grader failed). :mod:`grader.remote` builds the per-problem lifecycle
+or the grader failed). :mod:`grader.worker.remote` builds the per-problem lifecycle
 on top of this.
 """
 
@@ -38,17 +38,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grader import proctree
-from grader.cgroups import PidsCgroup, pids_limit
-from grader.limits import LOG_CAP
-from grader.meter import Meter
-from grader.optimseal import SealedOptim
-from grader.sandbox import Sandbox
-from grader.scratch import remove_tree
-from grader.workcopy import private_copy
-from grader.worker import WorkerConfig
+from grader.sandbox import proctree
+from grader.sandbox.cgroups import PidsCgroup, pids_limit
+from grader.sandbox.isolation import Sandbox
+from grader.sandbox.limits import LOG_CAP
+from grader.sandbox.meter import Meter
+from grader.sandbox.optimseal import SealedOptim
+from grader.sandbox.scratch import remove_tree
+from grader.sandbox.workcopy import private_copy
+from grader.worker.main import WorkerConfig
 from tests import wire
-from tests.harness import process_tree
+from tests.memwatch import process_tree
 
 __all__ = ["GraderFault", "KilledForMemory", "Limit", "MalformedReply", "NotRun", "OutOfTime", "ProtocolError",
            "RemoteError", "Worker", "WorkerCrashed", "WorkerError", "WorkerTimeout", "decode_reply", "oom_kills",
@@ -79,7 +79,7 @@ class KilledForMemory(WorkerCrashed):
     """The kernel's out-of-memory killer ended the worker (it was SIGKILLed, not
     by the grader, while the machine's OOM-kill count rose). ``peak`` is the
     most resident memory the grader saw it hold (bytes): below its own memory
-    limit, the machine was too small (:class:`grader.remote.RemoteImpl` makes it
+    limit, the machine was too small (:class:`grader.worker.remote.RemoteImpl` makes it
     a grader fault), above it the submission took the memory."""
 
     def __init__(self, message: str, peak: int) -> None:
@@ -164,7 +164,7 @@ class Worker:
     def __init__(self, sandbox: Sandbox, work: Path, scratch: Path, config: WorkerConfig, max_reply: int,
                  sealed_optim: SealedOptim | None = None) -> None:
         """``sealed_optim``: the sealed torch.optim sources its sandbox shows
-        instead of torch's (see :meth:`grader.sandbox.Sandbox.command`)."""
+        instead of torch's (see :meth:`grader.sandbox.isolation.Sandbox.command`)."""
         self.max_reply = max_reply
         self.sealed_optim = sealed_optim is not None
         # Its own copy of the files: workers never share an inode (an flock on

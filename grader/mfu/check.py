@@ -29,11 +29,11 @@ compute-bound, bf16 autocast, AdamW) through the scenario
   reference down; the submission's own timed call gets a fresh worker
   (warmed up, untimed) with no other worker of it alive. Across graders, the
   grader's plugin holds a per-device lock around GPU problems
-  (grader/gpulock.py), so two gradings never share a device.
+  (grader/mfu/gpulock.py), so two gradings never share a device.
 * **scores relative to the reference**: the submission passes when its MFU is
   at least ``fraction`` of the reference loop's MFU measured in the same run,
   on the same device (:func:`score`). MFU against the device's dense peak
-  (grader/peaks.py) is reported for information.
+  (grader/mfu/peaks.py) is reported for information.
 
 On a machine without CUDA the check is not run (the hidden test is skipped
 with the ``gpu`` marker and the grader reports "not run on a GPU").
@@ -42,9 +42,9 @@ Everything here is a pure function of its inputs plus :func:`run_check`, a
 small driver that takes the implementation, the reference, a clock and a sync
 function, so that all of it is tested on the CPU with a fake clock
 (selftest/test_mfu.py).
-The check is split by concern: :mod:`grader.mfu_settings` (workload,
-criteria, the rubric's ``[mfu]`` table), :mod:`grader.mfu_measure`
-(arithmetic, timing, verification, calibration), :mod:`grader.mfu_report`
+The check is split by concern: :mod:`grader.mfu.settings` (workload,
+criteria, the rubric's ``[mfu]`` table), :mod:`grader.mfu.measure`
+(arithmetic, timing, verification, calibration), :mod:`grader.mfu.report`
 (the report, scoring, its text); this module holds the driver and imports
 the others' public names, where callers have always found them.
 """
@@ -58,8 +58,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from grader import peaks
-from grader.mfu_measure import (
+from grader.mfu import peaks
+from grader.mfu.measure import (
     Calibration,
     Verification,
     calibrate,
@@ -72,8 +72,8 @@ from grader.mfu_measure import (
     update_error,
     verify_run,
 )
-from grader.mfu_report import MfuReport, format_report, score
-from grader.mfu_settings import (
+from grader.mfu.report import MfuReport, format_report, score
+from grader.mfu.settings import (
     DEFAULT_CRITERIA,
     DEFAULT_WORKLOAD,
     Criteria,
@@ -102,7 +102,7 @@ def _seeds(count: int) -> list[int]:
 
 @runtime_checkable
 class Isolation(Protocol):
-    """What the check needs from a sandboxed submission (grader.remote.RemoteImpl)."""
+    """What the check needs from a sandboxed submission (grader.worker.remote.RemoteImpl)."""
 
     def retire_workers(self, timeout: float = 30.0) -> None:
         """Kill every process of the submission; return once none exists."""

@@ -64,6 +64,7 @@ import textwrap
 import xml.etree.ElementTree as ET
 from typing import Any, TextIO
 
+from grader.protocol import Failure
 from grader.results import (
     GRADER_ERROR,
     NEEDS_GPU,
@@ -72,7 +73,6 @@ from grader.results import (
     NOT_COUNTED,
     NOT_RUN_GPU,
     PASSED,
-    Failure,
     GradeResult,
     ItemResult,
     ProblemResult,

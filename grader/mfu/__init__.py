@@ -1,0 +1,1 @@
+"""The MFU check (GPU only): timing the submission's training against the reference."""

@@ -1,0 +1,1 @@
+"""Where the submission's code runs: the worker's isolation, limits, scratch folder and working copy."""
