@@ -168,6 +168,53 @@ def test_a_seed_gives_the_batch_of_the_stated_draw(impl, n_extra, context_length
     assert_stated_draw(x, y, tokens, batch_size, context_length, seed, "with a generator seeded", "generator=...")
 
 
+@given(n_extra=st.integers(1, 200), context_length=st.integers(1, 16), batch_size=st.integers(1, 12), seed=seeds)
+def test_a_seed_gives_the_batch_of_the_stated_draw_from_the_global_rng(impl, n_extra, context_length, batch_size,
+                                                                       seed):
+    """With ``generator=None`` the draw is the same ``torch.randint`` call on the
+    global torch RNG: after ``torch.manual_seed(s)`` it gives the batch a
+    generator seeded ``s`` gives."""
+    tokens = position_coded(context_length + n_extra)
+    x, y = impl.scenario(scenarios.batch_after_manual_seed, tokens, batch_size, context_length, seed)
+    assert_stated_draw(x, y, tokens, batch_size, context_length, seed, "after torch.manual_seed", "the global RNG")
+
+
+@given(
+    tokens=st.lists(st.integers(0, 65535), min_size=2, max_size=200),
+    batch_size=st.integers(1, 4),
+    seed=st.integers(0, 2**31 - 1),
+    data=st.data(),
+)
+def test_a_cpu_tensor_of_tokens_gives_the_batch_of_the_array(impl, tokens, batch_size, seed, data):
+    """``tokens`` may be a 1-D CPU tensor as well as a NumPy array: with the
+    same seeded generator, both give the same batch."""
+    context_length = data.draw(st.integers(1, len(tokens) - 1), label="context_length")
+    array = np.array(tokens, dtype=np.int64)
+    from_array = impl.scenario(scenarios.batch_with_seed, array, batch_size, context_length, seed)
+    from_tensor = impl.scenario(scenarios.batch_with_seed, torch.from_numpy(array), batch_size, context_length, seed)
+    for name, a, t in zip("xy", from_array, from_tensor, strict=True):
+        assert torch.equal(a, t), f"get_batch on a CPU tensor of tokens: {name} differs from the NumPy array's {name}"
+
+
+@given(n_extra=st.integers(1, 100), context_length=st.integers(1, 12), batch_size=st.integers(1, 9), seed=seeds,
+       step=st.integers(2, 3), as_tensor=st.booleans())
+def test_rows_are_windows_of_a_strided_view_of_the_tokens(impl, n_extra, context_length, batch_size, seed, step,
+                                                          as_tensor):
+    """``tokens`` may be any 1-D array or CPU tensor, a non-contiguous view
+    (``tokens[::2]``) included: rows are still its windows, drawn as stated."""
+    tokens = position_coded(step * (context_length + n_extra))
+    x, y = impl.scenario(scenarios.batch_of_a_strided_view, tokens, step, batch_size, context_length, seed,
+                         as_tensor)
+    view = tokens[::step]
+    check_windows(view, x, y, batch_size, context_length)
+    want_x, _ = expected_batch(view, batch_size, context_length, seed)
+    assert torch.equal(x, want_x), (
+        f"get_batch(tokens[::{step}] as a {'tensor' if as_tensor else 'NumPy'} view, {batch_size}, "
+        f"{context_length}) with a generator seeded {seed}: the rows start at {x[:, 0].tolist()}, "
+        f"the stated draw at {want_x[:, 0].tolist()}"
+    )
+
+
 @pytest.mark.parametrize("dtype", [np.uint16, np.int32, np.int64, np.uint8], ids=lambda d: d.__name__)
 def test_batches_are_int64_on_the_device_whatever_the_token_dtype(impl, dtype):
     top = {np.uint8: 255, np.uint16: 65535}.get(dtype, 2**31 - 1)
@@ -179,6 +226,16 @@ def test_batches_are_int64_on_the_device_whatever_the_token_dtype(impl, dtype):
         values = set(tokens.astype(np.int64).tolist())
         got = set(x.flatten().tolist()) | set(y.flatten().tolist())
         assert got <= values, f"values not in the data (wrapped around?): {sorted(got - values)}"
+
+
+@pytest.mark.parametrize(("dtype", "offset"), [(np.int64, 2**40), (np.int64, 2**62), (np.uint32, 2**32 - 2**16)],
+                         ids=["int64-2**40", "int64-2**62", "uint32-top"])
+def test_batches_hold_large_token_ids_exactly(impl, dtype, offset):
+    """Token ids beyond int32's range (int64 ids, uint32 ids near 2**32) come
+    back exactly, as int64: no cast through a narrower type on the way."""
+    tokens = position_coded(3000).astype(dtype) + dtype(offset)
+    x, y = impl.scenario(scenarios.batch_with_seed, tokens, 8, 16, 11)
+    check_windows(tokens, x, y, 8, 16)
 
 
 def write_random_tokens(path, n_tokens: int, seed: int) -> None:
@@ -255,6 +312,27 @@ def test_save_tokens_honours_the_dtype(impl, dtype):
     assert got["bytes"] == tokens.astype(dtype).tobytes(), f"save_tokens(..., {dtype}) wrote {got['bytes'][:16]!r}"
 
 
+@given(
+    first=st.lists(st.integers(0, 65535), min_size=1, max_size=300),
+    second=st.lists(st.integers(0, 65535), min_size=1, max_size=300),
+    dtype=st.sampled_from([None, "uint16", "int32"]),
+)
+def test_saving_twice_to_one_path_replaces_the_file(impl, first, second, dtype):
+    """A second ``save_tokens`` to the same path replaces the file: it holds
+    exactly the second tokens, whether they are fewer or more than the first
+    (no stale tail of the first, nothing appended)."""
+    got = impl.scenario(scenarios.save_twice, np.array(first, dtype=np.int64), np.array(second, dtype=np.int64),
+                        dtype)
+    np_dtype = np.uint16 if dtype is None else np.dtype(dtype)
+    expected = np.array(second, dtype=np_dtype).tobytes()
+    assert got["bytes"] == expected, (
+        f"after saving {len(first)} then {len(second)} tokens to one path, the file holds {len(got['bytes'])} "
+        f"bytes, expected exactly the second save's {len(expected)}"
+    )
+    assert np.array_equal(got["values"], np.array(second)), "load_tokens after the second save reads other tokens"
+    assert got["files"] == ["tokens.bin"], f"save_tokens left other files behind: {got['files']}"
+
+
 def test_load_tokens_is_a_read_only_memmap(impl):
     values = np.array([5, 65535, 0, 42], dtype=np.uint16)
     got = impl.scenario(scenarios.load_written, values.tobytes(), None)
@@ -267,6 +345,21 @@ def test_load_tokens_is_a_read_only_memmap(impl):
     wide = np.array([2**31 - 1, 3], dtype=np.int32)
     got = impl.scenario(scenarios.load_written, wide.tobytes(), "int32")
     assert got["dtype"] == "int32" and np.array_equal(got["values"], wide), f"int32 file read as {got['values']}"
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16", "int32", "int64"])
+@given(data=st.data())
+def test_load_tokens_of_a_file_holding_one_token(impl, dtype, data):
+    """A file of exactly one token (1 byte for uint8) is a valid token file:
+    ``load_tokens`` maps it as one token, whatever the dtype's width."""
+    info = np.iinfo(dtype)
+    token = data.draw(st.integers(int(info.min), int(info.max)), label="token")
+    got = impl.scenario(scenarios.load_written, np.array([token], dtype=dtype).tobytes(), dtype)
+    assert got["is_memmap"], f"load_tokens of a one-token {dtype} file returned a {got['type']}, not an np.memmap"
+    assert got["shape"] == (1,) and got["values"].tolist() == [token], (
+        f"load_tokens of a file holding the single {dtype} token {token}: expected shape (1,) and [{token}], "
+        f"got shape {got['shape']} and {got['values'].tolist()}"
+    )
 
 
 @given(tokens=st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=100), dtype=st.sampled_from(["int32", "int64"]))
@@ -289,6 +382,20 @@ def test_save_then_load_round_trips(impl, tokens, dtype):
 def test_save_tokens_rejects_bad_input(impl, tokens, dtype, error):
     with pytest.raises(error):
         impl.scenario(scenarios.save_and_read_back, np.array(tokens), dtype)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16", "uint32", "int32"])
+@pytest.mark.parametrize("end", ["above", "below"])
+def test_save_tokens_refuses_ids_that_do_not_fit_any_dtype(impl, dtype, end):
+    """"a token does not fit in ``dtype``" is a ValueError for every integer
+    dtype, not only uint16: one past its largest or smallest value would wrap."""
+    info = np.iinfo(dtype)
+    bad = int(info.max) + 1 if end == "above" else int(info.min) - 1
+    tokens = np.array([0, bad, 1], dtype=np.int64)
+    with pytest.raises(ValueError):
+        got = impl.scenario(scenarios.save_and_read_back, tokens, dtype)
+        pytest.fail(f"save_tokens([0, {bad}, 1], {dtype}) should raise ValueError ({bad} does not fit), "
+                    f"wrote {got!r:.200}")
 
 
 def test_save_tokens_of_no_tokens_writes_an_empty_file(impl):
@@ -379,113 +486,3 @@ def test_get_batch_rejects_a_cuda_device_that_does_not_exist(impl):
         pytest.fail(f"get_batch(..., 'cuda:{n}') on a machine with {n} CUDA device(s) should raise ValueError")
     x, _ = impl.data.get_batch(tokens, 2, 4, f"cuda:{n - 1}")
     check_tensor(x, dtype=torch.int64, shape=(2, 4), device=f"cuda:{n - 1}", what="x")
-
-
-# --------------------------------------------------------------------------- more inputs (issue 16)
-
-
-@given(
-    first=st.lists(st.integers(0, 65535), min_size=1, max_size=300),
-    second=st.lists(st.integers(0, 65535), min_size=1, max_size=300),
-    dtype=st.sampled_from([None, "uint16", "int32"]),
-)
-def test_saving_twice_to_one_path_replaces_the_file(impl, first, second, dtype):
-    """A second ``save_tokens`` to the same path replaces the file: it holds
-    exactly the second tokens, whether they are fewer or more than the first
-    (no stale tail of the first, nothing appended)."""
-    got = impl.scenario(scenarios.save_twice, np.array(first, dtype=np.int64), np.array(second, dtype=np.int64),
-                        dtype)
-    np_dtype = np.uint16 if dtype is None else np.dtype(dtype)
-    expected = np.array(second, dtype=np_dtype).tobytes()
-    assert got["bytes"] == expected, (
-        f"after saving {len(first)} then {len(second)} tokens to one path, the file holds {len(got['bytes'])} "
-        f"bytes, expected exactly the second save's {len(expected)}"
-    )
-    assert np.array_equal(got["values"], np.array(second)), "load_tokens after the second save reads other tokens"
-    assert got["files"] == ["tokens.bin"], f"save_tokens left other files behind: {got['files']}"
-
-
-@given(
-    tokens=st.lists(st.integers(0, 65535), min_size=2, max_size=200),
-    batch_size=st.integers(1, 4),
-    seed=st.integers(0, 2**31 - 1),
-    data=st.data(),
-)
-def test_a_cpu_tensor_of_tokens_gives_the_batch_of_the_array(impl, tokens, batch_size, seed, data):
-    """``tokens`` may be a 1-D CPU tensor as well as a NumPy array: with the
-    same seeded generator, both give the same batch."""
-    context_length = data.draw(st.integers(1, len(tokens) - 1), label="context_length")
-    array = np.array(tokens, dtype=np.int64)
-    from_array = impl.scenario(scenarios.batch_with_seed, array, batch_size, context_length, seed)
-    from_tensor = impl.scenario(scenarios.batch_with_seed, torch.from_numpy(array), batch_size, context_length, seed)
-    for name, a, t in zip("xy", from_array, from_tensor, strict=True):
-        assert torch.equal(a, t), f"get_batch on a CPU tensor of tokens: {name} differs from the NumPy array's {name}"
-
-
-@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16", "int32", "int64"])
-@given(data=st.data())
-def test_load_tokens_of_a_file_holding_one_token(impl, dtype, data):
-    """A file of exactly one token (1 byte for uint8) is a valid token file:
-    ``load_tokens`` maps it as one token, whatever the dtype's width."""
-    info = np.iinfo(dtype)
-    token = data.draw(st.integers(int(info.min), int(info.max)), label="token")
-    got = impl.scenario(scenarios.load_written, np.array([token], dtype=dtype).tobytes(), dtype)
-    assert got["is_memmap"], f"load_tokens of a one-token {dtype} file returned a {got['type']}, not an np.memmap"
-    assert got["shape"] == (1,) and got["values"].tolist() == [token], (
-        f"load_tokens of a file holding the single {dtype} token {token}: expected shape (1,) and [{token}], "
-        f"got shape {got['shape']} and {got['values'].tolist()}"
-    )
-
-
-@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int16", "uint32", "int32"])
-@pytest.mark.parametrize("end", ["above", "below"])
-def test_save_tokens_refuses_ids_that_do_not_fit_any_dtype(impl, dtype, end):
-    """"a token does not fit in ``dtype``" is a ValueError for every integer
-    dtype, not only uint16: one past its largest or smallest value would wrap."""
-    info = np.iinfo(dtype)
-    bad = int(info.max) + 1 if end == "above" else int(info.min) - 1
-    tokens = np.array([0, bad, 1], dtype=np.int64)
-    with pytest.raises(ValueError):
-        got = impl.scenario(scenarios.save_and_read_back, tokens, dtype)
-        pytest.fail(f"save_tokens([0, {bad}, 1], {dtype}) should raise ValueError ({bad} does not fit), "
-                    f"wrote {got!r:.200}")
-
-
-@given(n_extra=st.integers(1, 100), context_length=st.integers(1, 12), batch_size=st.integers(1, 9), seed=seeds,
-       step=st.integers(2, 3), as_tensor=st.booleans())
-def test_rows_are_windows_of_a_strided_view_of_the_tokens(impl, n_extra, context_length, batch_size, seed, step,
-                                                          as_tensor):
-    """``tokens`` may be any 1-D array or CPU tensor, a non-contiguous view
-    (``tokens[::2]``) included: rows are still its windows, drawn as stated."""
-    tokens = position_coded(step * (context_length + n_extra))
-    x, y = impl.scenario(scenarios.batch_of_a_strided_view, tokens, step, batch_size, context_length, seed,
-                         as_tensor)
-    view = tokens[::step]
-    check_windows(view, x, y, batch_size, context_length)
-    want_x, _ = expected_batch(view, batch_size, context_length, seed)
-    assert torch.equal(x, want_x), (
-        f"get_batch(tokens[::{step}] as a {'tensor' if as_tensor else 'NumPy'} view, {batch_size}, "
-        f"{context_length}) with a generator seeded {seed}: the rows start at {x[:, 0].tolist()}, "
-        f"the stated draw at {want_x[:, 0].tolist()}"
-    )
-
-
-@given(n_extra=st.integers(1, 200), context_length=st.integers(1, 16), batch_size=st.integers(1, 12), seed=seeds)
-def test_a_seed_gives_the_batch_of_the_stated_draw_from_the_global_rng(impl, n_extra, context_length, batch_size,
-                                                                       seed):
-    """With ``generator=None`` the draw is the same ``torch.randint`` call on the
-    global torch RNG: after ``torch.manual_seed(s)`` it gives the batch a
-    generator seeded ``s`` gives."""
-    tokens = position_coded(context_length + n_extra)
-    x, y = impl.scenario(scenarios.batch_after_manual_seed, tokens, batch_size, context_length, seed)
-    assert_stated_draw(x, y, tokens, batch_size, context_length, seed, "after torch.manual_seed", "the global RNG")
-
-
-@pytest.mark.parametrize(("dtype", "offset"), [(np.int64, 2**40), (np.int64, 2**62), (np.uint32, 2**32 - 2**16)],
-                         ids=["int64-2**40", "int64-2**62", "uint32-top"])
-def test_batches_hold_large_token_ids_exactly(impl, dtype, offset):
-    """Token ids beyond int32's range (int64 ids, uint32 ids near 2**32) come
-    back exactly, as int64: no cast through a narrower type on the way."""
-    tokens = position_coded(3000).astype(dtype) + dtype(offset)
-    x, y = impl.scenario(scenarios.batch_with_seed, tokens, 8, 16, 11)
-    check_windows(tokens, x, y, 8, 16)

@@ -76,6 +76,17 @@ def test_split_heads_of_an_empty_batch(impl, batch):
     check_tensor(got, dtype=x.dtype, shape=(*batch, 3, 4), what=f"split_heads(x {tuple(x.shape)}, 3)")
 
 
+@given(lead=st.lists(st.integers(1, 3), max_size=3), heads=st.integers(2, 6), data=st.data())
+def test_split_heads_rejects_a_non_divisor_at_any_rank(impl, lead, heads, data):
+    """``heads`` that does not divide the last dimension is a ValueError, for
+    inputs of any rank (a 1-D x included)."""
+    hidden = data.draw(st.integers(1, 30).filter(lambda h: h % heads), label="hidden")
+    x = make_tensor((*lead, hidden))
+    with pytest.raises(ValueError):
+        result = impl.einops_ops.split_heads(x, heads)
+        pytest.fail(f"split_heads(x of shape {tuple(x.shape)}, {heads}) should raise ValueError, got {result!r:.100}")
+
+
 @given(batch=leading, hidden=dims(8), dtype=compute_dtypes, data=st.data())
 def test_sum_and_mean_hidden_match_torch(impl, batch, hidden, dtype, data):
     x = data.draw(tensors((*batch, hidden), dtype), label="x")
@@ -150,20 +161,6 @@ def test_bad_input_is_rejected(impl, function, args, error):
     with pytest.raises(error):
         result = getattr(impl.einops_ops, function)(*args)
         pytest.fail(f"{function}{tuple(shapes_)} should raise {error}, returned {result!r:.200}")
-
-
-# --------------------------------------------------------------------------- more inputs (issue 16)
-
-
-@given(lead=st.lists(st.integers(1, 3), max_size=3), heads=st.integers(2, 6), data=st.data())
-def test_split_heads_rejects_a_non_divisor_at_any_rank(impl, lead, heads, data):
-    """``heads`` that does not divide the last dimension is a ValueError, for
-    inputs of any rank (a 1-D x included)."""
-    hidden = data.draw(st.integers(1, 30).filter(lambda h: h % heads), label="hidden")
-    x = make_tensor((*lead, hidden))
-    with pytest.raises(ValueError):
-        result = impl.einops_ops.split_heads(x, heads)
-        pytest.fail(f"split_heads(x of shape {tuple(x.shape)}, {heads}) should raise ValueError, got {result!r:.100}")
 
 
 # --------------------------------------------------------------------------- float64 accuracy

@@ -65,11 +65,32 @@ def test_linear_flops_match_counter(impl, batch, d_in, d_out, input_requires_gra
                f"linear_backward_flops({batch}, {d_in}, {d_out}, input_requires_grad={input_requires_grad})")
 
 
+@given(batch=sizes, d_in=sizes, d_out=sizes)
+def test_linear_backward_flops_default_input_requires_grad(impl, batch, d_in, d_out):
+    """Called without ``input_requires_grad``: the default is True (the
+    gradient of the input is computed too, 4BDK)."""
+    _, backward = _forward_backward(_mlp([d_in, d_out]), batch, d_in, True)
+    _check_int(impl.flops.linear_backward_flops(batch, d_in, d_out), backward,
+               f"linear_backward_flops({batch}, {d_in}, {d_out}) (default input_requires_grad=True)")
+
+
 @given(batch=st.integers(1, 512), dims=widths, input_requires_grad=st.booleans())
 def test_mlp_flops_match_counter(impl, batch, dims, input_requires_grad):
     forward, backward = _forward_backward(_mlp(dims), batch, dims[0], input_requires_grad)
     got = impl.flops.mlp_flops(batch, dims, input_requires_grad)
     call = f"mlp_flops({batch}, {dims}, input_requires_grad={input_requires_grad})"
+    _check_int(got.forward, forward, f"{call}.forward")
+    _check_int(got.backward, backward, f"{call}.backward")
+    _check_int(got.total, forward + backward, f"{call}.total")
+
+
+@given(batch=st.integers(1, 512), dims=widths)
+def test_mlp_flops_default_input_requires_grad(impl, batch, dims):
+    """Called without ``input_requires_grad``: the default is False (the first
+    layer computes only its weight's gradient)."""
+    forward, backward = _forward_backward(_mlp(dims), batch, dims[0], False)
+    got = impl.flops.mlp_flops(batch, dims)
+    call = f"mlp_flops({batch}, {dims}) (default input_requires_grad=False)"
     _check_int(got.forward, forward, f"{call}.forward")
     _check_int(got.backward, backward, f"{call}.backward")
     _check_int(got.total, forward + backward, f"{call}.total")
@@ -148,6 +169,17 @@ def test_training_days_is_flops_over_throughput(impl, n, t, devices, peak, utili
     )
 
 
+@given(n=st.floats(1e6, 1e12), t=st.floats(1e6, 1e13), devices=st.integers(1, 100_000), peak=st.floats(1e12, 1e16))
+def test_training_days_accepts_full_utilisation(impl, n, t, devices, peak):
+    """``mfu`` may be anything in (0, 1]: the closed end, 1 (every peak FLOP
+    spent on the model), is a valid utilisation, not an error."""
+    got = impl.flops.training_days(n, t, devices, peak, 1.0)
+    expected = 6 * n * t / (devices * peak) / 86400
+    assert math.isclose(got, expected, rel_tol=1e-9), (
+        f"training_days({n}, {t}, {devices}, {peak}, mfu=1.0): expected {expected}, got {got!r}"
+    )
+
+
 @pytest.mark.parametrize(
     ("function", "args", "error"),
     [
@@ -179,58 +211,6 @@ def test_bad_input_is_rejected(impl, function, args, error):
     with pytest.raises(error):
         result = getattr(impl.flops, function)(*args)
         pytest.fail(f"{function}{args} should raise {error.__name__}, returned {result!r}")
-
-
-# --------------------------------------------------------------------------- more inputs (issue 16)
-
-
-@given(batch=sizes, d_in=sizes, d_out=sizes)
-def test_linear_backward_flops_default_input_requires_grad(impl, batch, d_in, d_out):
-    """Called without ``input_requires_grad``: the default is True (the
-    gradient of the input is computed too, 4BDK)."""
-    _, backward = _forward_backward(_mlp([d_in, d_out]), batch, d_in, True)
-    _check_int(impl.flops.linear_backward_flops(batch, d_in, d_out), backward,
-               f"linear_backward_flops({batch}, {d_in}, {d_out}) (default input_requires_grad=True)")
-
-
-@given(batch=st.integers(1, 512), dims=widths)
-def test_mlp_flops_default_input_requires_grad(impl, batch, dims):
-    """Called without ``input_requires_grad``: the default is False (the first
-    layer computes only its weight's gradient)."""
-    forward, backward = _forward_backward(_mlp(dims), batch, dims[0], False)
-    got = impl.flops.mlp_flops(batch, dims)
-    call = f"mlp_flops({batch}, {dims}) (default input_requires_grad=False)"
-    _check_int(got.forward, forward, f"{call}.forward")
-    _check_int(got.backward, backward, f"{call}.backward")
-    _check_int(got.total, forward + backward, f"{call}.total")
-
-
-@given(
-    n=st.integers(0, 10**12), t=st.integers(0, 10**13), devices=st.integers(1, 100_000),
-    seconds=st.integers(1, 10**7), peak=st.integers(10**9, 10**16), utilisation=st.floats(0.01, 1.0),
-)
-def test_float_results_are_python_floats_even_for_int_arguments(impl, n, t, devices, seconds, peak, utilisation):
-    """``training_flops``, ``mfu`` and ``training_days`` promise a float:
-    exactly ``float`` (not an int, np.float64 or a 0-d tensor), also when
-    every argument is an int."""
-    for call, got in (
-        (f"training_flops({n}, {t})", impl.flops.training_flops(n, t)),
-        (f"mfu({n}, {seconds}, {peak})", impl.flops.mfu(n, seconds, peak)),
-        (f"training_days({n}, {t}, {devices}, {peak}, {utilisation})",
-         impl.flops.training_days(n, t, devices, peak, utilisation)),
-    ):
-        assert type(got) is float, f"{call} should return a float, got {type(got).__name__} {got!r}"
-
-
-@given(n=st.floats(1e6, 1e12), t=st.floats(1e6, 1e13), devices=st.integers(1, 100_000), peak=st.floats(1e12, 1e16))
-def test_training_days_accepts_full_utilisation(impl, n, t, devices, peak):
-    """``mfu`` may be anything in (0, 1]: the closed end, 1 (every peak FLOP
-    spent on the model), is a valid utilisation, not an error."""
-    got = impl.flops.training_days(n, t, devices, peak, 1.0)
-    expected = 6 * n * t / (devices * peak) / 86400
-    assert math.isclose(got, expected, rel_tol=1e-9), (
-        f"training_days({n}, {t}, {devices}, {peak}, mfu=1.0): expected {expected}, got {got!r}"
-    )
 
 
 @pytest.mark.parametrize("value", [-1e-9, -0.5, -1.0, -3e12], ids=str)
@@ -285,3 +265,20 @@ def test_bad_input_not_finite(impl, function, args):
     with pytest.raises(ValueError):
         result = getattr(impl.flops, function)(*args)
         pytest.fail(f"{function}{args} should raise ValueError (an argument is not finite), returned {result!r}")
+
+
+@given(
+    n=st.integers(0, 10**12), t=st.integers(0, 10**13), devices=st.integers(1, 100_000),
+    seconds=st.integers(1, 10**7), peak=st.integers(10**9, 10**16), utilisation=st.floats(0.01, 1.0),
+)
+def test_float_results_are_python_floats_even_for_int_arguments(impl, n, t, devices, seconds, peak, utilisation):
+    """``training_flops``, ``mfu`` and ``training_days`` promise a float:
+    exactly ``float`` (not an int, np.float64 or a 0-d tensor), also when
+    every argument is an int."""
+    for call, got in (
+        (f"training_flops({n}, {t})", impl.flops.training_flops(n, t)),
+        (f"mfu({n}, {seconds}, {peak})", impl.flops.mfu(n, seconds, peak)),
+        (f"training_days({n}, {t}, {devices}, {peak}, {utilisation})",
+         impl.flops.training_days(n, t, devices, peak, utilisation)),
+    ):
+        assert type(got) is float, f"{call} should return a float, got {type(got).__name__} {got!r}"

@@ -123,6 +123,50 @@ def test_training_memory_matches_a_real_step(impl, name, dims, dtype, batch):
     assert got.total == expected_total, f"total: expected {expected_total}, got {got.total!r}"
 
 
+@settings(max_examples=40)  # two real steps per example
+@given(
+    name=st.sampled_from(sorted(OPTIMIZERS)),
+    dims=st.lists(st.integers(1, 16), min_size=2, max_size=4),
+    param_dtype=st.sampled_from(PARAM_DTYPES),
+    activation_dtype=st.sampled_from(PARAM_DTYPES),
+    batch=st.integers(1, 4),
+)
+def test_training_memory_with_other_activation_dtype(impl, name, dims, param_dtype, activation_dtype, batch):
+    """Parameters, gradients and state follow ``param_dtype``; activations
+    follow ``activation_dtype`` (measured: a real step in each dtype)."""
+    params = _measure_step(name, dims, param_dtype, batch)
+    acts = _measure_step(name, dims, activation_dtype, batch)
+    got = impl.memory.training_memory(params["num_params"], acts["num_activations"], name,
+                                      param_dtype, activation_dtype)
+    measured = {"parameters": params["parameters"], "gradients": params["gradients"],
+                "optimizer_state": params["optimizer_state"], "activations": acts["activations"]}
+    call = (f"training_memory({params['num_params']}, {acts['num_activations']}, {name!r}, "
+            f"{param_dtype}, {activation_dtype})")
+    for field, want in measured.items():
+        v = getattr(got, field)
+        assert v == want and type(v) is int, f"{call}.{field}: measured {want} bytes, got {type(v).__name__} {v!r}"
+    assert got.total == sum(measured.values()) and type(got.total) is int, f"{call}.total: got {got.total!r}"
+
+
+@given(
+    name=st.sampled_from(sorted(OPTIMIZERS)),
+    n=st.integers(0, 10**9),
+    acts=st.integers(0, 10**9),
+    param_dtype=st.sampled_from(PARAM_DTYPES),
+)
+def test_training_memory_defaults_are_float32(impl, name, n, acts, param_dtype):
+    """Both dtypes default to float32, each on its own: leaving out
+    ``activation_dtype`` means float32 activations whatever ``param_dtype`` is."""
+    default = impl.memory.training_memory(n, acts, name)
+    explicit = impl.memory.training_memory(n, acts, name, torch.float32, torch.float32)
+    assert default == explicit, f"training_memory({n}, {acts}, {name!r}) should use float32 for both dtypes"
+    only_params = impl.memory.training_memory(n, acts, name, param_dtype)
+    assert only_params.activations == 4 * acts, (
+        f"training_memory({n}, {acts}, {name!r}, {param_dtype}).activations: activations default to float32 "
+        f"(4 bytes each): expected {4 * acts}, got {only_params.activations!r}"
+    )
+
+
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_optimizer_state_floats_matches_torch(impl, name):
     measured = _measure_step(name, [7, 5, 3], torch.float32, 2)
@@ -188,6 +232,16 @@ def test_max_trainable_parameters_of_floats_is_the_exact_floor(impl, memory, per
     )
 
 
+@given(memory=st.integers(2**53, 10**24), per=st.integers(1, 64))
+def test_max_trainable_parameters_is_exact_for_large_memories(impl, memory, per):
+    """The most parameters that fit, exactly, for any int memory: n with
+    n * per <= memory < (n + 1) * per (float division rounds beyond 2^53)."""
+    got = impl.memory.max_trainable_parameters(memory, per)
+    assert type(got) is int and got * per <= memory < (got + 1) * per, (
+        f"max_trainable_parameters({memory}, {per}) = {got!r}: the most that fit is {memory // per}"
+    )
+
+
 @pytest.mark.parametrize(
     ("function", "args", "error"),
     [
@@ -210,77 +264,6 @@ def test_bad_input_is_rejected(impl, function, args, error):
         getattr(impl.memory, function)(*args)
 
 
-def test_count_parameters_rejects_non_modules(impl):
-    with pytest.raises(TypeError):
-        impl.scenario(scenarios.count_parameters_of_non_module)
-
-
-# --------------------------------------------------------------------------- more inputs (issue 16)
-
-
-@settings(max_examples=40)  # two real steps per example
-@given(
-    name=st.sampled_from(sorted(OPTIMIZERS)),
-    dims=st.lists(st.integers(1, 16), min_size=2, max_size=4),
-    param_dtype=st.sampled_from(PARAM_DTYPES),
-    activation_dtype=st.sampled_from(PARAM_DTYPES),
-    batch=st.integers(1, 4),
-)
-def test_training_memory_with_other_activation_dtype(impl, name, dims, param_dtype, activation_dtype, batch):
-    """Parameters, gradients and state follow ``param_dtype``; activations
-    follow ``activation_dtype`` (measured: a real step in each dtype)."""
-    params = _measure_step(name, dims, param_dtype, batch)
-    acts = _measure_step(name, dims, activation_dtype, batch)
-    got = impl.memory.training_memory(params["num_params"], acts["num_activations"], name,
-                                      param_dtype, activation_dtype)
-    measured = {"parameters": params["parameters"], "gradients": params["gradients"],
-                "optimizer_state": params["optimizer_state"], "activations": acts["activations"]}
-    call = (f"training_memory({params['num_params']}, {acts['num_activations']}, {name!r}, "
-            f"{param_dtype}, {activation_dtype})")
-    for field, want in measured.items():
-        v = getattr(got, field)
-        assert v == want and type(v) is int, f"{call}.{field}: measured {want} bytes, got {type(v).__name__} {v!r}"
-    assert got.total == sum(measured.values()) and type(got.total) is int, f"{call}.total: got {got.total!r}"
-
-
-@given(
-    name=st.sampled_from(sorted(OPTIMIZERS)),
-    n=st.integers(0, 10**9),
-    acts=st.integers(0, 10**9),
-    param_dtype=st.sampled_from(PARAM_DTYPES),
-)
-def test_training_memory_defaults_are_float32(impl, name, n, acts, param_dtype):
-    """Both dtypes default to float32, each on its own: leaving out
-    ``activation_dtype`` means float32 activations whatever ``param_dtype`` is."""
-    default = impl.memory.training_memory(n, acts, name)
-    explicit = impl.memory.training_memory(n, acts, name, torch.float32, torch.float32)
-    assert default == explicit, f"training_memory({n}, {acts}, {name!r}) should use float32 for both dtypes"
-    only_params = impl.memory.training_memory(n, acts, name, param_dtype)
-    assert only_params.activations == 4 * acts, (
-        f"training_memory({n}, {acts}, {name!r}, {param_dtype}).activations: activations default to float32 "
-        f"(4 bytes each): expected {4 * acts}, got {only_params.activations!r}"
-    )
-
-
-@given(dims=widths, bias=st.booleans(), tie=st.booleans())
-def test_counts_are_python_ints(impl, dims, bias, tie):
-    got = impl.scenario(scenarios.count_parameters_of, dims, bias, tie)
-    assert type(got) is int, f"count_parameters should return an int, got {type(got).__name__} {got!r}"
-    for name in sorted(OPTIMIZERS):
-        v = impl.memory.optimizer_state_floats(name, got)
-        assert type(v) is int, f"optimizer_state_floats({name!r}, {got}) should be an int, got {type(v).__name__}"
-
-
-@given(memory=st.integers(2**53, 10**24), per=st.integers(1, 64))
-def test_max_trainable_parameters_is_exact_for_large_memories(impl, memory, per):
-    """The most parameters that fit, exactly, for any int memory: n with
-    n * per <= memory < (n + 1) * per (float division rounds beyond 2^53)."""
-    got = impl.memory.max_trainable_parameters(memory, per)
-    assert type(got) is int and got * per <= memory < (got + 1) * per, (
-        f"max_trainable_parameters({memory}, {per}) = {got!r}: the most that fit is {memory // per}"
-    )
-
-
 @pytest.mark.parametrize(
     "args",
     [(float("inf"), 16), (8e11, float("inf")), (float("nan"), 16), (8e11, float("nan")),
@@ -293,3 +276,17 @@ def test_bad_input_not_finite(impl, args):
     with pytest.raises(ValueError):
         result = impl.memory.max_trainable_parameters(*args)
         pytest.fail(f"max_trainable_parameters{args} should raise ValueError, returned {result!r}")
+
+
+def test_count_parameters_rejects_non_modules(impl):
+    with pytest.raises(TypeError):
+        impl.scenario(scenarios.count_parameters_of_non_module)
+
+
+@given(dims=widths, bias=st.booleans(), tie=st.booleans())
+def test_counts_are_python_ints(impl, dims, bias, tie):
+    got = impl.scenario(scenarios.count_parameters_of, dims, bias, tie)
+    assert type(got) is int, f"count_parameters should return an int, got {type(got).__name__} {got!r}"
+    for name in sorted(OPTIMIZERS):
+        v = impl.memory.optimizer_state_floats(name, got)
+        assert type(v) is int, f"optimizer_state_floats({name!r}, {got}) should be an int, got {type(v).__name__}"

@@ -148,6 +148,27 @@ def test_xavier_init_without_generator_uses_the_global_one(impl):
     assert not torch.equal(a, c), "xavier_init(16, 8) gave the same weights after torch.manual_seed(5) and (6)"
 
 
+@pytest.mark.parametrize("global_seed", [0, 5, 2**31 - 1])
+def test_xavier_init_without_generator_advances_the_global_one(impl, global_seed):
+    """The docstring: "else from torch's global generator, which each call
+    advances: two calls after one ``torch.manual_seed`` give different
+    weights". (A generator of its own seeded from ``torch.initial_seed()``
+    would give the same weights at every call.)"""
+    got = impl.scenario(scenarios.xavier_twice_from_global, 16, 8, global_seed)
+    first, second = got["weights"]
+    for i, w in enumerate((first, second)):
+        check_tensor(w, dtype=torch.float32, shape=(16, 8), what=f"xavier_init(16, 8) call {i + 1}")
+    assert not torch.equal(first, second), (
+        f"after torch.manual_seed({global_seed}), two calls of xavier_init(16, 8) without a generator gave the "
+        "same weights: expected different ones, drawn one after the other from torch's global generator"
+    )
+    for i in range(2):
+        assert not torch.equal(got["states"][i], got["states"][i + 1]), (
+            f"after torch.manual_seed({global_seed}), xavier_init(16, 8) call {i + 1} without a generator left "
+            "torch's global RNG state (torch.get_rng_state()) unchanged: expected it to draw from it, advancing it"
+        )
+
+
 # ------------------------------------------------------------------------ Linear
 
 
@@ -245,6 +266,30 @@ def test_cruncher_layers_draw_from_the_generator_in_order(impl):
         )
 
 
+@pytest.mark.parametrize(("dim", "num_layers"), [(8, 3), (1, 2)])
+def test_cruncher_layers_differ_without_a_generator(impl, dim, num_layers):
+    """The handout: "without one it draws from the global generator, which each
+    call advances: two calls after one ``torch.manual_seed`` give different
+    weights, and so do the layers of one ``Cruncher``"; the global state
+    advances."""
+    got = impl.scenario(scenarios.cruncher_from_global, dim, num_layers, 3)
+    names = [f"layers.{i}.weight" for i in range(num_layers)]
+    assert all(n in got["state"] for n in names), (
+        f"Cruncher({dim}, {num_layers}) state dict keys: expected {names} and final.weight, got {list(got['state'])}"
+    )
+    for i in range(num_layers):
+        for j in range(i + 1, num_layers):
+            assert not torch.equal(got["state"][names[i]], got["state"][names[j]]), (
+                f"Cruncher({dim}, {num_layers}) built after torch.manual_seed(3) without a generator: {names[i]} and "
+                f"{names[j]} are equal ({got['state'][names[i]].flatten()[:4].tolist()}...): expected different "
+                "draws, one after the other, from torch's global generator"
+            )
+    assert not torch.equal(got["before"], got["after"]), (
+        f"Cruncher({dim}, {num_layers}) without a generator left torch's global RNG state unchanged: expected its "
+        "layers to draw from torch's global generator"
+    )
+
+
 def test_cruncher_is_reproducible_after_seed_everything(impl):
     a = impl.scenario(scenarios.seeded_cruncher, 6, 2, 1234)
     b = impl.scenario(scenarios.seeded_cruncher, 6, 2, 1234)
@@ -269,6 +314,29 @@ def test_seed_everything_seeds_torch_numpy_and_random(impl, seed):
     assert torch.equal(got["torch"], expected["torch"]), f"{call} did not seed torch as torch.manual_seed does"
     assert np.array_equal(got["numpy"], expected["numpy"]), f"{call} did not seed NumPy as np.random.seed does"
     assert got["random"] == expected["random"], f"{call} did not seed random as random.seed does"
+
+
+@given(seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=10)
+def test_seed_everything_seeds_cuda_too(impl, seed):
+    """CPU stand-in for the GPU check below: ``seed_everything`` seeds torch on
+    every device, CUDA included (``torch.manual_seed`` does, through
+    ``torch.cuda.manual_seed_all``; here torch.cuda's seeding functions are
+    recorders, inside the scenario only)."""
+    got = impl.scenario(scenarios.cuda_seeds_after_seed_everything, seed)
+    assert seed in got, (
+        f"seed_everything({seed}) never seeded CUDA's generators (torch.cuda received {got}): "
+        "use torch.manual_seed, which seeds every device"
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="not run on a GPU: needs CUDA")
+def test_seed_everything_seeds_the_cuda_generator(impl):
+    got = impl.scenario(scenarios.seeded_cuda_draws, 1234)
+    torch.manual_seed(1234)
+    expected = torch.rand(8, device="cuda").cpu()
+    assert torch.equal(got, expected), "seed_everything(1234) did not seed the CUDA generator as torch.manual_seed does"
 
 
 # -------------------------------------------------------------------- bad input
@@ -305,74 +373,3 @@ def test_modules_reject_bad_input(impl, name, args, error):
 def test_seed_everything_rejects_bad_input(impl, seed, error):
     with pytest.raises(error):
         impl.model.seed_everything(seed)
-
-
-# -------------------------------------------------------------------- more inputs (issue 16)
-
-
-@given(seed=st.integers(0, 2**32 - 1))
-@settings(max_examples=10)
-def test_seed_everything_seeds_cuda_too(impl, seed):
-    """CPU stand-in for the GPU check below: ``seed_everything`` seeds torch on
-    every device, CUDA included (``torch.manual_seed`` does, through
-    ``torch.cuda.manual_seed_all``; here torch.cuda's seeding functions are
-    recorders, inside the scenario only)."""
-    got = impl.scenario(scenarios.cuda_seeds_after_seed_everything, seed)
-    assert seed in got, (
-        f"seed_everything({seed}) never seeded CUDA's generators (torch.cuda received {got}): "
-        "use torch.manual_seed, which seeds every device"
-    )
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="not run on a GPU: needs CUDA")
-def test_seed_everything_seeds_the_cuda_generator(impl):
-    got = impl.scenario(scenarios.seeded_cuda_draws, 1234)
-    torch.manual_seed(1234)
-    expected = torch.rand(8, device="cuda").cpu()
-    assert torch.equal(got, expected), "seed_everything(1234) did not seed the CUDA generator as torch.manual_seed does"
-
-
-@pytest.mark.parametrize("global_seed", [0, 5, 2**31 - 1])
-def test_xavier_init_without_generator_advances_the_global_one(impl, global_seed):
-    """The docstring: "else from torch's global generator, which each call
-    advances: two calls after one ``torch.manual_seed`` give different
-    weights". (A generator of its own seeded from ``torch.initial_seed()``
-    would give the same weights at every call.)"""
-    got = impl.scenario(scenarios.xavier_twice_from_global, 16, 8, global_seed)
-    first, second = got["weights"]
-    for i, w in enumerate((first, second)):
-        check_tensor(w, dtype=torch.float32, shape=(16, 8), what=f"xavier_init(16, 8) call {i + 1}")
-    assert not torch.equal(first, second), (
-        f"after torch.manual_seed({global_seed}), two calls of xavier_init(16, 8) without a generator gave the "
-        "same weights: expected different ones, drawn one after the other from torch's global generator"
-    )
-    for i in range(2):
-        assert not torch.equal(got["states"][i], got["states"][i + 1]), (
-            f"after torch.manual_seed({global_seed}), xavier_init(16, 8) call {i + 1} without a generator left "
-            "torch's global RNG state (torch.get_rng_state()) unchanged: expected it to draw from it, advancing it"
-        )
-
-
-@pytest.mark.parametrize(("dim", "num_layers"), [(8, 3), (1, 2)])
-def test_cruncher_layers_differ_without_a_generator(impl, dim, num_layers):
-    """The handout: "without one it draws from the global generator, which each
-    call advances: two calls after one ``torch.manual_seed`` give different
-    weights, and so do the layers of one ``Cruncher``"; the global state
-    advances."""
-    got = impl.scenario(scenarios.cruncher_from_global, dim, num_layers, 3)
-    names = [f"layers.{i}.weight" for i in range(num_layers)]
-    assert all(n in got["state"] for n in names), (
-        f"Cruncher({dim}, {num_layers}) state dict keys: expected {names} and final.weight, got {list(got['state'])}"
-    )
-    for i in range(num_layers):
-        for j in range(i + 1, num_layers):
-            assert not torch.equal(got["state"][names[i]], got["state"][names[j]]), (
-                f"Cruncher({dim}, {num_layers}) built after torch.manual_seed(3) without a generator: {names[i]} and "
-                f"{names[j]} are equal ({got['state'][names[i]].flatten()[:4].tolist()}...): expected different "
-                "draws, one after the other, from torch's global generator"
-            )
-    assert not torch.equal(got["before"], got["after"]), (
-        f"Cruncher({dim}, {num_layers}) without a generator left torch's global RNG state unchanged: expected its "
-        "layers to draw from torch's global generator"
-    )

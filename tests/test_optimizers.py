@@ -2,12 +2,11 @@
 
 Oracle: ``torch.optim`` (SGD, SGD with momentum, Adagrad, RMSprop, Adam, AdamW
 with default flags) driven through the same parameters, param groups and
-gradients, in the test itself; and the bytes its state measurably holds.
+gradients (tests/optimizer_oracle.py); and the bytes its state measurably holds.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -17,229 +16,20 @@ from hypothesis import strategies as st
 from torch import nn
 
 from tests import static
-from tests.scenarios import optimizers as scenarios
-from tests.strategies import (
-    HYPERPARAMETER_VALUES,
-    compute_dtypes,
-    hyperparameters,
-    make_tensor,
-    make_tensors,
-    seeds,
-    shapes,
+from tests.optimizer_oracle import (
+    EXTRA_HYPERPARAMETERS,
+    HYPERPARAMETERS,
+    NAMES,
+    TORCH,
+    TORCH_DEFAULTS,
+    Expected,
+    runs,
+    torch_state,
+    torch_trajectory,
 )
-from tests.tolerances import assert_close, assert_close_to_exact, check_tensor, eps, oracle_error
-
-NAMES = ("SGD", "SGDMomentum", "AdaGrad", "RMSProp", "Adam", "AdamW")
-
-#: the torch.optim class each optimizer must agree with
-TORCH: dict[str, type[torch.optim.Optimizer]] = {
-    "SGD": torch.optim.SGD,
-    "SGDMomentum": torch.optim.SGD,
-    "AdaGrad": torch.optim.Adagrad,
-    "RMSProp": torch.optim.RMSprop,
-    "Adam": torch.optim.Adam,
-    "AdamW": torch.optim.AdamW,
-}
-#: constructor defaults that differ from the torch.optim class's own
-TORCH_DEFAULTS: dict[str, dict[str, Any]] = {"SGDMomentum": {"momentum": 0.9}}
-
-#: the hyperparameters each optimizer takes (names as in torch.optim)
-HYPERPARAMETERS: dict[str, tuple[str, ...]] = {
-    "SGD": ("lr", "weight_decay"),
-    "SGDMomentum": ("lr", "momentum", "dampening", "weight_decay"),
-    "AdaGrad": ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps"),
-    "RMSProp": ("lr", "alpha", "eps", "weight_decay"),
-    "Adam": ("lr", "betas", "eps", "weight_decay"),
-    "AdamW": ("lr", "betas", "eps", "weight_decay"),
-}
-
-#: Per optimizer, the subsets of its hyperparameters a constructor may set, and
-#: a param group (torch.optim.Adagrad reads initial_accumulator_value from its
-#: constructor only, never from a group: groups do not override it here).
-_SUBSETS = {name: (st.frozensets(st.sampled_from(keys)),
-                   st.frozensets(st.sampled_from([k for k in keys if k != "initial_accumulator_value"])))
-            for name, keys in HYPERPARAMETERS.items()}
-
-_EXTRA_HYPERPARAMETERS = {
-    # SGDMomentum takes momentum in (0, 1): with 0 torch.optim.SGD keeps no buffer at all.
-    "momentum": st.sampled_from([0.5, 0.9]),
-    "dampening": st.sampled_from([0.0, 0.1, 0.5]),
-    "lr_decay": st.sampled_from([0.0, 0.01, 0.5]),
-    "initial_accumulator_value": st.sampled_from([0.0, 0.1, 1.0]),
-}
-
-
-# --------------------------------------------------------------------------- runs
-
-
-@st.composite
-def runs(
-    draw: st.DrawFn,
-    name: str,
-    *,
-    max_params: int = 3,
-    max_groups: int = 3,
-    min_steps: int = 1,
-    max_steps: int = 4,
-    max_side: int = 5,
-    dtypes: st.SearchStrategy[torch.dtype] = compute_dtypes,
-    none_grads: bool = True,
-    schedule: bool = False,
-    **overrides: st.SearchStrategy[Any],
-) -> dict[str, Any]:
-    """A run of optimizer ``name``: initial ``params``, ``groups`` (param indices
-    and the hyperparameters each group overrides), constructor ``defaults``, the
-    gradients of each step (some None when ``none_grads``), and with
-    ``schedule`` a learning rate per step and group (``lrs``)."""
-    values = {**HYPERPARAMETER_VALUES, **_EXTRA_HYPERPARAMETERS, **overrides}
-    subset, group_subset = _SUBSETS[name]
-
-    def some_hyperparameters(chosen: st.SearchStrategy[frozenset[str]]) -> dict[str, Any]:
-        # Which hyperparameters are set is drawn first, then only their values
-        # (from strategies built once): a run costs a few dozen draws, not hundreds.
-        return {k: draw(values[k]) for k in sorted(draw(chosen))}
-
-    dtype = draw(dtypes)
-    seed = draw(seeds)
-    n = draw(st.integers(1, max_params))
-    param_shapes = [draw(shapes(max_dims=3, max_side=max_side)) for _ in range(n)]
-
-    n_groups = draw(st.integers(1, min(n, max_groups)))
-    owner = list(range(n_groups)) + [draw(st.integers(0, n_groups - 1)) for _ in range(n - n_groups)]
-    groups = [([i for i in range(n) if owner[i] == g], some_hyperparameters(group_subset)) for g in range(n_groups)]
-    defaults = some_hyperparameters(subset)
-
-    steps = draw(st.integers(min_steps, max_steps))
-    scale = draw(st.sampled_from([1e-3, 1.0, 10.0]))
-    # The initial params, then every step's gradients, from one generator.
-    values_ = make_tensors(param_shapes * (1 + steps), dtype, seed)
-    params, grads = values_[:n], []
-    for k in range(steps):
-        # One draw per step: two bits per param, a gradient unless both are 0 (3 in 4).
-        mask = draw(st.integers(0, 4**n - 1)) if none_grads else 4**n - 1
-        grads.append([values_[n * (k + 1) + i] * scale if (mask >> 2 * i) & 3 else None for i in range(n)])
-    lrs = None
-    if schedule:
-        table = (1e-3, 1e-2, 0.1, 0.3)
-        # One draw per step: two bits per group pick its learning rate.
-        codes = [draw(st.integers(0, 4**n_groups - 1)) for _ in range(steps)]
-        lrs = [[table[(code >> 2 * g) & 3] for g in range(n_groups)] for code in codes]
-    return {"params": params, "groups": groups, "defaults": defaults, "grads": grads, "lrs": lrs}
-
-
-@dataclass(frozen=True)
-class Expected:
-    """What a run must produce, per step and param: the float64 ``exact`` values
-    of torch.optim on the same inputs, the distance of torch.optim's own runs in
-    the tested ``dtype`` from them (``error``), and the sizes of the values
-    involved (``magnitude``: |param| and |update| summed over the steps so far).
-    See tests/tolerances.py for the acceptance rule built on them."""
-
-    dtype: torch.dtype
-    exact: list[list[torch.Tensor]]
-    error: list[list[torch.Tensor]]
-    magnitude: list[list[torch.Tensor]]
-
-    def __len__(self) -> int:
-        return len(self.exact)
-
-
-def _torch_run(
-    name: str, params: list[torch.Tensor], groups: list[tuple[list[int], dict[str, Any]]],
-    defaults: dict[str, Any], grads: list[list[torch.Tensor | None]], lrs: list[list[float]] | None,
-    dtype: torch.dtype, foreach: bool, in_place: bool = False, jitter: float = 0.0, seed: int = 0,
-) -> list[list[torch.Tensor]]:
-    """torch.optim's run in ``dtype``; with ``jitter``, every param, gradient and
-    state tensor is multiplied by 1 +- ``jitter`` (a random sign per element,
-    from ``seed``) at every step, as if each had been rounded once more, and
-    the decay rates (betas, alpha, momentum) by 1 +- one float64 epsilon, as if
-    the per-step scalars built from them (``1 - beta2**t``: a cancellation
-    early in a run) had been computed another way in Python floats."""
-    ps = [nn.Parameter(p.to(dtype, copy=True)) for p in params]
-    opt = TORCH[name](
-        [{"params": [ps[i] for i in idx], **hp} for idx, hp in groups],
-        **{**TORCH_DEFAULTS.get(name, {}), **defaults, "foreach": foreach},
-    )
-    cast = [[None if g is None else g.to(dtype) for g in step] for step in grads]
-    if not jitter:
-        return scenarios.run_steps(opt, ps, cast, lrs, in_place=in_place)
-    gen = torch.Generator().manual_seed(seed)
-
-    def wiggle(t: torch.Tensor) -> None:
-        t.mul_(1 + jitter * (2 * torch.randint(0, 2, t.shape, generator=gen, dtype=t.dtype) - 1))
-
-    def nudge(rate: float) -> float:
-        return rate * (1 + eps(torch.float64) * (2 * int(torch.randint(0, 2, (), generator=gen)) - 1))
-
-    for group in opt.param_groups:
-        if "betas" in group:
-            group["betas"] = tuple(nudge(b) for b in group["betas"])
-        for key in ("alpha", "momentum"):
-            if key in group:
-                group[key] = nudge(group[key])
-
-    out = []
-    for k, step in enumerate(cast):
-        if lrs is not None:
-            for group, lr in zip(opt.param_groups, lrs[k], strict=True):
-                group["lr"] = lr
-        with torch.no_grad():
-            for p, g in zip(ps, step, strict=True):
-                p.grad = None if g is None else g.clone()
-                if g is not None:
-                    wiggle(p)
-                    wiggle(p.grad)
-        opt.step()
-        with torch.no_grad():
-            for p in ps:
-                for key, value in opt.state[p].items():
-                    if key != "step" and isinstance(value, torch.Tensor) and value.shape == p.shape:
-                        wiggle(value)
-        out.append([p.detach().clone() for p in ps])
-    return out
-
-
-#: Random-sign relative perturbations of JITTER_EPS machine epsilons of the
-#: tested dtype, one pass per seed: how much this run amplifies rounding (see
-#: torch_trajectory).
-JITTER_SEEDS = (0, 1)
-JITTER_EPS = 1.0
-
-
-def torch_trajectory(
-    name: str, params: list[torch.Tensor], groups: list[tuple[list[int], dict[str, Any]]],
-    defaults: dict[str, Any], grads: list[list[torch.Tensor | None]], lrs: list[list[float]] | None = None,
-    in_place: bool = False,
-) -> Expected:
-    """The oracle: the same run with torch.optim (default flags), in float64,
-    and two measures of how much rounding moves this run on these inputs: the
-    run in the params' dtype with both of torch's code paths (float32 for a
-    float64 run), and float64 runs in which every param, gradient and state
-    element is perturbed by one machine epsilon of the params' dtype at every
-    step (random signs). The perturbed runs follow the run's own conditioning:
-    where a step amplifies rounding (a decayed gradient that nearly cancels,
-    then divided by sqrt(v) = |g| with beta2 = 0), they move as far as any
-    correct formulation's roundings can, whether or not torch.optim's own run
-    happened to round luckily there (``in_place``: gradients written into one
-    ``.grad`` per param, see ``scenarios.run_steps``)."""
-    dtype = params[0].dtype
-    probe = torch.float32 if dtype == torch.float64 else dtype
-    exact = _torch_run(name, params, groups, defaults, grads, lrs, torch.float64, foreach=False, in_place=in_place)
-    runs = [_torch_run(name, params, groups, defaults, grads, lrs, probe, foreach=f, in_place=in_place)
-            for f in (False, True)]
-    jittered = [_torch_run(name, params, groups, defaults, grads, lrs, torch.float64, foreach=False,
-                           jitter=JITTER_EPS * eps(dtype), seed=seed) for seed in JITTER_SEEDS]
-    error = [[torch.maximum(oracle_error(e, [r[k][i] for r in runs], dtype),
-                            oracle_error(e, [j[k][i] for j in jittered], torch.float64))
-              for i, e in enumerate(step)]
-             for k, step in enumerate(exact)]
-    magnitude, total = [], [p.double().abs() for p in params]
-    before = [p.double() for p in params]
-    for step in exact:
-        total = [t + e.abs() + (e - b).abs() for t, e, b in zip(total, step, before, strict=True)]
-        magnitude.append(total)
-        before = step
-    return Expected(dtype, exact, error, magnitude)
+from tests.scenarios import optimizers as scenarios
+from tests.strategies import compute_dtypes, hyperparameters, make_tensor, seeds, shapes
+from tests.tolerances import assert_close, assert_close_to_exact, check_tensor
 
 
 def assert_same_trajectory(got: Any, expected: Expected | list[list[torch.Tensor]], name: str,
@@ -342,6 +132,110 @@ def test_momentum_buffer_starts_at_the_first_gradient(impl):
     assert_same_trajectory(got, expected, "SGDMomentum(momentum=0.9, dampening=0.5)")
 
 
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=10)
+@given(data=st.data())
+def test_large_parameters_match_torch(impl, name, data):
+    """Parameters of hundreds to a hundred thousand elements (as real layers
+    have; a group of several such is larger than any cache-sized chunk an
+    implementation may process at a time): the trajectory still equals torch.optim's."""
+    seed = data.draw(seeds, label="seed")
+    size = st.one_of(st.integers(300, 4096), st.integers(40_000, 150_000))
+    sizes = data.draw(st.lists(size, min_size=1, max_size=3), label="sizes")
+    dtype = data.draw(compute_dtypes, label="dtype")
+    params = [make_tensor((n,), dtype, seed + i).reshape(-1, 4) if n % 4 == 0 else make_tensor((n,), dtype, seed + i)
+              for i, n in enumerate(sizes)]
+    grads = [[make_tensor(tuple(p.shape), dtype, seed + 10 * (k + 1) + i) for i, p in enumerate(params)]
+             for k in range(data.draw(st.integers(1, 3), label="steps"))]
+    hp = data.draw(hyperparameters(**EXTRA_HYPERPARAMETERS).map(
+        lambda d: {k: d[k] for k in HYPERPARAMETERS[name]}))
+    groups = [(list(range(len(params))), {})]
+    expected = torch_trajectory(name, params, groups, hp, grads)
+    got = impl.scenario(scenarios.trajectory, name, params, groups, hp, grads)
+    assert_same_trajectory(got, expected, f"{name} with parameters of {sizes} elements")
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=25)
+@given(data=st.data())
+def test_trajectory_with_gradients_written_in_place_matches_torch(impl, name, data):
+    """Training loops reuse each ``.grad`` tensor (``zero_grad(set_to_none=False)``
+    then ``backward()`` write into it): the state must not alias the gradient,
+    so rewriting ``p.grad`` in place between steps leaves the run equal to
+    torch.optim's. No weight decay, so the update reads ``p.grad`` itself."""
+    run = data.draw(runs(name, min_steps=2, none_grads=False, weight_decay=st.just(0.0)))
+    args = (*_run_args(run), None)
+    expected = torch_trajectory(name, *args, in_place=True)
+    got = impl.scenario(scenarios.trajectory, name, *args, True)
+    assert_same_trajectory(got, expected, name + " (gradients written into the same .grad tensors)")
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=10)
+@given(data=st.data())
+def test_optimizer_built_from_a_generator_of_params(impl, name, data):
+    """``Opt(model.parameters())`` passes a generator, which can be read only
+    once: the optimizer still holds every param and steps like torch.optim."""
+    run = data.draw(runs(name, max_groups=1, none_grads=False))
+    one_group = [(list(range(len(run["params"]))), {})]
+    expected = torch_trajectory(name, run["params"], one_group, run["defaults"], run["grads"])
+    got = impl.scenario(scenarios.trajectory_from_a_generator, name, run["params"], run["defaults"], run["grads"])
+    assert_same_trajectory(got, expected, name + " (built from a generator of params)")
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=25)  # x 6 optimizers: keeps the grade run within the problem's time limit
+@given(data=st.data())
+def test_step_leaves_the_gradients_unchanged(impl, name, data):
+    """``step()`` reads ``p.grad`` and never writes it: weight decay and the
+    other terms go into a new tensor, so ``p.grad`` read back after the step is
+    the gradient that was set (as with torch.optim)."""
+    run = data.draw(runs(name))
+    # weight decay is where gradients get edited in place (grad.add_(p, alpha=wd))
+    run["defaults"] = {**run["defaults"], "weight_decay": data.draw(st.sampled_from([0.01, 0.1]), label="wd")}
+    got = impl.scenario(scenarios.grads_after_steps, name, *_run_args(run))
+    assert isinstance(got, list) and len(got) == len(run["grads"]), f"{name}: expected one entry per step"
+    for k, (got_step, given_step) in enumerate(zip(got, run["grads"], strict=True)):
+        for i, (g, e) in enumerate(zip(got_step, given_step, strict=True)):
+            if e is None:
+                assert g is None, f"{name}: param {i} had no gradient at step {k + 1}, it has one after the step"
+                continue
+            check_tensor(g, dtype=e.dtype, shape=tuple(e.shape), what=f"{name}: p.grad of param {i}")
+            assert torch.equal(g, e), (
+                f"{name}: p.grad of param {i} changed during step {k + 1} (max change {(g - e).abs().max():.3g}): "
+                "step() must not modify the gradients in place"
+            )
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=20)
+@given(data=st.data())
+def test_step_with_a_closure_returns_its_loss(impl, name, data):
+    """``step(closure)`` calls the closure (with gradients enabled), steps with
+    the gradients it computed and returns the closure's loss, as torch.optim does."""
+    seed, steps = data.draw(seeds, label="seed"), data.draw(st.integers(1, 3), label="steps")
+    param_shapes = data.draw(st.lists(shapes(min_dims=1, max_dims=2, max_side=4), min_size=1, max_size=2))
+    params = [make_tensor(s, torch.float64, seed + i) for i, s in enumerate(param_shapes)]
+    targets = [make_tensor(s, torch.float64, seed + 100 + i) for i, s in enumerate(param_shapes)]
+    hp = data.draw(hyperparameters(**EXTRA_HYPERPARAMETERS).map(
+        lambda d: {k: d[k] for k in HYPERPARAMETERS[name] if k in ("lr", "weight_decay")}))
+    got = impl.scenario(scenarios.steps_with_closure, name, params, targets, hp, steps)
+
+    ps = [nn.Parameter(p.clone()) for p in params]
+    opt = TORCH[name](ps, **{**TORCH_DEFAULTS.get(name, {}), **hp})
+    closure = scenarios.quadratic_closure(opt, ps, targets)
+    for k in range(steps):
+        expected = opt.step(closure)
+        value = got["returned"][k]
+        assert isinstance(value, torch.Tensor), (
+            f"{name}.step(closure) should return the closure's loss, got {type(value).__name__} {value!r:.80}"
+        )
+        assert_close(value, expected.detach(), what=f"{name}.step(closure) return value at step {k + 1}")
+        for i, p in enumerate(ps):
+            assert_close(got["params"][k][i], p.detach(), scale=k + 1,
+                         what=f"{name}: param {i} after step(closure) {k + 1}")
+
+
 # --------------------------------------------------------------------------- state
 
 
@@ -374,23 +268,12 @@ def test_checkpoint_after_two_steps_resumes_exactly(impl, name):
     assert_same_trajectory(got, expected, f"{name} resumed from a state_dict saved after step 2")
 
 
-def _torch_state(name: str, params: list[torch.Tensor], groups: list[tuple[list[int], dict[str, Any]]],
-                 grads: list[list[torch.Tensor]]) -> list[dict[str, Any]]:
-    ps = [nn.Parameter(p.clone()) for p in params]
-    opt = TORCH[name]([{"params": [ps[i] for i in idx], **hp} for idx, hp in groups], **TORCH_DEFAULTS.get(name, {}))
-    for step_grads in grads:
-        for p, g in zip(ps, step_grads, strict=True):
-            p.grad = g.clone()
-        opt.step()
-    return [dict(opt.state[p]) for p in ps]
-
-
 def state_bytes_mismatches(name: str, params: list[torch.Tensor], groups: list[tuple[list[int], dict[str, Any]]],
                            grads: list[list[torch.Tensor]], got: Any) -> list[str]:
     """How the state the implementation reported (``scenarios.state_after``)
     differs from torch.optim's after the same run: bytes of tensors shaped like
     each param, and their dtype (the param's)."""
-    torch_states = _torch_state(name, params, groups, grads)
+    torch_states = torch_state(name, params, groups, grads)
     if not isinstance(got, list) or len(got) != len(params):
         return [f"{name}: expected the state of {len(params)} params, got {got!r:.200}"]
     problems = []
@@ -497,6 +380,40 @@ def test_bad_group_hyperparameters_are_rejected(impl, name, hp, error, argument)
         impl.scenario(scenarios.construct, name, {}, hp)
 
 
+#: per hyperparameter, values outside the range the docstring states (ValueError)
+OUT_OF_RANGE: dict[str, tuple[Any, ...]] = {
+    "lr": (-1e-3,),
+    "weight_decay": (-1e-4,),
+    "eps": (0.0, -1e-8),
+    "betas": ((1.0, 0.999), (0.9, -0.1)),
+    "alpha": (1.0, -0.1),
+    "momentum": (0.0, 1.0, -0.5),
+    "dampening": (-0.1, 1.1),
+    "lr_decay": (-1e-3,),
+    "initial_accumulator_value": (-0.1,),
+}
+
+
+EVERY_BAD_VALUE = [(name, hp, v) for name in NAMES for hp in HYPERPARAMETERS[name] for v in OUT_OF_RANGE[hp]]
+
+
+@pytest.mark.parametrize(("name", "hp", "value"), EVERY_BAD_VALUE,
+                         ids=[f"{n}-{h}={v!r}" for n, h, v in EVERY_BAD_VALUE])
+def test_bad_values_of_every_optimizers_hyperparameters_are_rejected(impl, name, hp, value):
+    """Every optimizer checks every hyperparameter it takes against the ranges
+    the docstring states (lr < 0, weight_decay < 0, eps <= 0, betas / alpha
+    outside [0, 1), momentum outside (0, 1), dampening outside [0, 1],
+    lr_decay < 0, initial_accumulator_value < 0): a ValueError naming it, from
+    the constructor and from a param group."""
+    with pytest.raises(ValueError, match=hp):
+        impl.scenario(scenarios.construct, name, {hp: value})
+        pytest.fail(f"{name}({hp}={value!r}) should raise ValueError naming {hp}")
+    if hp != "initial_accumulator_value":  # read from the constructor only, as torch.optim.Adagrad does
+        with pytest.raises(ValueError, match=hp):
+            impl.scenario(scenarios.construct, name, {}, {hp: value})
+            pytest.fail(f"{name} with a param group's {hp}={value!r} should raise ValueError naming {hp}")
+
+
 #: hyperparameters at the closed ends of their stated ranges: valid, so accepted
 EDGE_HYPERPARAMETERS = [
     *[(name, {"lr": 0.0, "weight_decay": 0.0}) for name in NAMES],  # every optimizer takes lr = 0
@@ -517,142 +434,3 @@ def test_hyperparameters_at_the_ends_of_their_ranges_are_accepted(impl, name, hp
     built with them, as its defaults or as a group's own, raises nothing."""
     impl.scenario(scenarios.construct, name, hp)
     impl.scenario(scenarios.construct, name, {}, hp)
-
-
-# --------------------------------------------------------------------------- more inputs (issue 16)
-
-
-@pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=25)  # x 6 optimizers: keeps the grade run within the problem's time limit
-@given(data=st.data())
-def test_step_leaves_the_gradients_unchanged(impl, name, data):
-    """``step()`` reads ``p.grad`` and never writes it: weight decay and the
-    other terms go into a new tensor, so ``p.grad`` read back after the step is
-    the gradient that was set (as with torch.optim)."""
-    run = data.draw(runs(name))
-    # weight decay is where gradients get edited in place (grad.add_(p, alpha=wd))
-    run["defaults"] = {**run["defaults"], "weight_decay": data.draw(st.sampled_from([0.01, 0.1]), label="wd")}
-    got = impl.scenario(scenarios.grads_after_steps, name, *_run_args(run))
-    assert isinstance(got, list) and len(got) == len(run["grads"]), f"{name}: expected one entry per step"
-    for k, (got_step, given_step) in enumerate(zip(got, run["grads"], strict=True)):
-        for i, (g, e) in enumerate(zip(got_step, given_step, strict=True)):
-            if e is None:
-                assert g is None, f"{name}: param {i} had no gradient at step {k + 1}, it has one after the step"
-                continue
-            check_tensor(g, dtype=e.dtype, shape=tuple(e.shape), what=f"{name}: p.grad of param {i}")
-            assert torch.equal(g, e), (
-                f"{name}: p.grad of param {i} changed during step {k + 1} (max change {(g - e).abs().max():.3g}): "
-                "step() must not modify the gradients in place"
-            )
-
-
-@pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=20)
-@given(data=st.data())
-def test_step_with_a_closure_returns_its_loss(impl, name, data):
-    """``step(closure)`` calls the closure (with gradients enabled), steps with
-    the gradients it computed and returns the closure's loss, as torch.optim does."""
-    seed, steps = data.draw(seeds, label="seed"), data.draw(st.integers(1, 3), label="steps")
-    param_shapes = data.draw(st.lists(shapes(min_dims=1, max_dims=2, max_side=4), min_size=1, max_size=2))
-    params = [make_tensor(s, torch.float64, seed + i) for i, s in enumerate(param_shapes)]
-    targets = [make_tensor(s, torch.float64, seed + 100 + i) for i, s in enumerate(param_shapes)]
-    hp = data.draw(hyperparameters(**_EXTRA_HYPERPARAMETERS).map(
-        lambda d: {k: d[k] for k in HYPERPARAMETERS[name] if k in ("lr", "weight_decay")}))
-    got = impl.scenario(scenarios.steps_with_closure, name, params, targets, hp, steps)
-
-    ps = [nn.Parameter(p.clone()) for p in params]
-    opt = TORCH[name](ps, **{**TORCH_DEFAULTS.get(name, {}), **hp})
-    closure = scenarios.quadratic_closure(opt, ps, targets)
-    for k in range(steps):
-        expected = opt.step(closure)
-        value = got["returned"][k]
-        assert isinstance(value, torch.Tensor), (
-            f"{name}.step(closure) should return the closure's loss, got {type(value).__name__} {value!r:.80}"
-        )
-        assert_close(value, expected.detach(), what=f"{name}.step(closure) return value at step {k + 1}")
-        for i, p in enumerate(ps):
-            assert_close(got["params"][k][i], p.detach(), scale=k + 1,
-                         what=f"{name}: param {i} after step(closure) {k + 1}")
-
-
-@pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=10)
-@given(data=st.data())
-def test_large_parameters_match_torch(impl, name, data):
-    """Parameters of hundreds to a hundred thousand elements (as real layers
-    have; a group of several such is larger than any cache-sized chunk an
-    implementation may process at a time): the trajectory still equals torch.optim's."""
-    seed = data.draw(seeds, label="seed")
-    size = st.one_of(st.integers(300, 4096), st.integers(40_000, 150_000))
-    sizes = data.draw(st.lists(size, min_size=1, max_size=3), label="sizes")
-    dtype = data.draw(compute_dtypes, label="dtype")
-    params = [make_tensor((n,), dtype, seed + i).reshape(-1, 4) if n % 4 == 0 else make_tensor((n,), dtype, seed + i)
-              for i, n in enumerate(sizes)]
-    grads = [[make_tensor(tuple(p.shape), dtype, seed + 10 * (k + 1) + i) for i, p in enumerate(params)]
-             for k in range(data.draw(st.integers(1, 3), label="steps"))]
-    hp = data.draw(hyperparameters(**_EXTRA_HYPERPARAMETERS).map(
-        lambda d: {k: d[k] for k in HYPERPARAMETERS[name]}))
-    groups = [(list(range(len(params))), {})]
-    expected = torch_trajectory(name, params, groups, hp, grads)
-    got = impl.scenario(scenarios.trajectory, name, params, groups, hp, grads)
-    assert_same_trajectory(got, expected, f"{name} with parameters of {sizes} elements")
-
-
-@pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=25)
-@given(data=st.data())
-def test_trajectory_with_gradients_written_in_place_matches_torch(impl, name, data):
-    """Training loops reuse each ``.grad`` tensor (``zero_grad(set_to_none=False)``
-    then ``backward()`` write into it): the state must not alias the gradient,
-    so rewriting ``p.grad`` in place between steps leaves the run equal to
-    torch.optim's. No weight decay, so the update reads ``p.grad`` itself."""
-    run = data.draw(runs(name, min_steps=2, none_grads=False, weight_decay=st.just(0.0)))
-    args = (*_run_args(run), None)
-    expected = torch_trajectory(name, *args, in_place=True)
-    got = impl.scenario(scenarios.trajectory, name, *args, True)
-    assert_same_trajectory(got, expected, name + " (gradients written into the same .grad tensors)")
-
-
-@pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=10)
-@given(data=st.data())
-def test_optimizer_built_from_a_generator_of_params(impl, name, data):
-    """``Opt(model.parameters())`` passes a generator, which can be read only
-    once: the optimizer still holds every param and steps like torch.optim."""
-    run = data.draw(runs(name, max_groups=1, none_grads=False))
-    one_group = [(list(range(len(run["params"]))), {})]
-    expected = torch_trajectory(name, run["params"], one_group, run["defaults"], run["grads"])
-    got = impl.scenario(scenarios.trajectory_from_a_generator, name, run["params"], run["defaults"], run["grads"])
-    assert_same_trajectory(got, expected, name + " (built from a generator of params)")
-
-
-#: per hyperparameter, values outside the range the docstring states (ValueError)
-OUT_OF_RANGE: dict[str, tuple[Any, ...]] = {
-    "lr": (-1e-3,),
-    "weight_decay": (-1e-4,),
-    "eps": (0.0, -1e-8),
-    "betas": ((1.0, 0.999), (0.9, -0.1)),
-    "alpha": (1.0, -0.1),
-    "momentum": (0.0, 1.0, -0.5),
-    "dampening": (-0.1, 1.1),
-    "lr_decay": (-1e-3,),
-    "initial_accumulator_value": (-0.1,),
-}
-EVERY_BAD_VALUE = [(name, hp, v) for name in NAMES for hp in HYPERPARAMETERS[name] for v in OUT_OF_RANGE[hp]]
-
-
-@pytest.mark.parametrize(("name", "hp", "value"), EVERY_BAD_VALUE,
-                         ids=[f"{n}-{h}={v!r}" for n, h, v in EVERY_BAD_VALUE])
-def test_bad_values_of_every_optimizers_hyperparameters_are_rejected(impl, name, hp, value):
-    """Every optimizer checks every hyperparameter it takes against the ranges
-    the docstring states (lr < 0, weight_decay < 0, eps <= 0, betas / alpha
-    outside [0, 1), momentum outside (0, 1), dampening outside [0, 1],
-    lr_decay < 0, initial_accumulator_value < 0): a ValueError naming it, from
-    the constructor and from a param group."""
-    with pytest.raises(ValueError, match=hp):
-        impl.scenario(scenarios.construct, name, {hp: value})
-        pytest.fail(f"{name}({hp}={value!r}) should raise ValueError naming {hp}")
-    if hp != "initial_accumulator_value":  # read from the constructor only, as torch.optim.Adagrad does
-        with pytest.raises(ValueError, match=hp):
-            impl.scenario(scenarios.construct, name, {}, {hp: value})
-            pytest.fail(f"{name} with a param group's {hp}={value!r} should raise ValueError naming {hp}")

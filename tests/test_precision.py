@@ -98,54 +98,6 @@ def test_underflows_of_zero_is_false(impl, zero, dtype):
     assert got is False, f"underflows({zero!r}, {dtype}): expected False (zero is not lost), got {got!r}"
 
 
-@given(value=finite32, dtype=st.sampled_from(FORMATS))
-@example(value=70000.0, dtype=torch.float16)
-@example(value=70000.0, dtype=torch.bfloat16)
-@example(value=65520.0, dtype=torch.float16)  # the tie above max rounds to inf
-@example(value=464.0, dtype=torch.float8_e4m3fn)  # the tie stays at 448 (even)
-@example(value=465.0, dtype=torch.float8_e4m3fn)
-@example(value=61440.0, dtype=torch.float8_e5m2)
-def test_overflows_matches_cast(impl, value, dtype):
-    expected = _oracle_overflows(value, dtype)
-    got = impl.precision.overflows(value, dtype)
-    assert got is expected, f"overflows({value!r}, {dtype}): expected {expected}, got {got!r}"
-
-
-def test_worked_examples(impl):
-    assert impl.precision.underflows(1e-8, torch.float16) is True
-    assert impl.precision.underflows(1e-8, torch.bfloat16) is False
-    assert impl.precision.overflows(70000.0, torch.float16) is True
-    assert impl.precision.overflows(70000.0, torch.bfloat16) is False
-
-
-@pytest.mark.parametrize(
-    ("function", "args", "error"),
-    [
-        ("bytes_per_element", ("float32",), TypeError),
-        ("bytes_per_element", (torch.complex64,), ValueError),
-        ("tensor_bytes", ((2, -1), torch.float32), ValueError),
-        ("tensor_bytes", ((2, 1.5), torch.float32), TypeError),
-        ("tensor_bytes", ((2, 3), "float32"), TypeError),
-        ("float_format", (torch.int32,), ValueError),
-        ("float_format", (4,), TypeError),
-        ("underflows", (float("nan"), torch.float16), ValueError),
-        ("underflows", ("1e-8", torch.float16), TypeError),
-        ("underflows", (True, torch.float16), TypeError),  # a bool is not a number here (handout)
-        ("overflows", (False, torch.float16), TypeError),
-        ("tensor_bytes", ((2, True), torch.float32), TypeError),
-        ("overflows", (float("inf"), torch.float16), ValueError),
-        ("overflows", (1.0, torch.int8), ValueError),
-    ],
-    ids=lambda v: v if isinstance(v, str) else None,
-)
-def test_bad_input_is_rejected(impl, function, args, error):
-    with pytest.raises(error):
-        getattr(impl.precision, function)(*args)
-
-
-# --------------------------------------------------------------------------- more inputs (issue 16)
-
-
 def _smallest_subnormal(dtype: torch.dtype) -> float:
     info = torch.finfo(dtype)
     return info.smallest_normal * info.eps  # 2^(emin - mantissa_bits)
@@ -178,26 +130,17 @@ def test_underflows_between_the_subnormals_and_the_smallest_normal(impl, case):
     )
 
 
-@given(shape=shapes(max_dims=4, min_side=0, max_side=9), dtype=dtypes)
-def test_results_have_the_promised_python_types(impl, shape, dtype):
-    """``int`` where an int is promised (not np.int64, a float or a 0-d
-    tensor), ``float`` for the formats' real-valued fields, ``bool`` for the
-    predicates: results are exactly of these types."""
-    got = impl.precision.tensor_bytes(shape, dtype)
-    assert type(got) is int, f"tensor_bytes({shape}, {dtype}) should be an int, got {type(got).__name__} {got!r}"
-    got = impl.precision.bytes_per_element(dtype)
-    assert type(got) is int, f"bytes_per_element({dtype}) should be an int, got {type(got).__name__}"
-    if dtype in FORMATS:
-        fmt = impl.precision.float_format(dtype)
-        for field in ("bits", "exponent_bits", "mantissa_bits"):
-            v = getattr(fmt, field)
-            assert type(v) is int, f"float_format({dtype}).{field} should be an int, got {type(v).__name__} {v!r}"
-        for field in ("max", "smallest_normal", "eps"):
-            v = getattr(fmt, field)
-            assert type(v) is float, f"float_format({dtype}).{field} should be a float, got {type(v).__name__} {v!r}"
-        for fn in ("underflows", "overflows"):
-            v = getattr(impl.precision, fn)(1.0, dtype)
-            assert type(v) is bool, f"{fn}(1.0, {dtype}) should be a bool, got {type(v).__name__} {v!r}"
+@given(value=finite32, dtype=st.sampled_from(FORMATS))
+@example(value=70000.0, dtype=torch.float16)
+@example(value=70000.0, dtype=torch.bfloat16)
+@example(value=65520.0, dtype=torch.float16)  # the tie above max rounds to inf
+@example(value=464.0, dtype=torch.float8_e4m3fn)  # the tie stays at 448 (even)
+@example(value=465.0, dtype=torch.float8_e4m3fn)
+@example(value=61440.0, dtype=torch.float8_e5m2)
+def test_overflows_matches_cast(impl, value, dtype):
+    expected = _oracle_overflows(value, dtype)
+    got = impl.precision.overflows(value, dtype)
+    assert got is expected, f"overflows({value!r}, {dtype}): expected {expected}, got {got!r}"
 
 
 @st.composite
@@ -225,6 +168,13 @@ def test_overflows_near_the_largest_value(impl, case):
         f"overflows({value!r}, {dtype}): a real cast gives {_cast(value, dtype)!r} (max {torch.finfo(dtype).max!r}), "
         f"so expected {expected}, got {got!r}"
     )
+
+
+def test_worked_examples(impl):
+    assert impl.precision.underflows(1e-8, torch.float16) is True
+    assert impl.precision.underflows(1e-8, torch.bfloat16) is False
+    assert impl.precision.overflows(70000.0, torch.float16) is True
+    assert impl.precision.overflows(70000.0, torch.bfloat16) is False
 
 
 # --------------------------------------------------------------------------- float64 values, rounded once
@@ -374,3 +324,53 @@ def test_underflows_and_overflows_of_any_float64_value(impl, value, dtype):
     the handout's thresholds applied to the exact value."""
     _check_rounded_once(impl, "underflows", value, dtype)
     _check_rounded_once(impl, "overflows", value, dtype)
+
+
+# --------------------------------------------------------------------------- bad input, result types
+
+
+@pytest.mark.parametrize(
+    ("function", "args", "error"),
+    [
+        ("bytes_per_element", ("float32",), TypeError),
+        ("bytes_per_element", (torch.complex64,), ValueError),
+        ("tensor_bytes", ((2, -1), torch.float32), ValueError),
+        ("tensor_bytes", ((2, 1.5), torch.float32), TypeError),
+        ("tensor_bytes", ((2, 3), "float32"), TypeError),
+        ("float_format", (torch.int32,), ValueError),
+        ("float_format", (4,), TypeError),
+        ("underflows", (float("nan"), torch.float16), ValueError),
+        ("underflows", ("1e-8", torch.float16), TypeError),
+        ("underflows", (True, torch.float16), TypeError),  # a bool is not a number here (handout)
+        ("overflows", (False, torch.float16), TypeError),
+        ("tensor_bytes", ((2, True), torch.float32), TypeError),
+        ("overflows", (float("inf"), torch.float16), ValueError),
+        ("overflows", (1.0, torch.int8), ValueError),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_bad_input_is_rejected(impl, function, args, error):
+    with pytest.raises(error):
+        getattr(impl.precision, function)(*args)
+
+
+@given(shape=shapes(max_dims=4, min_side=0, max_side=9), dtype=dtypes)
+def test_results_have_the_promised_python_types(impl, shape, dtype):
+    """``int`` where an int is promised (not np.int64, a float or a 0-d
+    tensor), ``float`` for the formats' real-valued fields, ``bool`` for the
+    predicates: results are exactly of these types."""
+    got = impl.precision.tensor_bytes(shape, dtype)
+    assert type(got) is int, f"tensor_bytes({shape}, {dtype}) should be an int, got {type(got).__name__} {got!r}"
+    got = impl.precision.bytes_per_element(dtype)
+    assert type(got) is int, f"bytes_per_element({dtype}) should be an int, got {type(got).__name__}"
+    if dtype in FORMATS:
+        fmt = impl.precision.float_format(dtype)
+        for field in ("bits", "exponent_bits", "mantissa_bits"):
+            v = getattr(fmt, field)
+            assert type(v) is int, f"float_format({dtype}).{field} should be an int, got {type(v).__name__} {v!r}"
+        for field in ("max", "smallest_normal", "eps"):
+            v = getattr(fmt, field)
+            assert type(v) is float, f"float_format({dtype}).{field} should be a float, got {type(v).__name__} {v!r}"
+        for fn in ("underflows", "overflows"):
+            v = getattr(impl.precision, fn)(1.0, dtype)
+            assert type(v) is bool, f"{fn}(1.0, {dtype}) should be a bool, got {type(v).__name__} {v!r}"

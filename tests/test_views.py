@@ -57,6 +57,16 @@ def test_storage_index_worked_example(impl):
     assert impl.views.storage_index((1, 2), (4, 1), 3) == 9
 
 
+@given(views())
+def test_storage_index_without_offset_starts_at_zero(impl, case):
+    """``storage_offset`` defaults to 0: the index of an element relative to
+    the start of the view's own storage offset."""
+    t, index = case
+    expected = sum(i * s for i, s in zip(index, t.stride(), strict=True))
+    got = impl.views.storage_index(index, t.stride())
+    assert got == expected, f"storage_index({index}, {t.stride()}) without an offset: expected {expected}, got {got!r}"
+
+
 @given(
     shape=shapes(max_dims=4, min_side=0, max_side=4),
     data=st.data(),
@@ -134,6 +144,27 @@ def test_same_storage_of_empty_tensors(impl):
     assert type(got) is bool, f"same_storage of two empty tensors should be a bool, got {type(got).__name__}"
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+                                   torch.uint8, torch.bool], ids=str)
+def test_same_storage_of_views_of_any_dtype(impl, dtype):
+    """The docstring: "Whether ``a`` and ``b`` are views of the same storage,
+    e.g. ``x`` and ``x[1]``, for tensors of any dtype"; the handout: "a storage
+    offset counts elements, and an element's size in bytes depends on the
+    dtype". Every pair of these views, of one tensor or of two equal ones."""
+    base = (torch.arange(24) % 7).reshape(4, 6).to(dtype)
+    other = base.clone()  # equal values, another storage
+    for a_name, make_a in VIEWS.items():
+        for b_name, make_b in VIEWS.items():
+            for shared in (True, False):
+                a, b = make_a(base), make_b(base if shared else other)
+                got = impl.views.same_storage(a, b)
+                assert got is shared, (
+                    f"same_storage({a_name}, {b_name} of {'the same' if shared else 'another'} {dtype} tensor x "
+                    f"of shape (4, 6); storage offsets {a.storage_offset()} and {b.storage_offset()}, "
+                    f"{a.element_size()} bytes per element): expected {shared}, got {got!r}"
+                )
+
+
 @pytest.mark.parametrize(
     ("function", "args", "error"),
     [
@@ -151,9 +182,6 @@ def test_same_storage_of_empty_tensors(impl):
 def test_bad_input_is_rejected(impl, function, args, error):
     with pytest.raises(error):
         getattr(impl.views, function)(*args)
-
-
-# --------------------------------------------------------------------------- more inputs (issue 16)
 
 
 @given(shape=shapes(max_dims=5, min_side=0), data=st.data())
@@ -174,34 +202,3 @@ def test_results_have_the_promised_python_types(impl, shape, data):
     x = torch.arange(12.0).reshape(3, 4)
     got = impl.views.same_storage(x, x[1:])
     assert type(got) is bool, f"same_storage should be a bool, got {type(got).__name__} {got!r}"
-
-
-@given(views())
-def test_storage_index_without_offset_starts_at_zero(impl, case):
-    """``storage_offset`` defaults to 0: the index of an element relative to
-    the start of the view's own storage offset."""
-    t, index = case
-    expected = sum(i * s for i, s in zip(index, t.stride(), strict=True))
-    got = impl.views.storage_index(index, t.stride())
-    assert got == expected, f"storage_index({index}, {t.stride()}) without an offset: expected {expected}, got {got!r}"
-
-
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
-                                   torch.uint8, torch.bool], ids=str)
-def test_same_storage_of_views_of_any_dtype(impl, dtype):
-    """The docstring: "Whether ``a`` and ``b`` are views of the same storage,
-    e.g. ``x`` and ``x[1]``, for tensors of any dtype"; the handout: "a storage
-    offset counts elements, and an element's size in bytes depends on the
-    dtype". Every pair of these views, of one tensor or of two equal ones."""
-    base = (torch.arange(24) % 7).reshape(4, 6).to(dtype)
-    other = base.clone()  # equal values, another storage
-    for a_name, make_a in VIEWS.items():
-        for b_name, make_b in VIEWS.items():
-            for shared in (True, False):
-                a, b = make_a(base), make_b(base if shared else other)
-                got = impl.views.same_storage(a, b)
-                assert got is shared, (
-                    f"same_storage({a_name}, {b_name} of {'the same' if shared else 'another'} {dtype} tensor x "
-                    f"of shape (4, 6); storage offsets {a.storage_offset()} and {b.storage_offset()}, "
-                    f"{a.element_size()} bytes per element): expected {shared}, got {got!r}"
-                )

@@ -95,7 +95,7 @@ def assert_close(
 #   ``foreach=False`` and ``foreach=True`` code paths) land from ``exact``,
 #   elementwise, the largest over those runs, and how far float64 runs land
 #   whose every value is perturbed by about one rounding of the tested dtype
-#   at every step (tests/test_optimizers.py's ``torch_trajectory``: random
+#   at every step (tests/optimizer_oracle.py's ``torch_trajectory``: random
 #   signs, so the perturbed runs follow this run's own conditioning, whether
 #   or not the oracle's run happened to round luckily). Ill-conditioned inputs
 #   make this large by themselves, on exactly the elements they affect. For a

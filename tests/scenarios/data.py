@@ -64,7 +64,8 @@ def load_written(modules: Any, raw: bytes, dtype_name: str | None) -> Any:
         path = os.path.join(d, "tokens.bin")
         with open(path, "wb") as f:
             f.write(raw)
-        mm = modules.data.load_tokens(path) if dtype_name is None else modules.data.load_tokens(path, _np_type(dtype_name))
+        mm = (modules.data.load_tokens(path) if dtype_name is None
+              else modules.data.load_tokens(path, _np_type(dtype_name)))
         out = {
             "is_memmap": isinstance(mm, np.memmap),
             "type": type(mm).__name__,
@@ -106,7 +107,8 @@ def sample_file(modules: Any, path: str, batch_size: int, context_length: int, s
     the file itself (see ``Impl.measured_scenario``)."""
     mm = np.memmap(path, dtype=np.uint16, mode="r")
     try:
-        return modules.data.get_batch(mm, batch_size, context_length, "cpu", generator=torch.Generator().manual_seed(seed))
+        generator = torch.Generator().manual_seed(seed)
+        return modules.data.get_batch(mm, batch_size, context_length, "cpu", generator=generator)
     finally:
         del mm
 

@@ -83,6 +83,53 @@ def trajectory_from_a_generator(
     return run_steps(opt, ps, grads_per_step, None)
 
 
+def grads_after_steps(
+    modules: Any, name: str, params: list[torch.Tensor], groups: Groups, defaults: dict[str, Any],
+    grads_per_step: Grads,
+) -> list[list[torch.Tensor | None]]:
+    """Like :func:`trajectory`, but report each param's ``.grad`` as read back
+    after each step (what a gradient-norm logger or clipping would see)."""
+    ps = _parameters(params)
+    opt = build(modules, name, ps, groups, defaults)
+    out: list[list[torch.Tensor | None]] = []
+    for grads in grads_per_step:
+        for p, g in zip(ps, grads, strict=True):
+            p.grad = None if g is None else g.clone()
+        opt.step()
+        out.append([None if p.grad is None else p.grad.detach().clone() for p in ps])
+    return out
+
+
+def quadratic_closure(opt: Any, ps: list[torch.Tensor], targets: list[torch.Tensor]) -> Any:
+    """The closure torch.optim's docs describe: zero the grads, compute the loss
+    ``sum((p - target)^2)``, backward, return the loss."""
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = sum(((p - t) ** 2).sum() for p, t in zip(ps, targets, strict=True))
+        loss.backward()
+        return loss
+
+    return closure
+
+
+def steps_with_closure(
+    modules: Any, name: str, params: list[torch.Tensor], targets: list[torch.Tensor], defaults: dict[str, Any],
+    steps: int,
+) -> Any:
+    """``step(closure)`` ``steps`` times; report what each call returned (a
+    tensor or None) and the parameters after each step."""
+    ps = _parameters(params)
+    opt = build(modules, name, ps, [(list(range(len(ps))), {})], defaults)
+    closure = quadratic_closure(opt, ps, targets)
+    returned, after = [], []
+    for _ in range(steps):
+        value = opt.step(closure)
+        returned.append(value.detach().clone() if isinstance(value, torch.Tensor) else value)
+        after.append([p.detach().clone() for p in ps])
+    return {"returned": returned, "params": after}
+
+
 def resumed_trajectory(
     modules: Any, name: str, params: list[torch.Tensor], groups: Groups, defaults: dict[str, Any],
     grads_per_step: Grads, split: int, lrs: list[list[float]] | None = None,
@@ -135,53 +182,3 @@ def construct(modules: Any, name: str, defaults: dict[str, Any], group_overrides
     if group_overrides is not None:
         groups.append(([1], dict(group_overrides)))
     build(modules, name, _parameters([torch.ones(3), torch.ones(2)]), groups, defaults)
-
-
-# --------------------------------------------------------------------------- issue 16: more inputs
-
-
-def grads_after_steps(
-    modules: Any, name: str, params: list[torch.Tensor], groups: Groups, defaults: dict[str, Any],
-    grads_per_step: Grads,
-) -> list[list[torch.Tensor | None]]:
-    """Like :func:`trajectory`, but report each param's ``.grad`` as read back
-    after each step (what a gradient-norm logger or clipping would see)."""
-    ps = _parameters(params)
-    opt = build(modules, name, ps, groups, defaults)
-    out: list[list[torch.Tensor | None]] = []
-    for grads in grads_per_step:
-        for p, g in zip(ps, grads, strict=True):
-            p.grad = None if g is None else g.clone()
-        opt.step()
-        out.append([None if p.grad is None else p.grad.detach().clone() for p in ps])
-    return out
-
-
-def quadratic_closure(opt: Any, ps: list[torch.Tensor], targets: list[torch.Tensor]) -> Any:
-    """The closure torch.optim's docs describe: zero the grads, compute the loss
-    ``sum((p - target)^2)``, backward, return the loss."""
-
-    def closure() -> torch.Tensor:
-        opt.zero_grad()
-        loss = sum(((p - t) ** 2).sum() for p, t in zip(ps, targets, strict=True))
-        loss.backward()
-        return loss
-
-    return closure
-
-
-def steps_with_closure(
-    modules: Any, name: str, params: list[torch.Tensor], targets: list[torch.Tensor], defaults: dict[str, Any],
-    steps: int,
-) -> Any:
-    """``step(closure)`` ``steps`` times; report what each call returned (a
-    tensor or None) and the parameters after each step."""
-    ps = _parameters(params)
-    opt = build(modules, name, ps, [(list(range(len(ps))), {})], defaults)
-    closure = quadratic_closure(opt, ps, targets)
-    returned, after = [], []
-    for _ in range(steps):
-        value = opt.step(closure)
-        returned.append(value.detach().clone() if isinstance(value, torch.Tensor) else value)
-        after.append([p.detach().clone() for p in ps])
-    return {"returned": returned, "params": after}
