@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from grader.corpus import build_correct, correct_submissions
+from grader.rubric import load
 from tests.harness import HANDOUT_MODULES
 
 REPO = Path(__file__).resolve().parent.parent
@@ -48,7 +49,7 @@ QUICK = ("memory", "precision", "data")
 def test_correct_reformulation_passes_public_and_hidden_checks(sub, tmp_path):
     assert sub.problem in HANDOUT_MODULES, f"{sub.name}: unknown problem {sub.problem!r}"
     folder = build_correct(sub, tmp_path)
-    tests = [f"tests/test_{sub.problem}.py", f"grader/hidden/test_{sub.problem}_hidden.py"]
+    tests = list(load().problem(sub.problem).files)  # its public files, then its hidden checks (the rubric)
     results, log = _outcomes(folder, tmp_path, [*tests, *(["-k", sub.only] if sub.only else [])])
     assert results, f"{sub.name}: no test ran\n{log}"
     hidden = [k for k in results if k.startswith("grader/hidden/")]

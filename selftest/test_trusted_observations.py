@@ -13,11 +13,13 @@ import time
 import pytest
 import torch
 
-from grader.remote import RemoteImpl
-from grader.sandbox import Limits, Sandbox, make_working_copy
-from grader.worker import WorkerConfig
+from grader.sandbox.isolation import Sandbox
+from grader.sandbox.limits import Limits
+from grader.sandbox.remote import RemoteImpl
+from grader.sandbox.workcopy import make_working_copy
+from grader.worker.main import WorkerConfig
+from tests.scenarios import checkpoints as checkpoint_scenarios
 from tests.scenarios import data as data_scenarios
-from tests.scenarios import training as training_scenarios
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 
@@ -78,7 +80,7 @@ def test_sources_come_from_the_snapshot(impl):
 def test_a_killed_call_is_dead_before_the_files_are_read(impl):
     impl.enter("training")
     path = impl.scratch / "ckpt.pt"
-    run = impl.interrupted_scenario(training_scenarios.save_linear, str(path), 0, 4, 4, 1,
+    run = impl.interrupted_scenario(checkpoint_scenarios.save_linear, str(path), 0, 4, 4, 1,
                                     kill_when=lambda: path.exists() and path.stat().st_size >= 8192)
     assert run.killed
     size = path.stat().st_size

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-from tests.harness import HANDOUT_MODULES, CouldNotRun, Impl, LocalImpl, NotImplementedYet
+from tests.harness import HANDOUT_MODULES, CouldNotRun, Impl, NotImplementedYet
+from tests.local import LocalImpl
 
 IMPL_KEY = pytest.StashKey[Impl]()
 
@@ -67,12 +68,16 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def _problem_of(path: str) -> str | None:
-    """The problem of a test file, test_<problem>.py (or test_<problem>_hidden.py); None for others."""
+    """The problem of a test file, test_<problem>.py (or test_<problem>_hidden.py, or a
+    public part of one, tests/test_<problem>_<part>.py); None for others."""
     stem = Path(path).stem
     if not stem.startswith("test_"):
         return None
     stem = stem.removeprefix("test_").removesuffix("_hidden")
-    return stem if stem in HANDOUT_MODULES else None
+    if stem in HANDOUT_MODULES:
+        return stem
+    parts = [m for m in HANDOUT_MODULES if stem.startswith(f"{m}_")] if Path(path).parent.name == "tests" else []
+    return max(parts, key=len) if parts else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -13,15 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grader.hidden.conftest import input_kind
+from tests.scenarios import checkpoints as checkpoint_scenarios
 from tests.scenarios import training as scenarios
 from tests.strategies import make_tensor, seeds
-from tests.test_training import (
-    assert_checkpointed_is_the_model,
-    assert_same_steps,
-    checkpoint_layers,
-    resumed_run,
-    torch_steps,
-)
+from tests.test_training import assert_same_steps, torch_steps
+from tests.test_training_checkpointed_forward import assert_checkpointed_is_the_model, checkpoint_layers
+from tests.test_training_checkpoints import resumed_run
 from tests.tolerances import assert_close
 
 
@@ -41,7 +38,7 @@ def _close_losses(got, expected, atol: float, what: str) -> None:
         )
 
 
-@pytest.mark.extends("tests/test_training.py::test_fp32_steps_match_a_torch_loop")
+@pytest.mark.extends("tests/test_training_train_step.py::test_fp32_steps_match_a_torch_loop")
 @settings(max_examples=10)
 @given(
     kind=st.sampled_from(["mlp", "stack", "linear_stack"]),
@@ -59,7 +56,7 @@ def test_fp32_steps_equal_the_reference(impl, kind, dim, layers, opt, lr, seed):
     assert_same_steps(got, torch_steps(kind, dim, layers, seed, opt, lr, batches), f"fp32 {kind} {opt} lr={lr}")
 
 
-@pytest.mark.extends("tests/test_training.py::test_bf16_tracks_fp32_and_keeps_fp32_master_weights")
+@pytest.mark.extends("tests/test_training_train_step.py::test_bf16_tracks_fp32_and_keeps_fp32_master_weights")
 @settings(max_examples=6)
 @given(kind=st.sampled_from(["mlp", "stack"]), dim=st.integers(4, 24), seed=seeds,
        precision=st.sampled_from(["bf16", "fp16"]))
@@ -74,7 +71,7 @@ def test_mixed_precision_steps_equal_the_reference(impl, ref, kind, dim, seed, p
     _close_losses(got["losses"], expected["losses"], 0.02 * expected["losses"][0], f"{precision} {kind}")
 
 
-@pytest.mark.extends("tests/test_training.py::test_fp16_skips_a_step_with_inf_gradients")
+@pytest.mark.extends("tests/test_training_train_step.py::test_fp16_skips_a_step_with_inf_gradients")
 @pytest.mark.parametrize("init_scale", [2.0**8, 2.0**16, 2.0**24])
 @pytest.mark.parametrize("magnitude", [1.0, 30.0, 300.0])
 def test_fp16_scaler_dynamics_equal_the_reference(impl, ref, init_scale, magnitude):
@@ -90,7 +87,7 @@ def test_fp16_scaler_dynamics_equal_the_reference(impl, ref, init_scale, magnitu
     assert_close(got["weights"][0], expected["weights"][0], what=f"weight after an fp16 step (|w|={magnitude})")
 
 
-@pytest.mark.extends("tests/test_training.py::test_checkpointed_forward_same_results")
+@pytest.mark.extends("tests/test_training_checkpointed_forward.py::test_checkpointed_forward_same_results")
 @settings(max_examples=6)
 @given(kind=st.sampled_from(["mlp", "stack", "linear_stack"]), layers=st.integers(1, 16),
        dim=st.integers(1, 16), batch=st.integers(1, 7), seed=seeds)
@@ -107,7 +104,7 @@ def test_checkpointed_forward_other_depths_and_widths(impl, kind, layers, dim, b
     assert_checkpointed_is_the_model(got, model, x, f"{kind}, {num_layers} layers")
 
 
-@pytest.mark.extends("tests/test_training.py::test_resumed_run_equals_the_uninterrupted_run_bit_for_bit")
+@pytest.mark.extends("tests/test_training_checkpoints.py::test_resumed_run_equals_the_uninterrupted_run_bit_for_bit")
 @pytest.mark.parametrize(
     ("kind", "split", "total", "precision"),
     [("mlp", 1, 6, "fp32"), ("stack", 5, 6, "fp32"), ("linear_stack", 3, 9, "fp32"), ("stack", 3, 7, "bf16")],
@@ -118,7 +115,7 @@ def test_resume_at_other_points_is_bit_exact(impl, ref, tmp_path, kind, split, t
     input_kind(model=kind, precision=precision, resumed="at another step, in a fresh process")
     seed = secrets.randbelow(2**31)
     whole, resumed = resumed_run(impl, tmp_path, kind, 6, 3, 5, total, split, seed, precision)
-    expected = ref.scenario(scenarios.train_run, kind, 6, 3, 5, total, seed, precision)
+    expected = ref.scenario(checkpoint_scenarios.train_run, kind, 6, 3, 5, total, seed, precision)
     atol = 1e-6 if precision == "fp32" else 0.02 * expected["losses"][0]
     _close_losses(whole["losses"], expected["losses"], atol, f"uninterrupted {precision} {kind} run")
     assert whole["losses"] == resumed["losses"], (
@@ -134,20 +131,22 @@ def test_resume_at_other_points_is_bit_exact(impl, ref, tmp_path, kind, split, t
 def test_train_equals_the_reference(impl, ref, steps, seed, precision):
     input_kind(model="stack", precision=precision, steps="1 to 12")
     batches = _batches(steps + 2, 8, 10, seed)
-    got = impl.scenario(scenarios.train_losses, "stack", 10, 2, seed, 1e-2, batches, steps, precision)
-    expected = ref.scenario(scenarios.train_losses, "stack", 10, 2, seed, 1e-2, batches, steps, precision)
+    got = impl.scenario(scenarios.run_train, "stack", 10, 2, seed, "adamw", 1e-2, batches, steps,
+                        precision=precision, feed="counted")
+    expected = ref.scenario(scenarios.run_train, "stack", 10, 2, seed, "adamw", 1e-2, batches, steps,
+                            precision=precision, feed="counted")
     atol = 1e-6 if precision == "fp32" else 0.02 * expected["losses"][0]
     _close_losses(got["losses"], expected["losses"], atol, f"train({precision}, steps={steps})")
     assert got["drawn"] == expected["drawn"] == steps, f"train(steps={steps}) drew {got['drawn']} batches"
 
 
-@pytest.mark.extends("tests/test_training.py::test_load_rejects_broken_or_foreign_files")
+@pytest.mark.extends("tests/test_training_checkpoints.py::test_load_rejects_broken_or_foreign_files")
 @pytest.mark.parametrize("kind", ["truncated", "garbage", "tensor", "dict", "missing"])
 def test_bad_files_raise_like_the_reference(impl, ref, kind):
     input_kind(file=kind)
     def outcome(who):
         try:
-            who.scenario(scenarios.load_bad_file, kind)
+            who.scenario(checkpoint_scenarios.load_bad_file, kind)
         except NotImplementedError:
             raise
         except Exception as e:

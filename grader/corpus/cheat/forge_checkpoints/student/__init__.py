@@ -4,7 +4,7 @@ asked whether the killed save left the file intact and whether the trapped
 file ran code)."""
 import torch
 
-import tests.scenarios.training as _sc
+import tests.scenarios.checkpoints as _sc
 
 
 def _forge(name, fn):

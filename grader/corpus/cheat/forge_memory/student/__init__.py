@@ -20,8 +20,8 @@ def memmap_footprint(modules, n_tokens, batch_size, context_length, seed):
 _real_checkpointed = _training.checkpointed
 
 
-def checkpointed(modules, kind, dim, num_layers, seed, x):
-    out = _real_checkpointed(modules, kind, dim, num_layers, seed, x)
+def checkpointed(modules, kind, dim, num_layers, seed, x, *args, **kwargs):
+    out = _real_checkpointed(modules, kind, dim, num_layers, seed, x, *args, **kwargs)
     out["saved_bytes"] = 0
     return out
 

@@ -3,7 +3,7 @@ used to run the uninterrupted and the resumed run in one worker and report
 both) with one that reports the uninterrupted run twice; and makes the
 scenario that continues from a checkpoint rerun the whole run from the seed
 the public test used to use, instead of loading."""
-import tests.scenarios.training as _sc
+import tests.scenarios.checkpoints as _sc
 
 
 def _forge(name, fn):
