@@ -215,7 +215,7 @@ def run_pytest(rub: Rubric, base: Plan, problems: tuple[ProblemPlan, ...], run: 
     files = [f for p in problems for f in p.files]
     # No per-test wall-clock timeout (--timeout=0): on a busy machine a test
     # may take long without any fault of the submission, whose calls are
-    # bounded by their CPU limits and wall-clock backstops in grader.worker.remote.
+    # bounded by their CPU limits and wall-clock backstops in grader.sandbox.remote.
     argv = [sys.executable, "-m", "pytest", *files, "-p", "grader.plugin", "-q", "--no-header",
             "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly", "--rootdir", str(REPO),
             "-c", str(REPO / "pyproject.toml"), f"--basetemp={scratch / BASETEMP}",
@@ -354,9 +354,9 @@ def problem_results(name: str, files: list[str], parts: list[RunResults]) -> Run
     order one process would have run them (its files' order), its worker
     records merged, ``fatal`` when any of its groups ended without results."""
     out = RunResults()
-    tests = [item for o in parts for item in o.tests.items()]
+    checks = [item for o in parts for item in o.checks.items()]
     rank = {f: i for i, f in enumerate(files)}
-    out.tests = dict(sorted(tests, key=lambda kv: rank.get(kv[1].file, len(files))))
+    out.checks = dict(sorted(checks, key=lambda kv: rank.get(kv[1].file, len(files))))
     for o in parts:
         if o.fatal:
             out.fatal, out.error, out.log = True, o.error, o.log

@@ -5,7 +5,7 @@ It does nothing unless :data:`grader.protocol.PLAN_ENV` names a plan file (a
 :class:`grader.protocol.Plan`, written by the engine). Then its
 ``pytest_configure``:
 
-* puts a :class:`grader.worker.remote.RemoteImpl` into ``config.stash[IMPL_KEY]``
+* puts a :class:`grader.sandbox.remote.RemoteImpl` into ``config.stash[IMPL_KEY]``
   before tests/plugin.py would build a LocalImpl, so the very same public tests
   and hidden checks run against the sandboxed worker;
 * registers a :class:`GraderRun`, which holds this run's state and hooks, and:
@@ -17,8 +17,8 @@ It does nothing unless :data:`grader.protocol.PLAN_ENV` names a plan file (a
     failure details, duration (setup + call + teardown, on this trusted
     process's monotonic clock: nothing the worker reports about time is used)
     and the CPU seconds the problem's workers used meanwhile (read from
-    outside); a check stopped by a :class:`grader.worker.client.GraderFault`,
-    :class:`grader.worker.client.NotRun` or :class:`grader.worker.client.WorkerTimeout` gets
+    outside); a check stopped by a :class:`grader.sandbox.client.GraderFault`,
+    :class:`grader.sandbox.client.NotRun` or :class:`grader.sandbox.client.WorkerTimeout` gets
     the outcome "grader error", "not run" or "timeout", never "failed",
     and for hidden checks the public test their ``extends`` marker names and the
     kind of input they declared with ``input_kind`` (read here, on the trusted
@@ -52,8 +52,8 @@ from grader.util import cuda_available
 from tests.plugin import IMPL_KEY
 
 if TYPE_CHECKING:
+    from grader.sandbox.remote import RemoteImpl
     from grader.sandbox.scratch import ScratchWatch
-    from grader.worker.remote import RemoteImpl
 
 #: The name the run's :class:`GraderRun` is registered under.
 RUN_PLUGIN = "grader-run"
@@ -70,13 +70,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if not path:
         return
     plan = Plan.from_json(Path(path).read_text())
+    from grader.sandbox.remote import RemoteImpl
     from grader.sandbox.scratch import ScratchWatch
     from grader.worker.main import WorkerConfig
-    from grader.worker.remote import RemoteImpl
 
     sandbox = plan.sandbox.sandbox()
     if sandbox.mode == "uid":  # the working copy and scratch to the worker's group; tmp_path shared as under bwrap
-        from grader.sandbox.uidsandbox import hand_over, open_pytest_temp_dirs
+        from grader.sandbox import hand_over, open_pytest_temp_dirs
 
         hand_over(Path(plan.work), Path(plan.scratch), sandbox.gid)
         open_pytest_temp_dirs()
@@ -102,7 +102,7 @@ class GraderRun:
     def __init__(self, plan: Plan, impl: RemoteImpl | None, watch: ScratchWatch | None, cuda: bool) -> None:
         self.plan, self.impl, self.watch, self.cuda = plan, impl, watch, cuda
         self.start = time.monotonic()
-        self.tests: dict[str, CheckOutcome] = {}
+        self.outcomes: dict[str, CheckOutcome] = {}
         #: each check file (resolved) -> (problem, problem's rank, file's rank within the problem)
         self.files: dict[str, tuple[str, int, int]] = {
             str((Path(plan.repo) / f).resolve()): (p.name, i, j)
@@ -176,7 +176,7 @@ class GraderRun:
         try:
             return (yield)
         finally:
-            entry = self.tests.get(getattr(item, "nodeid", ""))
+            entry = self.outcomes.get(getattr(item, "nodeid", ""))
             if entry is not None:
                 entry.duration = round(time.monotonic() - start, 4)
                 if problem and self.impl is not None:
@@ -198,7 +198,7 @@ class GraderRun:
     def pytest_runtest_call(self, item: pytest.Item) -> None:
         busy = self.gpu_busy.get(self.where(item)[0])
         if busy:
-            from grader.worker.client import GraderFault
+            from grader.sandbox.client import GraderFault
 
             raise GraderFault(f"not graded: {busy}")
 
@@ -207,9 +207,9 @@ class GraderRun:
                                   call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
         problem, _, index = self.where(item)
-        entry = self.tests.get(item.nodeid)
+        entry = self.outcomes.get(item.nodeid)
         if entry is None:
-            entry = self.tests[item.nodeid] = CheckOutcome(
+            entry = self.outcomes[item.nodeid] = CheckOutcome(
                 problem=problem, file=self.problem_files[problem][index] if problem else item.nodeid,
                 gpu=item.get_closest_marker("gpu") is not None, extends=_extends(item))
         entry.input_kind = _input_kind(item) or entry.input_kind
@@ -235,7 +235,7 @@ class GraderRun:
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
-            self.tests[f"<collect>{report.nodeid}"] = CheckOutcome(
+            self.outcomes[f"<collect>{report.nodeid}"] = CheckOutcome(
                 problem="", file=report.nodeid, outcome=COLLECT_ERROR, message=str(report.longrepr)[-3000:])
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -243,7 +243,7 @@ class GraderRun:
         self.watch.stop()
         self.impl.close()
         results = RunResults(
-            tests=self.tests,
+            checks=self.outcomes,
             problems={name: WorkerRecord(calls=st.calls, crashes=st.crashes, timeouts=st.timeouts, cut=st.cut,
                                          fault=st.fault, cpu_used=round(self.impl.cpu_used(name), 4),
                                          cpu_budget=st.cpu_budget, reference_cpu=st.reference_cpu,

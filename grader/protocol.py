@@ -178,7 +178,7 @@ class CheckOutcome:
 @dataclass
 class WorkerRecord:
     """What happened to one problem's worker(s) in one trusted pytest process
-    (:class:`grader.worker.remote.ProblemState`, observed from the trusted side): calls
+    (:class:`grader.sandbox.remote.ProblemState`, observed from the trusted side): calls
     served, crash messages, the calls that ran past their limits, why its
     remaining checks were cut ("" if not), a fault of the machine or the
     grader ("" if none), the CPU seconds its workers used, its budget and the
@@ -208,13 +208,13 @@ class RunResults:
     """The results of one trusted pytest process, or of one problem merged from
     the processes that ran its files (:func:`grader.groups.problem_results`).
 
-    ``tests`` maps node ids to outcomes, in the order they ran; ``problems`` the
+    ``checks`` maps node ids to outcomes, in the order they ran; ``problems`` the
     problem names to their worker records. ``fatal``/``error``/``log`` are the
     engine's own: the process ended without results (``error`` says why,
     ``log`` holds its output's tail, for instructors only).
     """
 
-    tests: dict[str, CheckOutcome] = field(default_factory=dict)
+    checks: dict[str, CheckOutcome] = field(default_factory=dict)
     problems: dict[str, WorkerRecord] = field(default_factory=dict)
     cuda: bool = False
     scratch: dict[str, int] = field(default_factory=dict)  # the scratch folder's peaks: peak_bytes, peak_entries
@@ -233,7 +233,7 @@ class RunResults:
         d = _normalised(json.loads(raw) if isinstance(raw, str | bytes) else raw)
         return cls(**{
             **_known(cls, d),
-            "tests": {k: CheckOutcome.from_json(v) for k, v in d.get("tests", {}).items()},
+            "checks": {k: CheckOutcome.from_json(v) for k, v in d.get("checks", {}).items()},
             "problems": {k: WorkerRecord.from_json(v) for k, v in d.get("problems", {}).items()},
         })
 

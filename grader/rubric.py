@@ -18,8 +18,10 @@ from grader.util import PROFILES, REPO, tomllib
 DEFAULT_RUBRIC = Path(__file__).resolve().with_name("rubric.toml")
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 
-__all__ = ["DEFAULT_RUBRIC", "PROFILES", "VISIBILITIES", "Item", "Problem", "Rubric", "RubricError", "Settings",
-           "function_name", "is_hidden", "load", "read_table"]
+__all__ = [
+    "DEFAULT_RUBRIC", "VISIBILITIES", "Item", "Problem", "Rubric", "RubricError", "Settings", "function_name",
+    "is_hidden", "load", "read_table",
+]
 
 
 class RubricError(ValueError):
@@ -32,11 +34,17 @@ class Item:
 
     name: str
     points: float
-    tests: tuple[str, ...]  # fnmatch patterns over test function names (no parameters)
+    checks: tuple[str, ...]  # fnmatch patterns over check (test function) names, without parameters
     gate: bool = False  # the problem's other items earn nothing unless this one passes
 
     def matches(self, function: str) -> bool:
-        return any(fnmatchcase(function, pattern) for pattern in self.tests)
+        return any(fnmatchcase(function, pattern) for pattern in self.checks)
+
+
+#: Keys an older rubric file used, and what they are now: a problem's check
+#: files are ``files``, an item's patterns over check names are ``checks``.
+_RENAMED_HINT = {"tests": " (an item's patterns are now `checks`)",
+                 "checks": " (a problem's check files are now `files`; `checks` belongs in [[problem.item]])"}
 
 
 def function_name(test: str) -> str:
@@ -50,7 +58,7 @@ class Problem:
     section: str
     points: float
     visibility: str
-    checks: tuple[str, ...]
+    files: tuple[str, ...]  # its check files
     gpu: bool = False
     processes: int = 0
     items: tuple[Item, ...] = ()
@@ -72,7 +80,7 @@ class Problem:
 
     def check_files(self, root: Path = REPO, *, public_only: bool = False) -> list[str]:
         """The check files that exist (hidden ones dropped in public-only mode)."""
-        return [c for c in self.checks if (root / c).is_file() and not (public_only and is_hidden(c))]
+        return [c for c in self.files if (root / c).is_file() and not (public_only and is_hidden(c))]
 
 
 @dataclass(frozen=True)
@@ -118,27 +126,27 @@ def _items(where: str, raw: Any, points: float) -> tuple[Item, ...]:
     """A problem's [[problem.item]] tables, validated: names unique, points
     positive and adding up to the problem's, patterns non-empty strings."""
     if not isinstance(raw, list) or not raw:
-        raise RubricError(f"{where}: needs [[problem.item]] tables (name, points, tests)")
+        raise RubricError(f"{where}: needs [[problem.item]] tables (name, points, checks)")
     items: list[Item] = []
     for j, it in enumerate(raw):
         at = f"{where} item #{j + 1}"
         if not isinstance(it, dict):
             raise RubricError(f"{at}: must be a table")
-        extra = set(it) - {"name", "points", "tests", "gate"}
+        extra = set(it) - {"name", "points", "checks", "gate"}
         if extra:
-            raise RubricError(f"{at}: unknown keys {sorted(extra)}")
+            raise RubricError(f"{at}: unknown keys {sorted(extra)}" + _RENAMED_HINT.get(min(extra), ""))
         name = it.get("name")
         if not isinstance(name, str) or not name.strip() or name in {i.name for i in items}:
             raise RubricError(f"{at}: name must be a non-empty string, unique in the problem, got {name!r}")
-        tests = it.get("tests")
-        if not isinstance(tests, list) or not tests or not all(
-                isinstance(t, str) and t.startswith("test") and "::" not in t and "/" not in t for t in tests):
-            raise RubricError(f"{at} ({name}): tests must be a non-empty list of test function name patterns "
-                              f"(e.g. \"test_xavier_init_*\"), got {tests!r}")
+        checks = it.get("checks")
+        if not isinstance(checks, list) or not checks or not all(
+                isinstance(t, str) and t.startswith("test") and "::" not in t and "/" not in t for t in checks):
+            raise RubricError(f"{at} ({name}): checks must be a non-empty list of test function name patterns "
+                              f"(e.g. \"test_xavier_init_*\"), got {checks!r}")
         gate = it.get("gate", False)
         if not isinstance(gate, bool):
             raise RubricError(f"{at} ({name}): gate must be true or false")
-        items.append(Item(name, _num(f"{at}.points", it.get("points")), tuple(tests), gate))
+        items.append(Item(name, _num(f"{at}.points", it.get("points")), tuple(checks), gate))
     total = sum(i.points for i in items)
     if abs(total - points) > 1e-9:
         raise RubricError(f"{where}: its items' points add up to {total:g}, not the problem's {points:g}")
@@ -183,30 +191,30 @@ def load(path: Path = DEFAULT_RUBRIC) -> Rubric:
         if not isinstance(name, str) or not name.isidentifier() or name in seen:
             raise RubricError(f"{where}: name must be a unique identifier, got {name!r}")
         seen.add(name)
-        extra = set(p) - {"name", "section", "points", "visibility", "checks", "cpu_budget", "gpu", "processes",
+        extra = set(p) - {"name", "section", "points", "visibility", "files", "cpu_budget", "gpu", "processes",
                           "item"}
         if extra:
-            raise RubricError(f"{where} ({name}): unknown keys {sorted(extra)}")
+            raise RubricError(f"{where} ({name}): unknown keys {sorted(extra)}" + _RENAMED_HINT.get(min(extra), ""))
         vis = p.get("visibility", "visible")
         if vis not in VISIBILITIES:
             raise RubricError(f"{where} ({name}): visibility must be one of {VISIBILITIES}, got {vis!r}")
-        checks = p.get("checks", [f"tests/test_{name}.py", f"grader/hidden/test_{name}_hidden.py"])
-        if not isinstance(checks, list) or not all(isinstance(c, str) and c.endswith(".py") for c in checks):
-            raise RubricError(f"{where} ({name}): checks must be a list of .py paths")
-        if any(c.startswith("/") or ".." in Path(c).parts for c in checks):
-            raise RubricError(f"{where} ({name}): checks must be relative paths inside the repository")
+        files = p.get("files", [f"tests/test_{name}.py", f"grader/hidden/test_{name}_hidden.py"])
+        if not isinstance(files, list) or not all(isinstance(c, str) and c.endswith(".py") for c in files):
+            raise RubricError(f"{where} ({name}): files must be a list of .py paths")
+        if any(c.startswith("/") or ".." in Path(c).parts for c in files):
+            raise RubricError(f"{where} ({name}): files must be relative paths inside the repository")
         points = _num(f"{where}.points", p.get("points"))
         problems.append(Problem(
             name=name, section=str(p.get("section", "")), points=points,
-            visibility=vis, checks=tuple(checks),
+            visibility=vis, files=tuple(files),
             gpu=bool(p.get("gpu", False)), processes=int(_num(f"{where}.processes", p.get("processes", 0), False)),
             items=_items(f"{where} ({name})", p.get("item"), points),
             cpu_budget=_num(f"{where}.cpu_budget", p["cpu_budget"]) if "cpu_budget" in p else None,
         ))
     if not problems:
         raise RubricError(f"{path}: no [[problem]] entries")
-    files = [c for p in problems for c in p.checks]
-    if len(files) != len(set(files)):
+    every_file = [c for p in problems for c in p.files]
+    if len(every_file) != len(set(every_file)):
         raise RubricError(f"{path}: a check file belongs to two problems")
     mfu = raw.get("mfu", {})
     if not isinstance(mfu, dict):

@@ -54,14 +54,14 @@ def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool
     """Problem ``p``'s result from its checks' outcomes."""
     files = p.check_files(REPO, public_only=public_only)
     if not files:
-        return unavailable(p, NO_CHECKS, f"its check files do not exist yet ({', '.join(p.checks)})", cuda)
+        return unavailable(p, NO_CHECKS, f"its check files do not exist yet ({', '.join(p.files)})", cuda)
     if p.gpu and not cuda:
         return unavailable(p, NOT_RUN_GPU, "", cuda)
     if outcome.fatal:
         return unavailable(p, GRADER_ERROR, f"{NOT_GRADED} ({(outcome.error or 'the grader failed')[:3000]})", cuda)
     state = outcome.problems.get(p.name)
     checks, collect_errors = [], []
-    for nodeid, t in outcome.tests.items():
+    for nodeid, t in outcome.checks.items():
         if t.outcome == COLLECT_ERROR and any(t.file.startswith(f) for f in files):
             collect_errors.append(f"{t.file}: {t.message}")
         elif t.problem == p.name:

@@ -72,7 +72,7 @@ def test_reference_scores_full_marks(tmp_path):
     for p in graded:
         assert all(i["status"] == "passed" and i["score"] == i["points"] for i in p["items"]), p["items"]
         assert re.search(r"\(\d+ public, [1-9]\d* hidden\)", p["output"]) or not any(
-            c.startswith("grader/") and (REPO / c).is_file() for c in RUBRIC.problem(p["name"]).checks
+            c.startswith("grader/") and (REPO / c).is_file() for c in RUBRIC.problem(p["name"]).files
         ), f"{p['name']}: its hidden checks did not run: {p['output']}"
     assert "score " in stdout
 
@@ -226,16 +226,16 @@ def test_a_problem_split_over_groups_is_merged_in_file_order():
         return {"problem": "x", "file": f, "outcome": "passed", "exceptions": [], "message": "", "example": "",
                 "gpu": False, "duration": 1.0}
 
-    hidden = {"tests": {"grader/hidden/test_x_hidden.py::h": test(files[1])},
+    hidden = {"checks": {"grader/hidden/test_x_hidden.py::h": test(files[1])},
               "problems": {"x": {"calls": 2, "crashes": ["boom"], "timeouts": [], "cut": "", "seccomp": "on",
                                  "log": "b", "log_dropped": 0, "started": True, "cpu_used": 1.5, "cpu_budget": 10.0,
                                  "reference_cpu": 1.0}}}
-    public = {"tests": {"tests/test_x.py::a": test(files[0]), "tests/test_x.py::b": test(files[0])},
+    public = {"checks": {"tests/test_x.py::a": test(files[0]), "tests/test_x.py::b": test(files[0])},
               "problems": {"x": {"calls": 3, "crashes": [], "timeouts": ["slow"], "cut": "ran out", "seccomp": "on",
                                  "log": "a", "log_dropped": 5, "started": True, "cpu_used": 2.0, "cpu_budget": 20.0,
                                  "reference_cpu": 2.0}}}
     out = problem_results("x", files, [RunResults.from_json(hidden), RunResults.from_json(public)])
-    assert list(out.tests) == ["tests/test_x.py::a", "tests/test_x.py::b", "grader/hidden/test_x_hidden.py::h"]
+    assert list(out.checks) == ["tests/test_x.py::a", "tests/test_x.py::b", "grader/hidden/test_x_hidden.py::h"]
     state = out.problems["x"]
     assert (state.calls, state.crashes, state.timeouts, state.cut, state.log_dropped) == (
         5, ["boom"], ["slow"], "ran out", 5)

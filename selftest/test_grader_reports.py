@@ -19,6 +19,7 @@ import jsonschema
 import pytest
 
 from grader import __main__ as entry
+from grader import protocol
 from grader.sandbox.submission import extract_zip
 from grader.sandbox.workcopy import SubmissionError
 
@@ -328,12 +329,12 @@ def test_run_results_are_normalised_where_they_reach_the_engine():
 
     tb = ('Traceback (most recent call last):\n  File "/tmp/grader-x1/work/student/optimizers.py", line 42, in step\n'
           f'  File "/submission/student/views.py", line 7, in f\n  File "{GRADER_REPO}/tests/test_views.py", line 3')
-    raw = json.dumps({"tests": {f"tests/test_x.py::test_y[{HOSTILE}]": {
+    raw = json.dumps({"checks": {f"tests/test_x.py::test_y[{HOSTILE}]": {
         "problem": "precision", "file": "tests/test_x.py", "outcome": "failed", "message": f"{HOSTILE}\n{tb}",
         "exceptions": [HOSTILE], "input_kind": {HOSTILE: HOSTILE}}},
         "problems": {"precision": {"crashes": [HOSTILE], "log": HOSTILE, "fault": HOSTILE}}})
     res = RunResults.from_json(raw)
-    (node, check), = res.tests.items()
+    (node, check), = res.checks.items()
     record = res.problems["precision"]
     strings = [node, check.message, *check.exceptions, *check.input_kind, *check.input_kind.values(),
                *record.crashes, record.log, record.fault]
@@ -351,7 +352,7 @@ def _hostile_result() -> Any:
     from grader import results
 
     item = results.ItemResult("item", 0.0, 2.0, results.FAILED, 1, 1,
-                              failure=results.Failure(test="tests/test_x.py::test_y", hidden=False,
+                              failure=protocol.Failure(test="tests/test_x.py::test_y", hidden=False,
                                                       outcome="failed", message=HOSTILE))
     p = results.ProblemResult("precision", "1.1", 0.0, 2.0, results.FAILED, "visible", HOSTILE, items=[item])
     return results.GradeResult("SUB", max_score=2.0, problems=[p], notes=[HOSTILE], sandbox="rlimits only (x)")

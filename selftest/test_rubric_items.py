@@ -48,7 +48,7 @@ def test_every_public_test_counts_toward_exactly_one_item(problem, collected):
                                                  if v["extends"]}
     names = names or {function_name(k) for k in _of(problem, collected)}
     for item in problem.items:
-        dead = [pattern for pattern in item.tests if not any(fnmatchcase(n, pattern) for n in names)]
+        dead = [pattern for pattern in item.checks if not any(fnmatchcase(n, pattern) for n in names)]
         assert not dead, f"{problem.name}: item {item.name!r}: patterns that match no test: {dead}"
 
 
@@ -76,18 +76,18 @@ def test_items_hold_checks_that_run_without_a_gpu(collected):
 
 @pytest.mark.parametrize(("body", "error"), [
     ("", "needs \\[\\[problem.item\\]\\]"),
-    ('[[problem.item]]\nname = "a"\npoints = 10\ntests = []\n', "tests must be"),
-    ('[[problem.item]]\nname = "a"\npoints = 0\ntests = ["test_a"]\n'
-     '[[problem.item]]\nname = "b"\npoints = 10\ntests = ["test_b"]\n', "positive"),
-    ('[[problem.item]]\nname = "a"\npoints = 5\ntests = ["test_a"]\n'
-     '[[problem.item]]\nname = "a"\npoints = 5\ntests = ["test_b"]\n', "unique"),
-    ('[[problem.item]]\nname = "a"\npoints = 4\ntests = ["test_a"]\n', "add up to 4"),
-    ('[[problem.item]]\nname = "a"\npoints = 10\ntests = ["tests/test_x.py::test_a"]\n', "tests must be"),
-    ('[[problem.item]]\nname = "a"\npoints = 10\ntests = ["test_a"]\nweight = 2\n', "unknown keys"),
+    ('[[problem.item]]\nname = "a"\npoints = 10\nchecks = []\n', "checks must be"),
+    ('[[problem.item]]\nname = "a"\npoints = 0\nchecks = ["test_a"]\n'
+     '[[problem.item]]\nname = "b"\npoints = 10\nchecks = ["test_b"]\n', "positive"),
+    ('[[problem.item]]\nname = "a"\npoints = 5\nchecks = ["test_a"]\n'
+     '[[problem.item]]\nname = "a"\npoints = 5\nchecks = ["test_b"]\n', "unique"),
+    ('[[problem.item]]\nname = "a"\npoints = 4\nchecks = ["test_a"]\n', "add up to 4"),
+    ('[[problem.item]]\nname = "a"\npoints = 10\nchecks = ["tests/test_x.py::test_a"]\n', "checks must be"),
+    ('[[problem.item]]\nname = "a"\npoints = 10\nchecks = ["test_a"]\nweight = 2\n', "unknown keys"),
 ])
 def test_malformed_items_are_refused(tmp_path, body, error):
     path = tmp_path / "rubric.toml"
-    path.write_text('[[problem]]\nname = "views"\npoints = 10\nchecks = ["tests/test_views.py"]\n' + body)
+    path.write_text('[[problem]]\nname = "views"\npoints = 10\nfiles = ["tests/test_views.py"]\n' + body)
     with pytest.raises(RubricError, match=error):
         load(path)
 

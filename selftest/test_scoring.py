@@ -23,22 +23,22 @@ RUBRIC = """
 name = "optimizers"
 section = "4"
 points = 10
-checks = ["tests/test_optimizers.py", "grader/hidden/test_optimizers_hidden.py"]
+files = ["tests/test_optimizers.py", "grader/hidden/test_optimizers_hidden.py"]
 
 [[problem.item]]
 name = "update rules"
 points = 6
-tests = ["test_trajectory_matches_torch"]
+checks = ["test_trajectory_matches_torch"]
 
 [[problem.item]]
 name = "state_dict"
 points = 3
-tests = ["test_state_dict_*"]
+checks = ["test_state_dict_*"]
 
 [[problem.item]]
 name = "bad hyperparameters"
 points = 1
-tests = ["test_bad_*"]
+checks = ["test_bad_*"]
 """
 
 PUBLIC = "tests/test_optimizers.py"
@@ -57,7 +57,7 @@ def _test(file: str, outcome: str = "passed", message: str = "", **extra: Any) -
 
 
 def _outcome(**tests: dict[str, Any]) -> dict[str, Any]:
-    return {"tests": {k.replace("__", "::"): v for k, v in tests.items()}, "problems": {"optimizers": {}}}
+    return {"checks": {k.replace("__", "::"): v for k, v in tests.items()}, "problems": {"optimizers": {}}}
 
 
 def _score(problem, outcome, reveal: bool = False) -> results.ProblemResult:
@@ -71,7 +71,7 @@ def _items(res: results.ProblemResult) -> dict[str, results.ItemResult]:
 
 def test_one_failing_property_costs_its_item_only(tmp_path):
     problem = _problem(tmp_path)
-    res = _score(problem, {"tests": {
+    res = _score(problem, {"checks": {
         f"{PUBLIC}::test_trajectory_matches_torch[Adam]": _test(PUBLIC, "failed", "AssertionError: Adam: \x1b[31mX"),
         f"{PUBLIC}::test_trajectory_matches_torch[SGD]": _test(PUBLIC),
         f"{PUBLIC}::test_state_dict_resumes_the_run[SGD]": _test(PUBLIC),
@@ -101,7 +101,7 @@ def test_a_hidden_check_counts_toward_the_item_it_extends_and_withholds_values(t
             HIDDEN, "failed", secret, extends=f"{PUBLIC}::test_trajectory_matches_torch",
             input_kind={"dtype": "float16", "hyperparameters": "betas"}),
     }
-    res = _score(problem, {"tests": tests, "problems": {}})
+    res = _score(problem, {"checks": tests, "problems": {}})
     items = _items(res)
     assert items["update rules"].score == 0 and items["state_dict"].score == 3, res.output
     f = items["update rules"].failure
@@ -113,13 +113,13 @@ def test_a_hidden_check_counts_toward_the_item_it_extends_and_withholds_values(t
                                                                 [0]["items"])
     assert "test_trajectory_matches_torch" in text and "dtype=float16" in text and "withheld" in text
     assert "0.123456" not in text and "0.5" not in text and "grader/hidden" not in text
-    revealed = _items(_score(problem, {"tests": tests, "problems": {}}, reveal=True))["update rules"].failure
+    revealed = _items(_score(problem, {"checks": tests, "problems": {}}, reveal=True))["update rules"].failure
     assert revealed.message == secret and revealed.test.startswith(HIDDEN)
 
 
 def test_a_check_no_item_holds_costs_every_item(tmp_path):
     problem = _problem(tmp_path)
-    res = _score(problem, {"tests": {
+    res = _score(problem, {"checks": {
         f"{PUBLIC}::test_trajectory_matches_torch[Adam]": _test(PUBLIC),
         f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": _test(PUBLIC),
         f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": _test(PUBLIC),
@@ -130,8 +130,8 @@ def test_a_check_no_item_holds_costs_every_item(tmp_path):
 
 
 def test_a_gate_withholds_the_other_items(tmp_path):
-    problem = _problem(tmp_path, RUBRIC.replace('tests = ["test_bad_*"]', 'tests = ["test_bad_*"]\ngate = true'))
-    res = _score(problem, {"tests": {
+    problem = _problem(tmp_path, RUBRIC.replace('checks = ["test_bad_*"]', 'checks = ["test_bad_*"]\ngate = true'))
+    res = _score(problem, {"checks": {
         f"{PUBLIC}::test_trajectory_matches_torch[Adam]": _test(PUBLIC),
         f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": _test(PUBLIC),
         f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": _test(PUBLIC, "failed", "AssertionError: no"),
@@ -144,7 +144,7 @@ def test_a_gate_withholds_the_other_items(tmp_path):
 def test_an_item_of_gpu_only_checks_is_not_run_on_cpu(tmp_path):
     problem = _problem(tmp_path)
     gpu = dict(_test(PUBLIC), outcome="skipped", gpu=True)
-    res = _score(problem, {"tests": {
+    res = _score(problem, {"checks": {
         f"{PUBLIC}::test_trajectory_matches_torch[Adam]": _test(PUBLIC),
         f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": gpu,
         f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": _test(PUBLIC),
@@ -162,7 +162,7 @@ def _result(*problems: results.ProblemResult) -> results.GradeResult:
 
 def test_reports_have_one_entry_per_item(tmp_path):
     problem = _problem(tmp_path)
-    res = _score(problem, {"tests": {
+    res = _score(problem, {"checks": {
         f"{PUBLIC}::test_trajectory_matches_torch[Adam]": _test(PUBLIC, "failed", "AssertionError: " + "word " * 60),
         f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": _test(PUBLIC),
         f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": _test(PUBLIC),
