@@ -27,13 +27,17 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from grader.mfu import check as mfu  # noqa: E402
-from grader.mfu import peaks  # noqa: E402
+from grader.mfu import (  # noqa: E402
+    check,
+    measure,
+    peaks,
+    settings,
+)
 from tests.local import LocalImpl  # noqa: E402
 from tests.scenarios import mfu as scenarios  # noqa: E402
 
 #: CPU smoke-test sizes: seconds on a laptop, meaningless as performance figures.
-TINY = mfu.Workload(dim=64, num_layers=2, batch=128, steps=8, warmup_steps=2, repeats=2, probe=16)
+TINY = settings.Workload(dim=64, num_layers=2, batch=128, steps=8, warmup_steps=2, repeats=2, probe=16)
 #: The bytes fused/foreach AdamW moves per fp32 parameter and step: it reads the
 #: parameter, its gradient and both moments, and writes the parameter and both moments.
 ADAMW_BYTES_PER_PARAM = 7 * 4
@@ -111,7 +115,7 @@ def _sync_for(device: torch.device) -> Callable[[], None]:
     return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
 
 
-def time_loop(impl: Any, workload: mfu.Workload, device: torch.device) -> float:
+def time_loop(impl: Any, workload: settings.Workload, device: torch.device) -> float:
     """Best seconds of ``workload.repeats`` timed scenario calls after one warm-up."""
     sync, data = _sync_for(device), workload.as_data()
 
@@ -119,11 +123,11 @@ def time_loop(impl: Any, workload: mfu.Workload, device: torch.device) -> float:
         return impl.scenario(scenarios.train_workload, data, seed, steps, 0, str(device))
 
     call(1, workload.warmup_steps)
-    return min(mfu.time_call(lambda s=s: call(s, workload.steps), time.perf_counter, sync)[0]
+    return min(measure.time_call(lambda s=s: call(s, workload.steps), time.perf_counter, sync)[0]
                for s in range(2, 2 + workload.repeats))
 
 
-def optimizer_bandwidth(workload: mfu.Workload, device: torch.device, fused: bool, steps: int) -> float:
+def optimizer_bandwidth(workload: settings.Workload, device: torch.device, fused: bool, steps: int) -> float:
     """Bytes/s moved by AdamW steps on the workload's parameters (grads preset)."""
     model, _ = scenarios.build(workload.as_data(), 0, str(device))
     params = list(model.parameters())
@@ -132,7 +136,7 @@ def optimizer_bandwidth(workload: mfu.Workload, device: torch.device, fused: boo
     opt = torch.optim.AdamW(params, lr=1e-4, fused=fused or None, foreach=None if fused else True)
     opt.step()  # allocates the moments
     sync = _sync_for(device)
-    seconds = min(mfu.time_call(opt.step, time.perf_counter, sync)[0] for _ in range(steps))
+    seconds = min(measure.time_call(opt.step, time.perf_counter, sync)[0] for _ in range(steps))
     return ADAMW_BYTES_PER_PARAM * sum(p.numel() for p in params) / seconds
 
 
@@ -142,14 +146,14 @@ def copy_bandwidth(nbytes: int, device: torch.device, iters: int = 10) -> float:
     dst = torch.empty_like(src)
     dst.copy_(src)
     sync = _sync_for(device)
-    seconds = min(mfu.time_call(lambda: dst.copy_(src), time.perf_counter, sync)[0] for _ in range(iters))
+    seconds = min(measure.time_call(lambda: dst.copy_(src), time.perf_counter, sync)[0] for _ in range(iters))
     return 2 * src.numel() * 4 / seconds
 
 
 # ----------------------------------------------------------------- the run
 
 
-def verification_rows(workload: mfu.Workload, device: torch.device) -> list[Row]:
+def verification_rows(workload: settings.Workload, device: torch.device) -> list[Row]:
     """The MFU check's verification on this device: the measured rounding noise,
     the tolerance it gives, and the update error of correct and partial loops."""
     try:
@@ -157,7 +161,7 @@ def verification_rows(workload: mfu.Workload, device: torch.device) -> list[Row]
     except (ImportError, ValueError) as e:  # pragma: no cover - only without reference/
         return [Row("verification", "not available", str(e))]
     one = dataclasses.replace(workload, repeats=1)
-    sync, criteria = _sync_for(device), mfu.DEFAULT_CRITERIA
+    sync, criteria = _sync_for(device), settings.DEFAULT_CRITERIA
     rows = [Row("verification: the rule", f"tolerance = clamp({criteria.noise_factor:g} x noise, "
                 f"{criteria.min_tolerance:g}, {criteria.max_tolerance:g})",
                 "noise: update error of the reference loop in fp32 against the same loop in bf16, same seed")]
@@ -165,7 +169,7 @@ def verification_rows(workload: mfu.Workload, device: torch.device) -> list[Row]
                                  ("slow: fp32 + loss.item() every step", slow_train, True),
                                  ("PARTIAL: half of each batch", half_batch_train, False),
                                  ("PARTIAL: half the steps", half_steps_train, False)):
-        report = mfu.run_check(_LoopImpl(label, train), reference, device=str(device), device_name=str(device),
+        report = check.run_check(_LoopImpl(label, train), reference, device=str(device), device_name=str(device),
                                clock=time.perf_counter, sync=sync, workload=one)
         v, c = report.verifications[0], report.calibration
         assert c is not None
@@ -182,7 +186,7 @@ def _tflops(x: float) -> str:
 def run(device: torch.device, tiny: bool) -> tuple[str, list[Row]]:
     """All benchmarks; returns (title, rows)."""
     gpu = device.type == "cuda"
-    workload = TINY if tiny else mfu.DEFAULT_WORKLOAD
+    workload = TINY if tiny else settings.DEFAULT_WORKLOAD
     name = torch.cuda.get_device_name(device) if gpu else f"CPU ({platform.processor() or platform.machine()})"
     n = 256 if tiny else 8192
     rows: list[Row] = []
@@ -193,14 +197,14 @@ def run(device: torch.device, tiny: bool) -> tuple[str, list[Row]]:
     rows.append(Row("dense bf16 peak (datasheet)", _tflops(peak) if peak else "unknown", peak_note))
 
     sync = _sync_for(device)
-    mm16 = mfu.matmul_rate(n, torch.bfloat16, str(device), time.perf_counter, sync)
-    mm32 = mfu.matmul_rate(n, torch.float32, str(device), time.perf_counter, sync)
+    mm16 = measure.matmul_rate(n, torch.bfloat16, str(device), time.perf_counter, sync)
+    mm32 = measure.matmul_rate(n, torch.float32, str(device), time.perf_counter, sync)
     rows.append(Row(f"bf16 matmul {n}^3, random inputs", _tflops(mm16),
                     f"{mm16 / peak:.2f} of dense peak" if peak else ""))
     rows.append(Row(f"fp32 matmul {n}^3 (TF32 {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'})",
                     _tflops(mm32), f"{mm32 / peak32:.2f} of fp32 peak" if peak32 else ""))
 
-    flops = mfu.model_flops(workload, workload.steps)
+    flops = measure.model_flops(workload, workload.steps)
     shape = f"{workload.num_layers} x {workload.dim}^2, batch {workload.batch}, {workload.steps} steps"
     try:
         reference = LocalImpl("reference")
@@ -219,7 +223,7 @@ def run(device: torch.device, tiny: bool) -> tuple[str, list[Row]]:
         achieved = flops / seconds
         note = [f"{shape}: {seconds / workload.steps * 1e3:.2f} ms/step"]
         if peak:
-            note.append(f"MFU {mfu.mfu(flops, seconds, peak):.3f} of dense bf16 peak")
+            note.append(f"MFU {measure.mfu(flops, seconds, peak):.3f} of dense bf16 peak")
         note.append(f"{achieved / mm16:.3f} of the measured bf16 matmul rate")
         rows.append(Row(label, _tflops(achieved), "; ".join(note)))
 

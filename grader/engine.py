@@ -8,19 +8,18 @@ tests to one sandboxed worker per problem and sends the outcomes back over a
 pipe. The work is split by concern, each module importing only those below it:
 
 * :mod:`grader.groups`: which check files go to which of the K concurrent
-  trusted pytest processes (groups);
-* :mod:`grader.groups`: running the groups (the :mod:`grader.protocol` plan
-  out, results back) and merging each problem's results from its groups;
+  trusted pytest processes (groups), running them (the :mod:`grader.protocol`
+  plan out, results back) and merging each problem's results from its groups;
 * :mod:`grader.scoring`: verdicts and points from the rubric, and each failed
   item's first failure as structured fields;
 * :mod:`grader.results`: the records all this produces, which
   :mod:`grader.report.render` renders.
 
-Time budgets are CPU seconds, relative to the reference's cost for the same
-checks and scaled to this machine (:mod:`grader.sandbox.budgets`, measured once per
-grade). A problem that ends in a grader error (a fault of the machine or of
-the grader, never the submission's) is regraded once, alone, before the
-result is final.
+The machine's speed for the time budgets (:mod:`grader.sandbox.budgets`) is
+measured once per grade here, and a problem that ends in a grader error is
+regraded once, alone, before the result is final: see grader/README.md,
+"Budgets". The processes and formats: grader/README.md, "Processes and the
+formats between them".
 """
 
 from __future__ import annotations

@@ -31,9 +31,10 @@ NO_CHECKS_YET = "no checks yet; not counted"
 #: What a student reads for a grader error.
 NOT_GRADED = "not graded: a fault of the grading machine or the grader, not of your code; it will be regraded"
 
-__all__ = ["ERROR", "FAILED", "GRADER_ERROR", "NEEDS_GPU", "NOT_COUNTED", "NOT_GRADED", "NOT_RUN", "NOT_RUN_GPU",
-           "NO_CHECKS", "NO_CHECKS_YET", "PASSED", "TIMEOUT", "Check", "Failure", "GradeResult", "ItemResult",
-           "ProblemResult", "failure_text", "fmt", "item_text"]
+__all__ = [
+    "GRADER_ERROR", "NEEDS_GPU", "NOT_COUNTED", "NOT_GRADED", "NOT_RUN", "NO_CHECKS_YET", "Check", "GradeResult",
+    "ItemResult", "ProblemResult", "failure_text", "fmt", "item_text",
+]
 
 
 @dataclass

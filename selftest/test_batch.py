@@ -1,12 +1,11 @@
-"""Batch grading with a fake grader (fast): discovery of export layouts, one row per
-submission whatever happens, atomic results, resume after SIGKILL, timeouts,
-summary files, shards, Slurm scripts and merging.
+"""Batch grading with a fake grader (fast): one row per submission whatever
+happens, atomic results, resume (also after SIGKILL) that regrades only what
+changed or held no verdict, timeouts, staging that never follows a link, and
+a terminal safe from the reasons printed.
 
-The fake grader (``FAKE_GRADER``) honours the grader's CLI contract (SUBMISSION,
-``--json``, ``--problems``; exit 0 whenever grading completed) and scores each
-problem from markers in ``student/<problem>.py``, so the expected gradebook is known
-exactly. The real grader is exercised in ``test_batch_integration.py``.
-"""
+The fake grader and the submission builders are in selftest/batching.py;
+export layouts are in test_batch_gradescope.py, shards, Slurm scripts,
+merging and job sizing in test_batch_planning.py."""
 
 from __future__ import annotations
 
@@ -19,125 +18,17 @@ import signal
 import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 
-import pytest
-
-from grader.instructor import batch
-
-REPO = Path(__file__).resolve().parent.parent
-
-FAKE_GRADER = r'''
-import json, os, sys, time, zipfile
-args = sys.argv[1:]
-sub, out = args[0], args[args.index("--json") + 1]
-problems = args[args.index("--problems") + 1].split(",") if "--problems" in args else ["precision", "views"]
-log = os.environ.get("FAKE_GRADER_LOG")
-if log:
-    with open(log, "a") as f:
-        f.write(f"{os.getpid()} {os.path.basename(sub.rstrip('/'))}\n")
-def sources():
-    if zipfile.is_zipfile(sub):
-        z = zipfile.ZipFile(sub)
-        return {n.split("/")[-1]: z.read(n).decode() for n in z.namelist()
-                if n.endswith(".py") and "student/" in n}
-    for base in [sub] + [os.path.join(sub, d) for d in sorted(os.listdir(sub))]:
-        pkg = os.path.join(base, "student")
-        if os.path.isdir(pkg):
-            return {n: open(os.path.join(pkg, n)).read() for n in os.listdir(pkg) if n.endswith(".py")}
-    sys.exit("fake grader: no student/")
-src = sources()
-time.sleep(float(os.environ.get("FAKE_GRADER_SLEEP", "0")))
-result = {"submission": sub, "score": 0.0, "max_score": 0.0, "gpu_points_not_run": 0.0, "execution_time": 0.1,
-          "sandbox": "none", "profile": "dev", "problems": []}
-for name in problems:
-    text = src.get(name + ".py", "")
-    if "# HANG" in text:
-        time.sleep(1000)
-    if "# CRASH" in text:
-        os._exit(3)
-    try:
-        compile(text, name, "exec")
-        status = "failed" if ("NotImplementedError" in text or "# BUG" in text or not text) else "passed"
-        if "# FAULT" in text and not os.environ.get("FAKE_GRADER_MACHINE_FIXED"):
-            status = "grader error"
-    except SyntaxError:
-        status = "error"
-    score = 5.0 if status == "passed" else 0.0
-    result["problems"].append({"name": name, "section": "1", "score": score, "max_score": 5.0, "status": status,
-                               "visibility": "visible", "output": "", "checks": []})
-    result["score"] += score
-    result["max_score"] += 5.0
-tmp = out + ".part"
-with open(tmp, "w") as f:
-    json.dump(result, f)
-os.replace(tmp, out)
-'''
-
-
-@pytest.fixture
-def fake_grader(tmp_path, monkeypatch):
-    script = tmp_path / "fake_grader.py"
-    script.write_text(FAKE_GRADER)
-    cmd = f"{shlex.quote(sys.executable)} {shlex.quote(str(script))}"
-    monkeypatch.setenv(batch.GRADER_ENV, cmd)
-    return cmd
-
-
-def make_sub(root: Path, name: str, precision: str = "x = 1\n", views: str | None = "y = 2\n", *,
-             nest: str | None = None, as_zip: bool = False) -> Path:
-    """A submission folder (or zip) whose student/ modules hold the given text."""
-    folder = root / name
-    pkg = folder / nest / "student" if nest else folder / "student"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "precision.py").write_text(precision)
-    if views is not None:
-        (pkg / "views.py").write_text(views)
-    if not as_zip:
-        return folder
-    archive = root / f"{name}.zip"
-    with zipfile.ZipFile(archive, "w") as z:
-        for p in sorted(folder.rglob("*")):
-            if p.is_file():
-                z.write(p, p.relative_to(folder).as_posix())
-    import shutil
-
-    shutil.rmtree(folder)
-    return archive
-
-
-def run_batch(subs: Path, out: Path, *extra: str, env: dict[str, str] | None = None,
-              timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "grader", "batch", str(subs), "--out", str(out), *extra],
-                          cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
-
-
-def read_gradebook(out: Path) -> dict[str, dict[str, str]]:
-    with open(out / "gradebook.csv", newline="") as f:
-        return {row["id"]: row for row in csv.DictReader(f)}
-
-
-def small_class(root: Path) -> dict[str, tuple[str, float]]:
-    """Submissions of every kind; returns id -> (status, score)."""
-    root.mkdir()
-    make_sub(root, "alice")                                                    # 10
-    make_sub(root, "bob", views="# BUG\n")                                     # 5
-    make_sub(root, "carol", precision="raise NotImplementedError\n", views="raise NotImplementedError\n")  # 0
-    make_sub(root, "dave", views="def f(:\n")                                  # syntax error: 5
-    make_sub(root, "erin", nest="erin-repo")                                   # one level deep: 10
-    make_sub(root, "frank", as_zip=True)                                       # zip: 10
-    make_sub(root, "grace", nest="inner", as_zip=True)                         # zip, one level deep: 10
-    (root / "heidi").mkdir()                                                   # no student/
-    (root / "heidi" / "README.md").write_text("I could not finish\n")
-    (root / "ivan.zip").write_bytes(b"PK\x03\x04 this is not really a zip")   # bad zip
-    make_sub(root, "judy", views="# CRASH\n")                                  # grader crashes
-    (root / "notes.txt").write_text("not a submission")
-    return {"alice": ("graded", 10), "bob": ("graded", 5), "carol": ("graded", 0), "dave": ("graded", 5),
-            "erin": ("graded", 10), "frank": ("graded", 10), "grace": ("graded", 10), "heidi": ("no student/", 0),
-            "ivan": ("bad zip", 0), "judy": ("grader error", 0)}
+from grader.instructor import grading, records
+from selftest.batching import (
+    REPO,
+    fake_grader_fixture,  # noqa: F401 (the fixture fake_grader)
+    make_sub,
+    read_gradebook,
+    run_batch,
+    small_class,
+)
 
 
 def test_every_submission_gets_a_row_with_its_reason(tmp_path, fake_grader):
@@ -174,7 +65,7 @@ def test_rerun_resumes_without_regrading(tmp_path, fake_grader):
     # a grader that would crash: any regrade would show up as "grader error"
     # (judy's grader crashed the first time: no verdict, so it is the one regraded)
     proc = run_batch(tmp_path / "subs", out, "--jobs", "2",
-                     env={batch.GRADER_ENV: "false", "FAKE_GRADER_LOG": str(log)})
+                     env={grading.GRADER_ENV: "false", "FAKE_GRADER_LOG": str(log)})
     assert proc.returncode == 0, proc.stderr
     assert "resuming: 9 of 10" in proc.stdout, proc.stdout
     assert [r for r in _strip_times((out / "gradebook.csv").read_text()) if r[0] != "judy"] == \
@@ -284,7 +175,7 @@ def test_sigkill_midway_then_rerun_loses_no_row_and_grades_once(tmp_path, fake_g
     alive = [pid for pid, _ in started if _alive(int(pid))]
     assert not alive, f"graders still running after the batch was killed: {alive}"
     for p in (out / "results").glob("s*.json"):
-        assert batch.load_record(p, p.stem) is not None, f"{p.name} is incomplete after SIGKILL"
+        assert records.load_record(p, p.stem) is not None, f"{p.name} is incomplete after SIGKILL"
     log.write_text("")
     proc2 = subprocess.run([sys.executable, "-m", "grader", "batch", str(subs), "--out", str(out), "--jobs", "2"],
                            cwd=REPO, env={**env, "FAKE_GRADER_SLEEP": "0"}, capture_output=True, text=True,
@@ -326,140 +217,6 @@ def test_timeout_kills_the_grader_and_records_it(tmp_path, fake_grader):
     pids = [int(ln.split()[0]) for ln in log.read_text().splitlines() if ln.endswith("hangs")]
     time.sleep(0.3)
     assert pids and not any(_alive(p) for p in pids), "the hung grader was not killed"
-
-
-GRADESCOPE_METADATA = """\
----
-submission_101:
-  :submitters:
-  - :name: Ada Lovelace
-    :sid: '001'
-    :email: ada@example.edu
-  - :name: Charles Babbage
-    :sid: '002'
-    :email: charles@example.edu
-  :created_at: 2025-04-10 12:00:00.000000000 -07:00
-  :score: 0.0
-  :status: processed
-submission_102:
-  :submitters:
-  - :name: Grace Hopper
-    :sid: '003'
-    :email: grace@example.edu
-  :created_at: 2025-04-11 09:30:00.000000000 -07:00
-  :status: processed
-"""
-
-
-def test_gradescope_export_zip_with_metadata(tmp_path, fake_grader):
-    export = tmp_path / "assignment_export"
-    export.mkdir()
-    make_sub(export, "submission_101")
-    # Gradescope keeps what students uploaded: here the files of student/ at the top
-    (export / "submission_102").mkdir()
-    (export / "submission_102" / "precision.py").write_text("x = 1\n")
-    (export / "submission_metadata.yml").write_text(GRADESCOPE_METADATA)
-    archive = tmp_path / "submissions.zip"
-    with zipfile.ZipFile(archive, "w") as z:
-        for p in sorted(export.rglob("*")):
-            z.write(p, p.relative_to(tmp_path).as_posix())
-    out = tmp_path / "out"
-    proc = run_batch(archive, out)
-    assert proc.returncode == 0, proc.stderr
-    book = read_gradebook(out)
-    assert set(book) == {"submission_101", "submission_102"}
-    assert book["submission_101"]["name"] == "Ada Lovelace; Charles Babbage"
-    assert book["submission_101"]["sid"] == "001; 002" and book["submission_101"]["score"] == "10"
-    assert book["submission_102"]["email"] == "grace@example.edu"
-    # loose module files are graded as student/ (views.py is missing: those points are lost)
-    assert book["submission_102"]["status"] == "graded" and book["submission_102"]["score"] == "5"
-
-
-def test_parse_gradescope_metadata():
-    meta = batch.parse_gradescope_metadata(GRADESCOPE_METADATA)
-    assert meta == {
-        "submission_101": [{"name": "Ada Lovelace", "sid": "001", "email": "ada@example.edu"},
-                           {"name": "Charles Babbage", "sid": "002", "email": "charles@example.edu"}],
-        "submission_102": [{"name": "Grace Hopper", "sid": "003", "email": "grace@example.edu"}],
-    }
-
-
-def test_gradescope_metadata_reader_is_yaml_not_a_line_guess(tmp_path, capsys):
-    """Quoted scalars are unquoted with their escapes, folded scalars joined, block
-    scalars, tags and flow collections never mistaken for submitters; text outside
-    the subset is refused with its line, and the batch then leaves names blank."""
-    from grader.instructor.gradescope_export import MetadataError, parse_block_yaml
-
-    text = """\
-# exported
-'submission 7':
-  :submitters:
-    - :name: "O'Brien \\u00e9"
-      :sid: 'it''s'
-      :email:
-    -
-      :name: A long
-        name
-  :results: !ruby/object:Foo
-    :submitters: |
-      - :name: not a submitter
-    :x: [1, 2,
-      3]
-submission_8:
-  :submitters: []
-"""
-    assert batch.parse_gradescope_metadata(text) == {
-        "submission 7": [{"name": "O'Brien \u00e9", "sid": "it's"}, {"name": "A long name"}],
-        "submission_8": [],
-    }
-    assert parse_block_yaml(text)["submission 7"][":results"][":x"] == "[1, 2, 3]"
-    for bad in ("a:\n\tb: 1\n", "a: 'x\n", "a:\n  b: 1\n c: 2\n", "- a\nb: 1\n"):
-        with pytest.raises(MetadataError, match="line"):
-            parse_block_yaml(bad)
-    make_sub(tmp_path, "submission_1")
-    (tmp_path / "submission_metadata.yml").write_text("submission_1:\n  :submitters: 'unclosed\n")
-    assert [(s.id, s.submitters) for s in batch.discover(tmp_path)] == [("submission_1", [])]
-    assert "line 2" in capsys.readouterr().err
-
-
-def test_shards_partition_the_class_deterministically(tmp_path):
-    ids = [f"student-{i}" for i in range(200)]
-    shards = [[s for s in ids if batch.shard_index(s, 4) == i] for i in range(4)]
-    assert sorted(s for shard in shards for s in shard) == sorted(ids)
-    assert all(len(s) > 20 for s in shards), [len(s) for s in shards]
-    assert [batch.shard_index(s, 4) for s in ids] == [batch.shard_index(s, 4) for s in ids]
-    with pytest.raises(SystemExit):
-        batch.main(["x", "--shard", "4/4"])
-
-
-def test_slurm_array_job_and_merge_equal_one_batch(tmp_path, fake_grader):
-    expected = small_class(tmp_path / "subs")
-    out = tmp_path / "cluster"
-    proc = run_batch(tmp_path / "subs", out, "--slurm", "3", "--jobs", "2", "--problems", "precision,views")
-    assert proc.returncode == 0, proc.stderr
-    script = (out / "grade.sbatch").read_text()
-    assert "#SBATCH --array=0-2" in script and "--shard \"${shard}/3\"" in script
-    assert "--problems precision,views" in script and "{{" not in script
-    for i in range(3):  # what Slurm does: one task per array index
-        task = subprocess.run(["bash", str(out / "grade.sbatch")], capture_output=True, text=True, timeout=120,
-                              env={**os.environ, "SLURM_ARRAY_TASK_ID": str(i), "SLURM_CPUS_PER_TASK": "1"})
-        assert task.returncode == 0, task.stderr
-    sizes = [len(read_gradebook(out / "shards" / f"shard-{i}")) for i in range(3)]
-    assert sum(sizes) == len(expected), sizes
-    merge = subprocess.run(["bash", str(out / "merge.sbatch")], capture_output=True, text=True, timeout=120)
-    assert merge.returncode == 0, merge.stderr
-    merged = read_gradebook(out)
-    assert {k: (v["status"], float(v["score"])) for k, v in merged.items()} == expected
-    assert (out / "summary.png").exists() and (out / "summary.md").exists()
-
-
-def test_merge_refuses_conflicting_shards(tmp_path):
-    rec = {"batch_version": 1, "id": "a", "source": "x", "submitters": [], "status": "bad zip", "reason": "r",
-           "score": 0.0, "max_score": None, "result": None}
-    for d, reason in (("s0", "one"), ("s1", "two")):
-        batch.write_json_atomic(tmp_path / d / "results" / "a.json", {**rec, "reason": reason})
-    with pytest.raises(SystemExit, match="graded in both"):
-        batch.main(["--merge", str(tmp_path / "s0"), str(tmp_path / "s1"), "--out", str(tmp_path / "m")])
 
 
 def test_staging_never_follows_a_link_and_names_never_share_a_record(tmp_path, fake_grader):
@@ -507,7 +264,7 @@ def test_control_characters_never_reach_the_terminal(tmp_path, monkeypatch):
     """A reason holding escape sequences is printed without them."""
     script = tmp_path / "evil_grader.py"
     script.write_text("import sys\nsys.stderr.write('\\x1b]0;pwned\\x07\\x1b[2Jboom\\n')\nsys.exit(4)\n")
-    monkeypatch.setenv(batch.GRADER_ENV, f"{shlex.quote(sys.executable)} {shlex.quote(str(script))}")
+    monkeypatch.setenv(grading.GRADER_ENV, f"{shlex.quote(sys.executable)} {shlex.quote(str(script))}")
     subs = tmp_path / "subs"
     subs.mkdir()
     make_sub(subs, "alice")
@@ -516,38 +273,3 @@ def test_control_characters_never_reach_the_terminal(tmp_path, monkeypatch):
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stdout and "boom" in proc.stdout
     assert "\x1b" not in (out / "gradebook.csv").read_text()
-
-
-def test_jobs_and_worker_memory_fit_the_free_memory(monkeypatch):
-    """--jobs and the per-worker limit shrink so that every worker that can run at once fits."""
-    import psutil
-
-    from grader.sandbox import limits
-
-    class VM:
-        available = 10 << 30
-
-    monkeypatch.setattr(psutil, "virtual_memory", lambda: VM)
-    jobs, per_worker, message = limits.plan_jobs(8, 8 << 30)
-    assert jobs * (limits.TRUSTED_SHARE_BYTES + 2 * per_worker) <= VM.available and "lowered" in message
-    assert per_worker >= limits.MIN_WORKER_BYTES and jobs == 1
-    VM.available = 200 << 30
-    assert limits.plan_jobs(4, 8 << 30) == (4, 8 << 30, "")
-    assert limits.worker_slots(8 << 30) == (200 - 1) // 8
-    assert limits.fitted_memory_limit(8 << 30) == 8 << 30
-    VM.available = 5 << 30
-    assert limits.fitted_memory_limit(8 << 30) == limits.MIN_WORKER_BYTES
-
-
-def test_jobs_share_one_worker_budget(monkeypatch):
-    """jobs x problems at once never exceeds min(cores, memory slots)."""
-    from grader import util
-    from grader.sandbox import limits
-
-    monkeypatch.setattr(util, "cores", lambda: 4)
-    monkeypatch.setattr(limits, "worker_slots", lambda memory_bytes: 3)
-    assert batch.share_budget(1) == (1, 3)
-    assert batch.share_budget(2) == (2, 1)
-    assert batch.share_budget(5) == (3, 1)
-    monkeypatch.setattr(limits, "worker_slots", lambda memory_bytes: 16)
-    assert batch.share_budget(2) == (2, 2)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from grader.corpus import build_wrong, wrong_submissions
-from grader.instructor import batch
+from grader.instructor.grading import GRADER_ENV
 from grader.rubric import load
 from grader.util import tomllib
 
@@ -136,7 +136,7 @@ def _descendants(pid: int) -> set[int]:
 def test_class_killed_and_resumed(tmp_path):
     expected = generate_class(tmp_path / "class")
     out = tmp_path / "out"
-    env = {k: v for k, v in os.environ.items() if k != batch.GRADER_ENV}
+    env = {k: v for k, v in os.environ.items() if k != GRADER_ENV}
     cmd = [sys.executable, "-m", "grader", "batch", str(tmp_path / "class"), "--out", str(out), "--jobs", "2",
            "--problems", ",".join(PROBLEMS), "--profile", "dev", "--timeout", "600"]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -16,7 +16,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from grader.instructor import bundle
+from grader.instructor import gradescope
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -92,8 +92,8 @@ def test_bundle_contents(bundle_zip):
     assert not any(n.startswith("student/") and n != "student/__init__.py" for n in names)
     assert "-c constraints.txt -r requirements.txt" in setup and "bubblewrap" in setup
     # The build fails where the worker can be isolated neither by bubblewrap nor by uid (on a locked checkout).
-    uid_check = "if ! \"$SOURCE/.venv/bin/python\" -m grader.sandbox.uidsandbox check"
-    assert "-m grader.sandbox.uidsandbox lock" in setup and uid_check in setup and "exit 1" in setup
+    uid_check = "if ! \"$SOURCE/.venv/bin/python\" -m grader.sandbox check"
+    assert "-m grader.sandbox lock" in setup and uid_check in setup and "exit 1" in setup
     assert any(r.startswith("torch") for r in reqs) and not any(r.startswith("matplotlib") for r in reqs)
     assert "--profile dev --problems precision,views" in run and "{{" not in run
     for script in ("setup.sh", "run_autograder"):
@@ -103,7 +103,7 @@ def test_bundle_contents(bundle_zip):
 
 def test_bundle_is_reproducible(bundle_zip, tmp_path):
     again = tmp_path / "again.zip"
-    assert bundle.main([str(again), "--profile", "dev", "--problems", "precision,views"]) == 0
+    assert gradescope.main([str(again), "--profile", "dev", "--problems", "precision,views"]) == 0
     assert again.read_bytes() == bundle_zip.read_bytes()
 
 

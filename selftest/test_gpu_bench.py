@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import gpu_bench
-from grader.mfu import check as mfu
+from grader.mfu import measure
 from tests.local import LocalImpl
 from tests.scenarios import mfu as scenarios
 
@@ -60,10 +60,10 @@ def test_contrast_loops_do_the_reference_work():
         ref = LocalImpl("reference")
         expected = ref.scenario(scenarios.train_workload, data, 3, w.steps, 0, "cpu")
         fp32 = ref.scenario(scenarios.train_workload, {**data, "precision": "fp32"}, 3, w.steps, 0, "cpu")
-        tolerance = mfu.calibrate([(fp32, expected)]).tolerance
+        tolerance = measure.calibrate([(fp32, expected)]).tolerance
         for train in (gpu_bench.slow_train, gpu_bench.synced_bf16_train):
             got = gpu_bench._LoopImpl("x", train).scenario(scenarios.train_workload, data, 3, w.steps, 0, "cpu")
-            v = mfu.verify_run(got, expected, steps=w.steps, tolerance=tolerance)
+            v = measure.verify_run(got, expected, steps=w.steps, tolerance=tolerance)
             assert v.ok, f"{train.__name__}: {v.message}"
     finally:
         torch.set_num_threads(threads)

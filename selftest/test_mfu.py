@@ -1,104 +1,39 @@
-"""The MFU check's logic (grader/mfu/check.py), on the CPU with a fake device clock.
-
-The fake implementations run the real scenario (tests/scenarios/mfu.py) on a
-tiny workload with training loops written here, through the wire format, and
-advance a fake clock by ``overhead + steps * step_seconds`` per call: that is
-what a GPU run looks like to the trusted side, with the speed under our
-control.
-"""
+"""The MFU check's driver (grader/mfu/check.py), on the CPU with a fake device
+clock (selftest/mfu_fakes.py): timed pairs and the trusted clock, pass and fail
+on a GPU only, verification that catches skipped or partial work at every
+width while correct loops of any style pass, malformed results, seeds, the
+rubric's settings and the isolation hooks. The arithmetic is in
+test_mfu_arithmetic.py."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 import torch
 
 from grader.mfu import check as mfu
+from grader.mfu import measure
+from grader.mfu import report as mfu_report
+from grader.mfu import settings as mfu_settings
+from selftest.mfu_fakes import (
+    TINY,
+    FakeClock,
+    FakeImpl,
+    check,
+    good_train,
+    on_gpu,
+    one_thread,  # noqa: F401 (an autouse fixture)
+    train_loop,
+)
 from selftest.sampling import FULL
 from tests import wire
-from tests.harness import ImplBase
 from tests.local import LocalImpl
 from tests.scenarios import mfu as scenarios
 
-# Small enough for the CPU, big enough to tell work from no work: on this
-# workload bf16-vs-fp32 differs by < 0.02, half the steps by ~0.49 and half
-# the batch by ~0.3 (update error; the measured tolerance is 4 x the bf16-vs-fp32 noise, >= 0.01).
-TINY = mfu.Workload(dim=32, num_layers=2, batch=128, steps=16, warmup_steps=2, repeats=2, probe=64)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny matmuls on a shared machine: threads only add contention."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-class FakeClock:
-    """A device clock under test control; records the order of reads and syncs."""
-
-    def __init__(self, tick: float = 0.0) -> None:
-        self.now, self.tick = 1000.0, tick
-        self.events: list[str] = []
-
-    def __call__(self) -> float:
-        self.events.append("clock")
-        self.now += self.tick
-        return self.now
-
-    def sync(self) -> None:
-        self.events.append("sync")
-
-
-class FakeImpl(ImplBase):
-    """Runs scenarios in-process with ``train`` as ``modules.training.train``; each
-    call costs ``overhead + steps * step_seconds`` on the fake clock."""
-
-    def __init__(self, name: str, train: Callable[..., Any], clock: FakeClock, step_seconds: float,
-                 overhead: float = 0.05) -> None:
-        self.name, self.clock, self.step_seconds, self.overhead = name, clock, step_seconds, overhead
-        self.modules = SimpleNamespace(training=SimpleNamespace(train=train))
-        self.calls: list[tuple[int, int]] = []  # (seed, steps)
-        self.precisions: list[str] = []
-
-    def call(self, module: str, function: str, *args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("the MFU check only runs scenarios")
-
-    def scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        args, kwargs = wire.decode(wire.encode((args, kwargs)))
-        value = fn(self.modules, *args, **kwargs)
-        data, seed, steps, _, _ = args
-        self.calls.append((seed, steps))
-        self.precisions.append(data["precision"])
-        self.clock.events.append(f"{self.name}:{steps}")
-        self.clock.now += self.overhead + steps * self.step_seconds
-        return wire.decode(wire.encode(value))
-
-
-def _loop(model, optimizer, batches, steps, autocast: bool, rows: slice = slice(None)) -> list[torch.Tensor]:
-    losses = []
-    for x, y in batches[:steps]:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            loss = (model(x[rows]).float() - y[rows]).square().mean()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.detach())
-    return losses
-
-
-def good_train(model, optimizer, batches, *, steps, precision):
-    return torch.stack(_loop(model, optimizer, batches, steps, precision == "bf16")).tolist()
-
 
 def fp32_train(model, optimizer, batches, *, steps, precision):
-    return torch.stack(_loop(model, optimizer, batches, steps, False)).tolist()
+    return torch.stack(train_loop(model, optimizer, batches, steps, False)).tolist()
 
 
 def lazy_train(model, optimizer, batches, *, steps, precision):
@@ -106,97 +41,17 @@ def lazy_train(model, optimizer, batches, *, steps, precision):
 
 
 def half_steps_train(model, optimizer, batches, *, steps, precision):
-    losses = _loop(model, optimizer, batches, steps // 2, True)
+    losses = train_loop(model, optimizer, batches, steps // 2, True)
     return torch.stack(losses + losses).tolist()
 
 
 def half_batch_train(model, optimizer, batches, *, steps, precision):
     rows = slice(0, batches[0][0].shape[0] // 2)
-    return torch.stack(_loop(model, optimizer, batches, steps, True, rows)).tolist()
+    return torch.stack(train_loop(model, optimizer, batches, steps, True, rows)).tolist()
 
 
 def tensor_losses_train(model, optimizer, batches, *, steps, precision):
-    return _loop(model, optimizer, batches, steps, True)  # 0-d tensors: accepted
-
-
-def check(sub_train, sub_step: float, *, ref_step: float = 1e-3, workload=TINY, seeds=(11, 22, 33),
-          tick: float = 0.0, **kw):
-    clock = FakeClock(tick)
-    ref = FakeImpl("ref", good_train, clock, ref_step)
-    sub = FakeImpl("sub", sub_train, clock, sub_step)
-    report = mfu.run_check(sub, ref, device="cpu", device_name="cpu", clock=clock, sync=clock.sync,
-                           workload=workload, seeds=list(seeds), **kw)
-    return report, clock, ref, sub
-
-
-def on_gpu(report: mfu.MfuReport, name: str = "NVIDIA H100 80GB HBM3") -> mfu.MfuReport:
-    """The same measurements as if taken on a GPU (the work itself ran on the CPU)."""
-    peak, note = mfu.peaks.dense_peak(name, report.workload.precision)
-    return dataclasses.replace(report, device="cuda:0", device_name=name, peak_flops=peak, peak_note=note)
-
-
-# --------------------------------------------------------------------------- arithmetic
-
-
-def test_mfu_is_achieved_over_peak():
-    assert mfu.mfu(6e12, 2.0, 1e12) == 3.0
-    # The lecture's example: 70B params on 15T tokens at 989.5e12 FLOP/s for 144 days on 1024 GPUs.
-    flops = 6 * 70e9 * 15e12
-    assert mfu.mfu(flops, 144 * 86400 * 1024, 989.5e12) == pytest.approx(0.5, rel=0.01)
-
-
-@pytest.mark.parametrize(("args", "error"), [
-    ((1.0, 0.0, 1.0), ValueError), ((1.0, 1.0, 0.0), ValueError), ((-1.0, 1.0, 1.0), ValueError),
-    ((1.0, math.inf, 1.0), ValueError), ((1.0, math.nan, 1.0), ValueError), (("1", 1.0, 1.0), TypeError),
-    ((1.0, True, 1.0), TypeError),
-])
-def test_mfu_rejects_bad_input(args, error):
-    with pytest.raises(error):
-        mfu.mfu(*args)
-
-
-def test_model_flops_is_six_params_rows_steps():
-    model, _ = scenarios.build(TINY.as_data(), 0, "cpu")
-    params = sum(p.numel() for p in model.parameters())
-    assert mfu.num_parameters(TINY) == params == 2 * 32 * 32 + 32
-    assert mfu.model_flops(TINY, 5) == 6 * params * 128 * 5
-    default = mfu.DEFAULT_WORKLOAD
-    assert mfu.model_flops(default, 1) == pytest.approx(3.3e12, rel=0.01), "the default workload is ~3.3 TFLOP/step"
-    with pytest.raises(ValueError):
-        mfu.model_flops(TINY, -1)
-
-
-def test_score_threshold_is_a_fraction_of_the_reference():
-    assert mfu.score(1.25, 1.0, 0.8)  # exactly 0.8 of the reference's MFU
-    assert not mfu.score(1.26, 1.0, 0.8)
-    assert mfu.score(0.5, 1.0, 0.8)  # faster than the reference is fine
-    with pytest.raises(ValueError):
-        mfu.score(0.0, 1.0, 0.8)
-
-
-def test_time_call_syncs_before_and_after_reading_the_clock():
-    clock = FakeClock()
-
-    def work() -> str:
-        clock.events.append("work")
-        clock.now += 2.5
-        return "done"
-
-    seconds, value = mfu.time_call(work, clock, clock.sync)
-    assert (seconds, value) == (2.5, "done")
-    assert clock.events == ["sync", "clock", "work", "sync", "clock"]
-
-
-def test_time_call_refuses_a_clock_that_does_not_advance():
-    clock = FakeClock()
-    with pytest.raises(RuntimeError, match="did not advance"):
-        mfu.time_call(lambda: None, clock, clock.sync)
-
-
-def test_matmul_rate_is_two_n_cubed_over_the_best_time():
-    ticks = iter([float(i) for i in range(1000)])  # every read advances one second
-    rate = mfu.matmul_rate(16, torch.float32, "cpu", clock=lambda: next(ticks), sync=lambda: None, iters=3)
-    assert rate == 2 * 16**3 / 1.0
+    return train_loop(model, optimizer, batches, steps, True)  # 0-d tensors: accepted
 
 
 # --------------------------------------------------------------------------- the driver
@@ -207,10 +62,10 @@ def test_an_equally_fast_correct_loop_passes_on_a_gpu_only():
     assert report.verified, [v.message for v in report.verifications]
     assert report.ratio == pytest.approx(1.0)
     assert not report.passed, "a CPU run must never count as a pass"
-    assert "not run on a GPU" in mfu.format_report(report)
+    assert "not run on a GPU" in mfu_report.format_report(report)
     gpu = on_gpu(report)
     assert gpu.passed
-    assert "PASSED" in mfu.format_report(gpu)
+    assert "PASSED" in mfu_report.format_report(gpu)
 
 
 def test_each_timed_pair_shares_a_fresh_seed_and_is_synchronised():
@@ -233,8 +88,8 @@ def test_the_ratio_and_the_peak_mfu_come_from_the_trusted_clock():
     expected = (0.05 + 0.16) / (0.05 + 0.32)
     assert report.ratio == pytest.approx(expected)
     gpu = on_gpu(report)
-    assert not gpu.passed and "FAILED" in mfu.format_report(gpu)
-    flops = mfu.model_flops(TINY, 16)
+    assert not gpu.passed and "FAILED" in mfu_report.format_report(gpu)
+    flops = measure.model_flops(TINY, 16)
     assert gpu.mfu_vs_peak("submission") == pytest.approx(flops / (0.05 + 0.32) / 989.5e12)
     assert gpu.mfu_vs_peak("reference") == pytest.approx(flops / (0.05 + 0.16) / 989.5e12)
 
@@ -250,7 +105,7 @@ def test_an_unknown_device_still_scores_but_reports_no_peak():
     report = on_gpu(check(good_train, 1e-3)[0], name="NVIDIA H20")
     assert report.passed and report.peak_flops is None
     assert report.mfu_vs_peak("submission") is None
-    assert "unknown device" in mfu.format_report(report)
+    assert "unknown device" in mfu_report.format_report(report)
 
 
 def test_fp32_training_does_the_same_work_within_tolerance():
@@ -295,7 +150,7 @@ def test_verify_run_rejects_forged_results():
     ref = FakeImpl("ref", good_train, FakeClock(), 1e-3)
     args = (TINY.as_data(), 3, TINY.steps, 9, "cpu")
     expected = ref.scenario(scenarios.train_workload, *args)
-    verify = lambda r: mfu.verify_run(r, expected, steps=TINY.steps, tolerance=0.05)
+    verify = lambda r: measure.verify_run(r, expected, steps=TINY.steps, tolerance=0.05)
     assert verify(expected).ok
     assert not verify(wire.Record("x", dict(expected))).ok
     assert not verify({**expected, "extra": 1}).ok
@@ -306,7 +161,7 @@ def test_verify_run_rejects_forged_results():
     assert "initial parameters differ" in verify(shifted).message
     for bad in (0, 1.0, math.nan, True):
         with pytest.raises(ValueError, match="tolerance"):
-            mfu.verify_run(expected, expected, steps=TINY.steps, tolerance=bad)
+            measure.verify_run(expected, expected, steps=TINY.steps, tolerance=bad)
 
 
 def test_seeds_must_cover_warmup_and_repeats():
@@ -326,7 +181,7 @@ def test_default_seeds_are_fresh_per_run():
 def test_the_informational_matmul_rate_is_reported():
     report, *_ = check(good_train, 1e-3, matmul_size=32, tick=1e-3)
     assert report.matmul_flops and report.matmul_flops > 0
-    assert "measured matmul rate" in mfu.format_report(report)
+    assert "measured matmul rate" in mfu_report.format_report(report)
 
 
 def test_reference_train_agrees_with_itself_on_the_cpu():
@@ -348,18 +203,18 @@ def test_reference_train_agrees_with_itself_on_the_cpu():
 def test_settings_come_from_the_rubric_mfu_table(tmp_path):
     rubric = tmp_path / "rubric.toml"
     rubric.write_text('[mfu]\nfraction = 0.5\nsteps = 10\nnoise_factor = 3.0\n')
-    settings = mfu.load_settings(rubric)
+    settings = mfu_settings.load_settings(rubric)
     assert settings.criteria.fraction == 0.5 and settings.workload.steps == 10
     assert settings.criteria.noise_factor == 3.0
-    assert settings.criteria.max_tolerance == mfu.DEFAULT_CRITERIA.max_tolerance
-    assert settings.workload.dim == mfu.DEFAULT_WORKLOAD.dim
+    assert settings.criteria.max_tolerance == mfu_settings.DEFAULT_CRITERIA.max_tolerance
+    assert settings.workload.dim == mfu_settings.DEFAULT_WORKLOAD.dim
 
 
 def test_settings_default_without_a_table(tmp_path):
     (tmp_path / "rubric.toml").write_text("[other]\nx = 1\n")
-    assert mfu.load_settings(tmp_path / "rubric.toml") == mfu.Settings()
-    assert mfu.load_settings(tmp_path / "missing.toml") == mfu.Settings()
-    assert mfu.load_settings() is not None  # the shipped rubric parses
+    assert mfu_settings.load_settings(tmp_path / "rubric.toml") == mfu_settings.Settings()
+    assert mfu_settings.load_settings(tmp_path / "missing.toml") == mfu_settings.Settings()
+    assert mfu_settings.load_settings() is not None  # the shipped rubric parses
 
 
 @pytest.mark.parametrize("body", [
@@ -369,7 +224,7 @@ def test_settings_default_without_a_table(tmp_path):
 def test_bad_settings_are_rejected(tmp_path, body):
     (tmp_path / "rubric.toml").write_text(f"[mfu]\n{body}\n")
     with pytest.raises((ValueError, TypeError)):
-        mfu.load_settings(tmp_path / "rubric.toml")
+        mfu_settings.load_settings(tmp_path / "rubric.toml")
 
 
 class FakeIsolation:
@@ -397,7 +252,7 @@ def test_with_isolation_the_submission_is_retired_before_each_reference_call():
     one_repeat = ["retire", "any?", "ref:16", "any?", "sub:2", "others?", "sub:16", "others?"]
     assert events[: 1 + 2 * len(one_repeat) + 1] == ["ref:2", *one_repeat, *one_repeat, "retire"]
     assert report.isolation_violations == [] and report.verified
-    assert on_gpu(report).passed and "checked gone" in mfu.format_report(report)
+    assert on_gpu(report).passed and "checked gone" in mfu_report.format_report(report)
 
 
 def test_a_submission_process_seen_alive_fails_the_check():
@@ -407,21 +262,7 @@ def test_a_submission_process_seen_alive_fails_the_check():
                            isolation=FakeIsolation(clock, live=(4242,)))
     assert report.verified and report.isolation_violations
     assert all("4242" in v for v in report.isolation_violations)
-    assert not on_gpu(report).passed and "ISOLATION VIOLATED" in mfu.format_report(on_gpu(report))
-
-
-def test_the_tolerance_is_the_measured_noise_times_a_factor_within_bounds():
-    c = mfu.Criteria(noise_factor=4.0, min_tolerance=0.01, max_tolerance=0.15)
-    assert c.tolerance(0.005) == pytest.approx(0.02)
-    assert c.tolerance(0.0) == 0.01 and c.tolerance(1.0) == 0.15
-    for bad in (-1.0, math.nan, math.inf, True):
-        with pytest.raises(ValueError):
-            c.tolerance(bad)
-    report, *_ = check(good_train, 1e-3)
-    cal = report.calibration
-    assert cal is not None and cal.precision == "fp32" and len(cal.noises) == TINY.repeats
-    assert cal.tolerance == mfu.DEFAULT_CRITERIA.tolerance(max(cal.noises)) and 0 < max(cal.noises) < 0.05
-    assert mfu.calibration_precision("fp32") == "bf16"
+    assert not on_gpu(report).passed and "ISOLATION VIOLATED" in mfu_report.format_report(on_gpu(report))
 
 
 # --------------------------------------------------------------------------- partial work at every width
@@ -471,7 +312,7 @@ def explicit_casts_train(model, optimizer, batches, *, steps, precision):
 
 def odd_rows_train(model, optimizer, batches, *, steps, precision):
     """Partial: every other row (not a prefix), full loss list."""
-    losses = _loop(model, optimizer, [(x[1::2], y[1::2]) for x, y in batches], steps, True)
+    losses = train_loop(model, optimizer, [(x[1::2], y[1::2]) for x, y in batches], steps, True)
     return torch.stack(losses).tolist()
 
 
@@ -479,7 +320,7 @@ def frozen_half_train(model, optimizer, batches, *, steps, precision):
     """Partial: no weight gradients for the first half of the layers (a third of the backward saved)."""
     for layer in list(model.layers)[: len(model.layers) // 2 or 1]:
         layer.weight.requires_grad_(False)
-    return torch.stack(_loop(model, optimizer, batches, steps, True)).tolist()
+    return torch.stack(train_loop(model, optimizer, batches, steps, True)).tolist()
 
 
 PARTIAL = [half_steps_train, half_batch_train, odd_rows_train, frozen_half_train]
@@ -500,10 +341,10 @@ def noise_figures():
 @pytest.mark.parametrize("train", PARTIAL + HONEST, ids=lambda f: f.__name__)
 @pytest.mark.parametrize(("dim", "batch"), WIDTHS if FULL else [WIDTHS[0], WIDTHS[-1]], ids=lambda v: str(v))
 def test_partial_work_fails_and_correct_styles_pass_at_every_width(dim, batch, train, noise_figures):
-    workload = mfu.Workload(dim=dim, num_layers=2, batch=batch, steps=16, warmup_steps=2, repeats=1, probe=256)
+    workload = mfu_settings.Workload(dim=dim, num_layers=2, batch=batch, steps=16, warmup_steps=2, repeats=1, probe=256)
     report, *_ = check(train, 1e-3, workload=workload, seeds=(3, 4))
     c = report.calibration
-    assert c is not None and c.tolerance <= mfu.DEFAULT_CRITERIA.max_tolerance
+    assert c is not None and c.tolerance <= mfu_settings.DEFAULT_CRITERIA.max_tolerance
     noise_figures[f"{dim}/{batch} {train.__name__}"] = [
         *(v.update_error for v in report.verifications), c.tolerance]
     if train in PARTIAL:

@@ -2,7 +2,7 @@
 submission cannot change a verdict.
 
 The hog (grader/corpus/cheat/gpu_hog) runs in a real sandboxed worker
-(grader.worker.remote.RemoteImpl); its background thread burns the CPU whenever its
+(grader.sandbox.remote.RemoteImpl); its background thread burns the CPU whenever its
 ``train`` is not running, i.e. while the reference is timed. The reference
 runs the real reference loop in this process. What a GPU would do with a
 co-tenant is modelled by the fake device clock: a timed reference call costs
@@ -24,18 +24,21 @@ import pytest
 import torch
 
 from grader.mfu import check as mfu
+from grader.mfu import peaks, settings
+from grader.mfu import report as mfu_report
+from grader.mfu.report import format_report
 from grader.sandbox import proctree
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import Limits
+from grader.sandbox.remote import RemoteImpl
 from grader.sandbox.workcopy import make_working_copy
 from grader.worker.main import WorkerConfig
-from grader.worker.remote import RemoteImpl
 from tests.harness import ImplBase
 from tests.local import LocalImpl
 
 REPO = Path(__file__).resolve().parent.parent
 HOG = REPO / "grader" / "corpus" / "cheat" / "gpu_hog" / "student"
-TINY = mfu.Workload(dim=32, num_layers=2, batch=128, steps=8, warmup_steps=2, repeats=2, probe=64)
+TINY = settings.Workload(dim=32, num_layers=2, batch=128, steps=8, warmup_steps=2, repeats=2, probe=64)
 #: Fake device seconds of one timed call: the hog's loop does a third more work than the reference's.
 REF_COST, SUB_COST = 1.0, 1.3
 
@@ -125,7 +128,7 @@ def honest_twin(tmp: Path) -> Path:
     return student
 
 
-def run(student: Path, tmp: Path, *, isolate: bool) -> tuple[mfu.MfuReport, Device]:
+def run(student: Path, tmp: Path, *, isolate: bool) -> tuple[mfu_report.MfuReport, Device]:
     device = Device(tmp / "work")
     remote = worker_impl(student, tmp)
     try:
@@ -137,10 +140,10 @@ def run(student: Path, tmp: Path, *, isolate: bool) -> tuple[mfu.MfuReport, Devi
     return report, device
 
 
-def verdict(report: mfu.MfuReport) -> bool:
+def verdict(report: mfu_report.MfuReport) -> bool:
     """The verdict as it would be on a GPU (the work ran on the CPU)."""
-    peak, note = mfu.peaks.dense_peak("NVIDIA H100 80GB HBM3", "bf16")
-    return mfu.MfuReport(**{**report.__dict__, "device": "cuda:0", "device_name": "NVIDIA H100 80GB HBM3",
+    peak, note = peaks.dense_peak("NVIDIA H100 80GB HBM3", "bf16")
+    return mfu_report.MfuReport(**{**report.__dict__, "device": "cuda:0", "device_name": "NVIDIA H100 80GB HBM3",
                             "peak_flops": peak, "peak_note": note}).passed
 
 
@@ -152,7 +155,7 @@ def test_no_submission_process_lives_while_the_reference_is_timed(tmp_path):
     assert not any(proctree.exists(p) for p in device.seen), "a process of the submission outlived the check"
     assert report.isolation_violations == []
     assert report.verified, [v.message for v in report.verifications]  # the hog does the work, a bit slowly
-    assert "killed and checked gone" in mfu.format_report(report)
+    assert "killed and checked gone" in format_report(report)
 
 
 def test_the_hog_does_not_change_the_verdict(tmp_path):

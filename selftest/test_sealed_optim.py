@@ -25,9 +25,9 @@ import pytest
 from grader.sandbox.isolation import Sandbox, bwrap_usable
 from grader.sandbox.limits import Limits
 from grader.sandbox.optimseal import SealedOptim, algorithm_files, carve, module_name, optim_dir, seal_source
+from grader.sandbox.remote import RemoteImpl
 from grader.sandbox.workcopy import SubmissionError, make_working_copy
 from grader.worker.main import _IPC, WorkerConfig, landlock_abi
-from grader.worker.remote import RemoteImpl
 
 REPO = Path(__file__).resolve().parent.parent
 BWRAP, WHY = bwrap_usable()

@@ -33,6 +33,7 @@ import pytest
 
 from grader import __main__ as entry
 from grader.instructor import batch, similarity
+from grader.instructor.grading import GRADER_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -317,7 +318,7 @@ def test_batch_option_writes_the_report(klass, tmp_path, monkeypatch):
     script = tmp_path / "fake.py"
     script.write_text("import json, sys\na = sys.argv[1:]\n"
                       "json.dump({'score': 0, 'max_score': 0, 'problems': []}, open(a[a.index('--json') + 1], 'w'))\n")
-    monkeypatch.setenv(batch.GRADER_ENV, f"{sys.executable} {script}")
+    monkeypatch.setenv(GRADER_ENV, f"{sys.executable} {script}")
     root = tmp_path / "subs"
     _student(root, "alice", {"views": ALICE})
     _student(root, "carol", {"views": _renamed(ALICE)})

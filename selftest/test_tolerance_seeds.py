@@ -2,7 +2,7 @@
 formulation of the optimizers (the reference and the correct corpus: textbook
 per-parameter loops, unfolded foreach, a float64-internal slow one, one written
 from the handout alone) stays within the trajectory bound
-(``tests/tolerances.py``, the oracle of ``tests/test_optimizers.py``) on many
+(``tests/tolerances.py``, with the oracle of ``tests/optimizer_oracle.py``) on many
 fresh draws of the hidden long-run shapes, fp32 and fp64; and every correct
 ``train_step`` stays within the fp32 steps bound (``tests/test_training.py``)
 run on one thread against an oracle on several, as the grader runs them.
@@ -35,8 +35,8 @@ from hypothesis import strategies as st
 
 from grader.corpus import build_correct, correct_submissions
 from selftest.sampling import FULL
+from tests.optimizer_oracle import NAMES, Expected, runs, torch_trajectory
 from tests.scenarios import optimizers as scenarios
-from tests.test_optimizers import NAMES, Expected, runs, torch_trajectory
 from tests.tolerances import bound_to_exact, worst_ratio
 
 REPO = Path(__file__).resolve().parent.parent

@@ -123,7 +123,7 @@ def test_no_isolation_refuses_an_instructor_checkout(no_isolation, monkeypatch):
     with pytest.raises(RuntimeError) as refused:
         Sandbox(limits=Limits())
     message = str(refused.value)
-    assert "reference" in message and "bubblewrap" in message and "python -m grader.sandbox.uidsandbox lock" in message
+    assert "reference" in message and "bubblewrap" in message and "python -m grader.sandbox lock" in message
     assert "--sandbox rlimits" in message
     with pytest.raises(RuntimeError, match="--sandbox uid"):
         Sandbox(limits=Limits(), want="uid")
@@ -172,7 +172,7 @@ import json, os, sys, tempfile
 from pathlib import Path
 from grader.sandbox.limits import Limits
 from grader.sandbox.isolation import Sandbox, make_working_copy
-from grader.worker.client import Limit, Worker
+from grader.sandbox.client import Limit, Worker
 from grader.worker.main import WorkerConfig
 import time
 

@@ -37,10 +37,15 @@ The Impl methods below give tests (b) and (c): :meth:`Impl.source`,
 only travel through files), :meth:`Impl.interrupted_scenario` (the test kills
 the process itself when it sees the moment on disk) and
 :meth:`Impl.measured_scenario` (peak resident memory read from outside).
+A test whose verdict can only come from inside the implementation's process
+is marked ``@pytest.mark.feedback_only(reason)``: students see it, the grader
+deselects it, and a hidden check that decides by this rule extends it. How
+the grader observes (b) and draws the inputs of (d): grader/README.md, "The
+trust boundary" (in the course's checkout).
 
 The implementations: :class:`tests.local.LocalImpl` (students' ``pytest``:
 the implementation imported here, and a child process for the three methods
-above) and the grader's ``RemoteImpl`` (grader/worker/remote.py: a sandboxed
+above) and the grader's ``RemoteImpl`` (grader/sandbox/remote.py: a sandboxed
 worker). :mod:`tests.memwatch` measures memory from outside a process.
 
 **Why the harness lives in ``tests/``** (with :mod:`tests.wire`, :mod:`tests.local`,

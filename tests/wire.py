@@ -391,7 +391,7 @@ def decode(data: bytes | bytearray | memoryview) -> Any:
 
 #: Exceptions that cross the boundary by name: the worker reports the nearest
 #: of these builtins in an error's class hierarchy (grader/worker/main.py), and the
-#: trusted side re-raises that builtin (grader/worker/client.py); anything else
+#: trusted side re-raises that builtin (grader/sandbox/client.py); anything else
 #: (AssertionError included) becomes a ``RemoteError`` there.
 MAPPED_ERRORS = (
     "NotImplementedError", "ValueError", "TypeError", "KeyError", "IndexError",

@@ -15,6 +15,8 @@ import torch
 
 from grader.hidden.conftest import input_kind
 from grader.mfu import check as mfu
+from grader.mfu import report as mfu_report
+from grader.mfu import settings as mfu_settings
 
 pytestmark = [
     pytest.mark.gpu,
@@ -23,15 +25,15 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def report(impl, ref) -> mfu.MfuReport:
+def report(impl, ref) -> mfu_report.MfuReport:
     """One measurement shared by the tests below (it takes seconds of GPU time).
 
-    In the grader ``impl`` is the sandboxed submission (grader.worker.remote.RemoteImpl):
+    In the grader ``impl`` is the sandboxed submission (grader.sandbox.remote.RemoteImpl):
     its workers are killed before each timed reference call (see
     grader/mfu/check.py run_check), and the grader's plugin holds the device's
     lock (grader/mfu/gpulock.py) for the whole problem.
     """
-    settings = mfu.load_settings()
+    settings = mfu_settings.load_settings()
     device = torch.device("cuda", torch.cuda.current_device())
     result = mfu.run_check(
         impl, ref, device=str(device), device_name=torch.cuda.get_device_name(device),
@@ -39,7 +41,7 @@ def report(impl, ref) -> mfu.MfuReport:
         workload=settings.workload, criteria=settings.criteria, matmul_size=8192,
         isolation=impl if isinstance(impl, mfu.Isolation) else None,
     )
-    print(mfu.format_report(result))
+    print(mfu_report.format_report(result))
     return result
 
 
@@ -48,7 +50,8 @@ def test_train_does_the_reference_work(report):
     """Every timed run ends with the parameters where the reference's are."""
     input_kind(device="CUDA", workload="the rubric's MFU workload")
     bad = [v.message for v in report.verifications if not v.ok] + report.isolation_violations
-    assert not bad, "train did not do the reference's work:\n" + "\n".join(bad) + "\n\n" + mfu.format_report(report)
+    details = mfu_report.format_report(report)
+    assert not bad, "train did not do the reference's work:\n" + "\n".join(bad) + "\n\n" + details
 
 
 @pytest.mark.extends("tests/test_training.py::test_train_on_cuda_does_not_sync_every_step")
@@ -60,5 +63,5 @@ def test_mfu_is_a_fraction_of_the_reference(report, record_property):
     if vs_peak is not None:
         record_property("mfu_vs_dense_peak", round(vs_peak, 4))
     assert report.verified and report.passed, (
-        f"MFU {report.ratio:.2f} of the reference's, needs {report.fraction}:\n{mfu.format_report(report)}"
+        f"MFU {report.ratio:.2f} of the reference's, needs {report.fraction}:\n{mfu_report.format_report(report)}"
     )

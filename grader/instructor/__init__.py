@@ -3,11 +3,11 @@
 ``python -m grader WORKFLOW ...`` dispatches here (see ``grader/__main__.py``):
 
 * ``batch``: grade a whole class (:mod:`grader.instructor.batch`, the command;
-  its parts: :mod:`.discovery`, :mod:`.gradescope_metadata`, :mod:`.precheck`,
+  its parts: :mod:`.discovery`, :mod:`.gradescope_export`, :mod:`.precheck`,
   :mod:`.grading` run under :mod:`.supervisor`, :mod:`.records`,
-  :mod:`.gradebook`, :mod:`.progress`, :mod:`.slurm`, :mod:`.files`);
+  :mod:`.gradebook`, :mod:`grader.report.progress`, :mod:`.slurm`, :mod:`.files`);
 * ``release``: the student repository (:mod:`.release`);
-* ``gradescope``: the Gradescope autograder bundle (:mod:`.bundle`);
+* ``gradescope``: the Gradescope autograder bundle (:mod:`.gradescope`);
 * ``similarity``: the class similarity report (:mod:`.similarity`);
 * ``mutants``: mutation testing of the public tests (:mod:`.mutants`).
 

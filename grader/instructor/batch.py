@@ -5,7 +5,7 @@ Contract (instructors rely on each point):
 * A submission is a folder or a ``.zip`` directly inside ``SUBMISSIONS_DIR`` (a
   Gradescope export: one folder per submission plus ``submission_metadata.yml``;
   a GitHub Classroom export: one folder per student repo). ``SUBMISSIONS_DIR`` may
-  itself be the export's ``.zip``. (:mod:`.discovery`, :mod:`.gradescope_metadata`,
+  itself be the export's ``.zip``. (:mod:`.discovery`, :mod:`.gradescope_export`,
   :mod:`.precheck`.)
 * Each submission is graded by its own ``python -m grader SUB --json FILE``
   subprocess (so a grader crash on one never takes down the batch), at most
@@ -62,31 +62,14 @@ from typing import Any
 from grader.instructor.discovery import Submission, discover, parse_shard, shard_index, unpack_export
 from grader.instructor.files import write_json_atomic
 from grader.instructor.gradebook import gradebook_csv, write_outputs
-from grader.instructor.gradescope_export import parse_gradescope_metadata
-from grader.instructor.grading import GRADER_ENV, grade_submission, grader_command
-from grader.instructor.precheck import precheck
-from grader.instructor.records import STATUSES, content_hash, error_record, load_record, load_records
+from grader.instructor.grading import grade_submission
+from grader.instructor.records import content_hash, error_record, load_record, load_records
 from grader.instructor.slurm import write_slurm
 from grader.report.progress import BatchProgress
 from grader.sandbox.limits import plan_jobs
 from grader.util import PROFILES, REPO, write_atomic
 
-__all__ = [
-    "GRADER_ENV",
-    "STATUSES",
-    "Submission",
-    "discover",
-    "grade_submission",
-    "grader_command",
-    "load_record",
-    "load_records",
-    "main",
-    "parse_gradescope_metadata",
-    "precheck",
-    "shard_index",
-    "share_budget",
-    "write_json_atomic",
-]
+__all__ = ["main", "share_budget"]
 
 
 @contextlib.contextmanager

@@ -12,7 +12,12 @@ grade). Run it on an idle machine after changing the
 checks or the reference; the budgets are :data:`grader.sandbox.budgets.MARGIN` times
 the rubric's ``slowdown`` times these figures.
 
-    python -m grader calibrate [--profiles grade,ci,dev] [--runs 3] [--out grader/budgets.toml]
+With ``--problems``, only those problems are graded, and the file keeps the
+other problems' figures: the new ones are scaled to the machine the file
+describes (by the ratio of its workload time to this machine's), and the named
+problems' old entries (check files renamed or split included) are replaced.
+
+    python -m grader calibrate [--profiles grade,ci,dev] [--runs 3] [--problems a,b] [--out grader/budgets.toml]
 """
 
 from __future__ import annotations
@@ -26,11 +31,12 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+from grader import rubric
 from grader.engine import Options, grade
 from grader.sandbox import budgets
 from grader.util import PROFILES, REPO, cores, write_atomic
 
-__all__ = ["main", "measure"]
+__all__ = ["main", "measure", "merged"]
 
 
 def measure(profile: str, runs: int, problems: list[str] | None = None,
@@ -67,9 +73,26 @@ def measure(profile: str, runs: int, problems: list[str] | None = None,
     return {path: (max(cpu[path]), statistics.median(wall[path])) for path in sorted(cpu)}
 
 
-def render(figures: dict[str, dict[str, tuple[float, float]]], workload: float) -> str:
+def merged(old: budgets.Costs, figures: dict[str, dict[str, tuple[float, float]]], workload: float,
+           replaced: set[str]) -> dict[str, dict[str, tuple[float, float]]]:
+    """``old``'s figures with ``figures`` (measured where the calibration
+    workload took ``workload`` seconds) in place of every entry of a file in
+    ``replaced`` (the recalibrated problems' check files) or not in ``figures``'
+    problems any more; new figures scaled to ``old``'s machine."""
+    scale = old.workload_seconds / workload if old.workload_seconds > 0 and workload > 0 else 1.0
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    for profile in sorted(set(old.profiles) | set(figures)):
+        gone = replaced if profile in figures else set()  # a profile not recalibrated keeps all it had
+        kept = {f: (c.worker_cpu, c.seconds) for f, c in old.profiles.get(profile, {}).items() if f not in gone}
+        new = {f: (cpu * scale, seconds * scale) for f, (cpu, seconds) in figures.get(profile, {}).items()}
+        out[profile] = dict(sorted({**kept, **new}.items()))
+    return out
+
+
+def render(figures: dict[str, dict[str, tuple[float, float]]], workload: float, machine: str = "") -> str:
     """``budgets.toml``'s text."""
-    machine = (f"{cores()} cores, {platform.machine()} {platform.system()}, Python {platform.python_version()}")
+    here = f"{cores()} cores, {platform.machine()} {platform.system()}, Python {platform.python_version()}"
+    machine = machine or here
     lines = [
         "# What the reference costs, per hypothesis profile and check file: the CPU seconds",
         "# of its workers (the most of a few grades with different hidden seeds) and the",
@@ -93,19 +116,31 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m grader calibrate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--profiles", default=",".join(PROFILES), help="comma-separated hypothesis profiles")
     ap.add_argument("--runs", type=int, default=3, help="grades per profile (each with its own hidden seed)")
+    ap.add_argument("--problems", default="", help="comma-separated problems to recalibrate (default: all); "
+                    "the file keeps the others' figures")
     ap.add_argument("--out", type=Path, default=budgets.BUDGETS, help="the file to write")
     args = ap.parse_args(argv)
     profiles = [p for p in args.profiles.split(",") if p]
     unknown = [p for p in profiles if p not in PROFILES]
-    if unknown or args.runs < 1:
-        print(f"grader calibrate: profiles must be among {PROFILES} and --runs >= 1", file=sys.stderr)
+    rub = rubric.load()
+    problems = [p for p in args.problems.split(",") if p]
+    if unknown or args.runs < 1 or any(p not in {q.name for q in rub.problems} for p in problems):
+        print(f"grader calibrate: profiles must be among {PROFILES}, problems among the rubric's, and --runs >= 1",
+              file=sys.stderr)
         return 2
     workloads: list[float] = []
     figures = {}
     for profile in profiles:
         print(f"calibrate: grading the reference {args.runs} times in the {profile} profile", file=sys.stderr)
-        figures[profile] = measure(profile, args.runs, workloads=workloads)
+        figures[profile] = measure(profile, args.runs, problems or None, workloads=workloads)
     workload = statistics.median(workloads)
-    write_atomic(args.out, render(figures, workload))
+    if problems:
+        old = budgets.load(args.out)
+        others = {f for q in rub.problems if q.name not in problems for f in q.files}
+        replaced = {f for files in old.profiles.values() for f in files if f not in others}
+        text = render(merged(old, figures, workload, replaced), old.workload_seconds or workload, old.machine)
+    else:
+        text = render(figures, workload)
+    write_atomic(args.out, text)
     print(f"calibrate: wrote {args.out} (workload {workload * 1000:.1f} ms on this machine)", file=sys.stderr)
     return 0

@@ -65,7 +65,7 @@ def entry_kind(path: Path) -> str:
 
 def _metadata(root: Path) -> dict[str, list[dict[str, str]]]:
     """Gradescope's submitters for the export in ``root`` ({} without metadata, or
-    with metadata outside what :mod:`.gradescope_metadata` reads: then a warning)."""
+    with metadata outside what :mod:`.gradescope_export` reads: then a warning)."""
     meta_file = next((root / n for n in ("submission_metadata.yml", "submission_metadata.yaml")
                       if (root / n).is_file()), None)
     if meta_file is None:

@@ -28,7 +28,7 @@ from grader.instructor.precheck import precheck
 from grader.instructor.records import new_record, valid_result
 from grader.util import REPO, printable
 
-__all__ = ["GRADER_ENV", "REPO", "grade_submission", "grader_command"]
+__all__ = ["GRADER_ENV", "grade_submission", "grader_command"]
 
 #: A shell-quoted command replacing ``python -m grader`` (the project's tests use a fake grader).
 GRADER_ENV = "LAB_GRADER_CMD"

@@ -60,37 +60,24 @@ import torch
 
 from grader.mfu import peaks
 from grader.mfu.measure import (
-    Calibration,
-    Verification,
     calibrate,
     calibration_precision,
     matmul_rate,
-    mfu,
     model_flops,
-    num_parameters,
     time_call,
-    update_error,
     verify_run,
 )
-from grader.mfu.report import MfuReport, format_report, score
+from grader.mfu.report import MfuReport
 from grader.mfu.settings import (
     DEFAULT_CRITERIA,
     DEFAULT_WORKLOAD,
     Criteria,
-    Settings,
     Workload,
-    load_settings,
-    settings_from_table,
 )
 from tests.harness import Impl
 from tests.scenarios import mfu as scenarios
 
-__all__ = [
-    "DEFAULT_CRITERIA", "DEFAULT_WORKLOAD", "Calibration", "Criteria", "Isolation", "MfuReport", "Settings",
-    "Verification", "Workload", "calibrate", "calibration_precision", "format_report", "load_settings",
-    "matmul_rate", "mfu", "model_flops", "num_parameters", "run_check", "score", "settings_from_table",
-    "time_call", "update_error", "verify_run",
-]
+__all__ = ["Isolation", "run_check"]
 
 
 def _seeds(count: int) -> list[int]:
@@ -102,7 +89,7 @@ def _seeds(count: int) -> list[int]:
 
 @runtime_checkable
 class Isolation(Protocol):
-    """What the check needs from a sandboxed submission (grader.worker.remote.RemoteImpl)."""
+    """What the check needs from a sandboxed submission (grader.sandbox.remote.RemoteImpl)."""
 
     def retire_workers(self, timeout: float = 30.0) -> None:
         """Kill every process of the submission; return once none exists."""

@@ -1,1 +1,7 @@
-"""Where the submission's code runs: the worker's isolation, limits, scratch folder and working copy."""
+"""The trusted side of running a submission: how a worker is isolated
+(``isolation``, ``uidsandbox``), limited (``limits``, ``budgets``, ``cgroups``),
+given its files (``workcopy``, ``submission``, ``scratch``, ``optimseal``),
+observed from outside (``meter``, ``proctree``), talked to (``client``: one
+worker's pipes and limits) and managed per problem (``remote``: ``RemoteImpl``).
+The code that runs inside the sandbox is :mod:`grader.worker`.
+"""

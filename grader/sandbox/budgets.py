@@ -10,7 +10,7 @@ trusted side and compares it with the same workload on the machine the
 figures were measured on, so a laptop twice as slow gets twice the seconds
 (a faster one keeps the measured figures: a budget never shrinks below them).
 
-CPU time, not wall-clock time, is what is counted (:mod:`grader.worker.remote`,
+CPU time, not wall-clock time, is what is counted (:mod:`grader.sandbox.remote`,
 :mod:`grader.sandbox.meter`): a busy machine slows every process down in wall-clock
 time but not in CPU time, so a correct solution keeps its marks on a grading
 host running several jobs per core. Nothing here decides a verdict on its own:

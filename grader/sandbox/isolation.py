@@ -1,35 +1,15 @@
 """The sandbox: the command line that starts a worker.
 
-:class:`Sandbox` builds the worker's command line. With bubblewrap (``bwrap``)
-usable (:func:`bwrap_usable`), the worker sees a new root holding read-only
-binds of what Python needs (``/usr``, the interpreter prefix, the virtual
-environment), its own copy of the working copy (read-only, at
-``/submission``), a small tmpfs ``/tmp``, a smaller one at ``/dev/shm``, a
-read-only ``/dev``, and the trusted tests' scratch folder (read-write, at its
-own path, so a path a test passes means the same file on both sides); no
-network, its own PID/IPC/UTS namespaces (in which it is pid 1, alone, where
-bwrap has ``--as-pid-1``), no capabilities, a new session, and it dies with
-its parent. The optimizers' worker also gets sealed copies of torch.optim's
-algorithm sources over torch's, and no torch.optim bytecode
-(:mod:`grader.sandbox.optimseal`). Everywhere, the worker lowers its rlimits (CPU
-time, address space, file size, open files, core dumps) and on Linux installs a seccomp
-filter that refuses to create processes (and ``fallocate``, ``ptrace``),
-before it imports submission code. A
-problem whose checks need a child process (rubric ``processes = N``) gets a
-worker without that filter, capped by RLIMIT_NPROC at the user's current task
-count plus N (which the kernel does not enforce for root). Without a usable
-bwrap (containers without user namespaces), a grader running as root starts
-the worker as an unprivileged uid of its own instead, on a locked checkout
-(:mod:`grader.sandbox.uidsandbox`, probed before use). Where neither works (macOS, not
-root) only those last measures remain: an instructor's checkout (the reference
-and hidden checks on disk) is then refused unless rlimits are asked for
-explicitly; the student release runs, and every report says so.
-
-What holds for root too: the seccomp filter (mandatory where the platform has
-it), a pids cgroup per worker where one can be made
-(:class:`grader.sandbox.cgroups.PidsCgroup`), the scratch folder's caps checked from
-the trusted side (:class:`grader.sandbox.scratch.ScratchWatch`), and the memory budget
-(:mod:`grader.sandbox.limits`).
+:class:`Sandbox` builds the worker's command line (:meth:`Sandbox.command`) in
+one of three modes: bubblewrap (``bwrap``, where :func:`bwrap_usable`), an
+unprivileged uid of its own on a locked checkout (:mod:`grader.sandbox.uidsandbox`,
+probed before use), or rlimits only (the student release, or asked for
+explicitly). In bubblewrap mode it lays out the worker's new root: read-only
+binds of what Python needs, its own working copy at ``/submission``, sized
+tmpfs mounts, a read-only ``/dev``, the scratch folder at its own path, and,
+for the optimizers' worker, sealed copies of torch.optim's sources
+(:mod:`grader.sandbox.optimseal`). What each mode gives and lacks, what holds
+for root, and when the grader refuses to grade: see grader/sandbox/README.md.
 
 The sandbox's parts live in their own modules, which never import this one:
 :mod:`grader.sandbox.limits` (limits, memory planning), :mod:`grader.sandbox.scratch` (the

@@ -108,7 +108,7 @@ class StorageWatch:
 
     A call that keeps its data in files instead of in its memory (a tensor
     offloaded to ``/dev/shm`` and read back) holds it all the same: a measured
-    peak (:meth:`grader.worker.remote.RemoteImpl.measured_scenario`) adds
+    peak (:meth:`grader.sandbox.remote.RemoteImpl.measured_scenario`) adds
     :meth:`stop`'s growth to the resident growth. Sampled every
     ``interval`` seconds (the tmpfs mounts; the walks, of the scratch folder,
     the uid's files and open file descriptors, every tenth time), plus once at

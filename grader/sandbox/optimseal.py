@@ -6,7 +6,7 @@ that without any import: execute torch's optimizer sources read from disk
 (``exec(compile(open(torch.optim.adam.__file__).read(), ...))``), or load their
 original bytecode from ``torch/optim/__pycache__/*.pyc`` with ``marshal``. In
 bubblewrap mode those files are covered from outside the process: the
-optimizers' worker (only: :data:`grader.worker.remote.SEALED_OPTIM_PROBLEMS`) sees,
+optimizers' worker (only: :data:`grader.sandbox.remote.SEALED_OPTIM_PROBLEMS`) sees,
 read-only, a sealed copy over each algorithm source of torch.optim and an empty
 folder over each ``__pycache__`` below it (:meth:`SealedOptim.binds`, used by
 :meth:`grader.sandbox.isolation.Sandbox.command`).
@@ -20,7 +20,7 @@ torch imports from those files exists; every function and method body is one
 function, ``torch.optim._multi_tensor``, which nothing of torch imports, raises
 when imported there: no torch code is lost that a worker needs). The copies are written by the grader, into a
 folder of its own that no worker sees (created once per
-:class:`grader.worker.remote.RemoteImpl`, removed with it), from the torch this
+:class:`grader.sandbox.remote.RemoteImpl`, removed with it), from the torch this
 interpreter (and so the worker, which runs it on the same paths) imports.
 
 In uid mode there are no mounts: the optimizers' worker imports torch from

@@ -21,7 +21,7 @@ from pathlib import Path
 from grader.sandbox.limits import Limits
 
 #: pytest's ``--basetemp`` inside the scratch folder: the tests' ``tmp_path``
-#: folders, which the workers see (grader/groups.py sets it; grader/worker/remote.py
+#: folders, which the workers see (grader/groups.py sets it; grader/sandbox/remote.py
 #: empties it between problems).
 BASETEMP = "pytest"
 #: How a group's folder is named in the run's folder (grader/groups.py).

@@ -8,7 +8,7 @@ PrairieLearn does. What that uid can reach is what the file permissions let
 any other user reach, so this mode rests on three things:
 
 * **The checkout is locked** (:func:`lock`, run by the Gradescope bundle's
-  ``setup.sh``, or ``python -m grader.sandbox.uidsandbox lock``): every top-level
+  ``setup.sh``, or ``python -m grader.sandbox lock``): every top-level
   entry of the repository but the one holding the interpreter (the virtual
   environment) loses its group and other permissions (``reference/``,
   ``grader/`` with ``grader/hidden``, ``tests/``, ``.git``, ...), and the
@@ -281,7 +281,7 @@ def _summary(wrong: list[str], repo: Path) -> str:
 
 def fix_hint() -> str:
     """How an instructor makes uid isolation work (said when it does not)."""
-    return ("lock the checkout (python -m grader.sandbox.uidsandbox lock: the reference, hidden checks and grader "
+    return ("lock the checkout (python -m grader.sandbox lock: the reference, hidden checks and grader "
             "become unreadable to other users) and grade as root")
 
 
@@ -340,31 +340,3 @@ def open_pytest_temp_dirs() -> None:
 
     factory.getbasetemp, factory.mktemp = opened_base, opened  # type: ignore[method-assign]
     factory._opened_for_worker = True  # type: ignore[attr-defined]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m grader.sandbox.uidsandbox lock|check``: lock this checkout; say which
-    isolation the grader would use here (as ``--sandbox auto`` decides, so
-    ``$LAB_ISOLATION`` counts): exit 1 when it would refuse to grade."""
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m grader.sandbox.uidsandbox", description=main.__doc__)
-    ap.add_argument("action", choices=("lock", "check"))
-    args = ap.parse_args(argv)
-    if args.action == "lock":
-        changed = lock(REPO)
-        print(f"locked {REPO}: {len(changed)} modes changed (the reference, hidden checks and grader are root's only)")
-        return 0
-    from grader.sandbox.isolation import Sandbox
-
-    try:
-        sandbox = Sandbox()
-    except (RuntimeError, ValueError) as e:
-        print(f"isolation: none: {e}", file=sys.stderr)
-        return 1
-    print(f"isolation: {sandbox.describe()}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,7 +10,7 @@ harness the worker needs (``tests/__init__.py``, ``tests/wire.py``,
 ``reference/`` or of ``grader/hidden``.
 
 What Python imports from the working copy must be what the trusted side reads
-(the sources of :attr:`grader.worker.remote.RemoteImpl`, the similarity report): so
+(the sources of :attr:`grader.sandbox.remote.RemoteImpl`, the similarity report): so
 ``student/`` may hold plain modules only, ``student/<name>.py``. A folder (a
 package, or a namespace package, that would shadow a module), an extension
 module, bytecode or a ``.pth`` file makes the submission a

@@ -12,10 +12,11 @@ trusted side imports that class from here (``grader.worker.main``). This file mu
 not import anything of ``grader`` (which is not in the working copy), and
 imports only the standard library at module level.
 
-Protocol: :mod:`tests.wire` frames (``wire.read_frame`` / ``wire.write_frame``)
-of :func:`tests.wire.encode` bytes, read from ``REQUEST_FD`` and written to
-``REPLY_FD`` (never stdout, which is the submission's log). The first frame the
-worker writes is a hello (``{"hello": ...}``); then, for each request
+Protocol (the one home of the request and reply fields): :mod:`tests.wire`
+frames (``wire.read_frame`` / ``wire.write_frame``) of :func:`tests.wire.encode`
+bytes, read from ``REQUEST_FD`` and written to ``REPLY_FD`` (never stdout,
+which is the submission's log). The first frame the worker writes is a hello
+(``{"hello": ...}``); then, for each request
 ``{"op": "call", "module", "function", "args", "kwargs"}`` or
 ``{"op": "scenario", "name", "args", "kwargs"}`` it answers
 ``{"ok": True, "value": ...}`` or ``{"ok": False, "type", "message", "traceback"}``
@@ -23,21 +24,16 @@ worker writes is a hello (``{"hello": ...}``); then, for each request
 
 Before any submission code is imported the worker lowers its own rlimits,
 asks to be killed with its parent, and (on Linux) installs a seccomp filter
-that refuses to create processes (threads are allowed): a fork bomb gets
-``EAGAIN``. The filter is mandatory where the platform has it: a worker that
-cannot install it exits (status 71) rather than run the submission. None of
-this is what makes verdicts trustworthy (the submission may rewrite this
-process entirely); it keeps a hostile submission from harming the machine.
-Verdicts are computed in the trusted process.
+(:func:`_forbid_processes`). What these refuse, and that they protect the
+machine, not the verdicts (computed in the trusted process): see
+grader/sandbox/README.md.
 
 A worker whose first request is about the optimizers (a call of
 ``student.optimizers`` or a scenario of ``tests.scenarios.optimizers``) seals
 torch.optim before it imports the submission (``seal_torch_optim`` of
-grader/worker/seal.py, copied beside this file as ``_grader_seal.py``): the
-optimizers it must imitate are then unusable, whatever route the submission
-takes to them, so a submission that delegates fails the trajectory checks the
-trusted side compares (nothing it reports is believed). A worker that imported
-the submission for anything else answers no optimizers request.
+grader/worker/seal.py, copied beside this file as ``_grader_seal.py``); a
+worker that imported the submission for anything else answers no optimizers
+request. Why: see grader/README.md, "The trust boundary".
 """
 
 from __future__ import annotations

@@ -41,8 +41,8 @@ PYEOF
 # writable (the lock; the virtual environment stays usable). Checked now, as that
 # uid; neither working fails the build: grading would hand every submission the
 # reference and hidden checks.
-"$SOURCE/.venv/bin/python" -m grader.sandbox.uidsandbox lock
-if ! "$SOURCE/.venv/bin/python" -m grader.sandbox.uidsandbox check; then
+"$SOURCE/.venv/bin/python" -m grader.sandbox lock
+if ! "$SOURCE/.venv/bin/python" -m grader.sandbox check; then
     echo "setup.sh: no isolation for the worker here (see above); not building an autograder that would expose" \
          "the reference and hidden checks" >&2
     exit 1

@@ -2,43 +2,22 @@
 
 :class:`RemoteImpl` implements :class:`tests.harness.Impl` for the grader's
 trusted pytest process: the lifecycle of the workers
-(:class:`grader.worker.client.Worker`) of one submission. Each problem gets its
+(:class:`grader.sandbox.client.Worker`) of one submission. Each problem gets its
 own long-lived worker process (see :mod:`grader.worker.main`), started from a warm
 spare so that importing torch overlaps with the previous problem's checks.
-Requests and replies are length-prefixed :mod:`tests.wire` frames on
-dedicated pipes; replies are decoded with :func:`tests.wire.decode` only, and
-errors are re-raised as the builtin exception the worker named (anything else
-as :class:`RemoteError`).
+Requests and replies are :mod:`tests.wire` frames (decoded by :mod:`grader.sandbox.client`).
 
-**Budgets count the submission's own work.** Each problem has a budget of CPU
-seconds (:mod:`grader.sandbox.budgets`: a multiple of what the reference uses for the
-same checks, scaled to this machine), and each call a CPU limit; both count
-the CPU time of the worker's process tree since it started serving (its
-start-up, importing torch, is the grader's), read from outside
-(:mod:`grader.sandbox.meter`). The trusted side's own work (oracles, float64 runs)
-costs the submission nothing, and a busy machine, which makes every process
-wait for a CPU, costs it nothing either. Wall-clock time is only a backstop
-(``wall_factor`` times a call's CPU limit) against a call that sleeps or
-blocks; one stopped there while it mostly waited for a CPU was starved by the
-machine, which is a :class:`GraderFault`, not the submission's timeout. What
-happened is kept in a :class:`ProblemState`.
+Each problem's CPU budget and each call's CPU limit (read from outside by
+:mod:`grader.sandbox.meter`, budgets from :mod:`grader.sandbox.budgets`), the
+wall-clock backstop, and when a timeout, a crash, a spent budget
+(:class:`NotRun`) or a worker that cannot start (:class:`GraderFault`) cuts a
+problem: see grader/README.md, "Budgets". What happened is kept in a
+:class:`ProblemState`.
 
-When the worker times out, crashes or talks garbage, it is killed and the call
-raises a :class:`WorkerError` (a ``BaseException``, see
-:mod:`grader.worker.client`), and the next call starts a fresh worker. A spent
-budget cuts the problem: that call and every later one raise :class:`NotRun`
-(their checks did not run; items that passed before keep their points). So do
-``max_timeouts`` timeouts or ``max_crashes`` crashes: a hang costs that
-problem at most, not the run. A worker that cannot start (nothing of the
-submission runs before its hello) is a :class:`GraderFault`.
-
-In bubblewrap mode the workers of :data:`SEALED_OPTIM_PROBLEMS` see sealed
-copies of torch.optim's algorithm sources and no torch.optim bytecode
-(:mod:`grader.sandbox.optimseal`), written once per RemoteImpl into a folder beside
-the scratch folder that no worker sees, removed by :meth:`RemoteImpl.close`;
-in uid mode Landlock keeps them from those files (and from any writable one).
-The other problems' workers keep torch's own files: their scenarios train
-with torch.optim.
+:data:`SEALED_OPTIM_PROBLEMS`: whose workers see sealed copies of torch.optim's
+sources in bubblewrap mode (:mod:`grader.sandbox.optimseal`; written once per
+RemoteImpl, removed by :meth:`RemoteImpl.close`); why, and the uid mode's
+Landlock: see grader/README.md, "The trust boundary".
 """
 
 from __future__ import annotations
@@ -50,12 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.sandbox import proctree
-from grader.sandbox.isolation import Sandbox
-from grader.sandbox.limits import LOG_CAP, worker_slots
-from grader.sandbox.meter import StorageWatch
-from grader.sandbox.optimseal import SealedOptim
-from grader.sandbox.scratch import BASETEMP, remove_tree
-from grader.worker.client import (
+from grader.sandbox.client import (
     GraderFault,
     KilledForMemory,
     Limit,
@@ -70,6 +44,11 @@ from grader.worker.client import (
     decode_reply,
     reply_value,
 )
+from grader.sandbox.isolation import Sandbox
+from grader.sandbox.limits import LOG_CAP, worker_slots
+from grader.sandbox.meter import StorageWatch
+from grader.sandbox.optimseal import SealedOptim
+from grader.sandbox.scratch import BASETEMP, remove_tree
 from grader.worker.main import WorkerConfig
 from tests import wire
 from tests.harness import ImplBase, Interrupted, read_source, scenario_name, stubs_fail_fast

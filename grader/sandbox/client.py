@@ -14,13 +14,10 @@ and a wall-clock backstop; past either it raises :class:`OutOfTime`, which
 says which one ran out and whether the tree was starved of CPU meanwhile.
 
 When the worker times out, crashes or talks garbage the call raises a
-:class:`WorkerError`, which derives from ``BaseException`` on purpose:
-``pytest.raises(ValueError)`` (or even ``pytest.raises(Exception)``) cannot be
-passed by crashing, and hypothesis does not retry it while shrinking. Two of
-them are no verdict on the submission at all: :class:`NotRun` (the check did
-not run: the problem's budget was spent) and :class:`GraderFault` (the machine
-or the grader failed). :mod:`grader.worker.remote` builds the per-problem lifecycle
-on top of this.
+:class:`WorkerError`, a ``BaseException`` on purpose; :class:`NotRun` and
+:class:`GraderFault` are no verdict on the submission. Why, and what each
+costs a problem: see grader/README.md, "Budgets". :mod:`grader.sandbox.remote`
+builds the per-problem lifecycle on top of this.
 """
 
 from __future__ import annotations
@@ -79,7 +76,7 @@ class KilledForMemory(WorkerCrashed):
     """The kernel's out-of-memory killer ended the worker (it was SIGKILLed, not
     by the grader, while the machine's OOM-kill count rose). ``peak`` is the
     most resident memory the grader saw it hold (bytes): below its own memory
-    limit, the machine was too small (:class:`grader.worker.remote.RemoteImpl` makes it
+    limit, the machine was too small (:class:`grader.sandbox.remote.RemoteImpl` makes it
     a grader fault), above it the submission took the memory."""
 
     def __init__(self, message: str, peak: int) -> None:

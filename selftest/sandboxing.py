@@ -1,0 +1,197 @@
+"""Shared by the sandbox selftests (test_sandbox*.py): a small hostile student
+module (``PRECISION``) whose functions misbehave on request, its working copy
+and a scratch folder (fixture ``work``), RemoteImpl workers on them
+(``make_impl``, fixture ``impl``), the bubblewrap skip marker, and the
+worker's processes inside its sandbox, seen from outside.
+
+A test module uses the fixtures by importing ``work_fixture`` and
+``impl_fixture``: they are registered under the names ``work`` and ``impl``
+(module-scoped: one working copy, one worker per test module)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from grader.sandbox.isolation import Sandbox, bwrap_usable
+from grader.sandbox.limits import Limits
+from grader.sandbox.remote import RemoteImpl
+from grader.sandbox.workcopy import make_working_copy
+from grader.worker.main import WorkerConfig
+
+REPO = Path(__file__).resolve().parent.parent
+BWRAP = bwrap_usable()[0]
+needs_bwrap = pytest.mark.skipif(not BWRAP, reason="bubblewrap is unusable here: " + bwrap_usable()[1])
+
+PRECISION = '''
+import os, socket, sys, time, torch
+
+class MyError(ValueError):
+    pass
+
+def bytes_per_element(kind):
+    if kind == "value":
+        raise MyError("bad dtype")
+    if kind == "assert":
+        assert False, "student assert"
+    if kind == "exit":
+        sys.exit(0)
+    if kind == "crash":
+        os._exit(3)
+    if kind == "hang":
+        while True:
+            pass
+    if kind == "burn":  # half a CPU second, then an answer
+        start = time.process_time()
+        while time.process_time() - start < 0.5:
+            pass
+        return 5
+    if kind == "sleep":
+        time.sleep(3600)
+    if kind == "object":
+        return object()
+    if kind == "subclass":
+        class T(torch.Tensor):
+            pass
+        return torch.zeros(2).as_subclass(T)
+    if kind == "fork":
+        return os.fork()
+    if kind == "memory":
+        return len(bytearray(6 << 30))
+    if kind == "print":
+        for _ in range(300):
+            print("y" * 4096)
+        return 1
+    if kind == "view":
+        x = torch.arange(6.0)
+        return x, x[2:]
+    if kind == "leak":
+        print("SECRET-INPUT-4242", flush=True)
+        os._exit(3)
+    if kind == "forkbomb":
+        n = 0
+        try:
+            while n < 5000:
+                if os.fork() == 0:
+                    time.sleep(60)
+                    os._exit(0)
+                n += 1
+        except OSError:
+            pass
+        return n
+    return 4
+
+def tensor_bytes(what, arg=None):
+    if what == "read":
+        try:
+            return open(arg).read()[:100]
+        except OSError as e:
+            return f"refused: {type(e).__name__}"
+    if what == "list":
+        try:
+            return sorted(os.listdir(arg))
+        except OSError as e:
+            return f"refused: {type(e).__name__}"
+    if what == "net":
+        try:
+            socket.create_connection(("1.1.1.1", 53), timeout=2)
+            return "connected"
+        except OSError as e:
+            return f"refused: {type(e).__name__}"
+    if what == "write":
+        try:
+            with open(arg, "w") as f:
+                f.write("forged")
+            return "written"
+        except OSError as e:
+            return f"refused: {type(e).__name__}"
+    if what == "pids":
+        return sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+    if what == "store":  # 8 MiB into each of: /tmp, /dev/shm, the scratch folder arg; kept
+        for folder in ("/tmp", "/dev/shm", arg):
+            with open(os.path.join(folder, "stored"), "wb") as f:
+                f.write(b"s" * (8 << 20))
+        return 3
+    if what == "tmpfs":  # how much each of /dev, /dev/shm and /tmp takes in 16 MiB blocks
+        out = {}
+        for folder in ("/dev", "/dev/shm", "/tmp"):
+            written = 0
+            try:
+                for i in range(64):
+                    with open(os.path.join(folder, f"fill-{i}"), "wb") as f:
+                        f.write(b"x" * (16 << 20))
+                    written += 16 << 20
+            except OSError as e:
+                out[folder + " error"] = e.errno
+            out[folder] = written
+        return out
+    if what == "fallocate":
+        for i in range(8):
+            fd = os.open(os.path.join(arg, f"reserved-{i}"), os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                os.posix_fallocate(fd, 0, 1 << 30)
+            finally:
+                os.close(fd)
+        return 0
+    if what == "ptrace":
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return {int(p): libc.ptrace(0x4206, int(p), None, None) == 0 for p in os.listdir("/proc")
+                if p.isdigit() and int(p) != os.getpid()}
+    if what == "ptrace-parent":
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.ptrace(0x4206, os.getppid(), None, None) == 0:
+            libc.ptrace(17, os.getppid(), None, None)
+            return "attached"
+        return os.strerror(ctypes.get_errno())
+    if what == "fill":
+        block = b"x" * (1 << 20)
+        for i in range(100_000):
+            with open(os.path.join(arg, f"fill-{i}"), "wb") as f:
+                f.write(block)
+'''
+
+
+@pytest.fixture(scope="module", name="work")
+def work_fixture(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sandbox")
+    (root / "sub" / "student").mkdir(parents=True)
+    (root / "sub" / "student" / "__init__.py").write_text("")
+    (root / "sub" / "student" / "precision.py").write_text(textwrap.dedent(PRECISION))
+    scratch = root / "scratch"
+    scratch.mkdir()
+    return make_working_copy(root / "sub" / "student", root / "work"), scratch
+
+
+def make_impl(work, *, cpu_budget=120.0, call_cpu=20.0, memory_gib=3.0, processes=0, **more) -> RemoteImpl:
+    wc, scratch = work
+    sandbox = Sandbox(limits=Limits(memory_bytes=int(memory_gib * (1 << 30))))
+    config = WorkerConfig(rlimits=sandbox.limits.rlimits(False))
+    impl = RemoteImpl("test", sandbox, wc, scratch, problems={"precision": cpu_budget},
+                      call_cpu=call_cpu, config=config, processes={"precision": processes}, **more)
+    impl.enter("precision")
+    return impl
+
+
+@pytest.fixture(scope="module", name="impl")
+def impl_fixture(work):
+    impl = make_impl(work)
+    yield impl
+    impl.close()
+
+
+def _worker_pid(impl: RemoteImpl) -> int:
+    return impl._workers["precision"].proc.pid
+
+
+def _in_sandbox(root: int) -> list[int]:
+    """The processes of ``root``'s tree in another PID namespace than this one."""
+    import os
+
+    from tests.memwatch import process_tree
+
+    own = os.stat("/proc/self/ns/pid").st_ino
+    return [p for p in process_tree(root) if os.stat(f"/proc/{p}/ns/pid").st_ino != own]

@@ -1,0 +1,98 @@
+"""The trust boundary, call by call: RemoteImpl against a small hostile module
+in a real worker: values and views cross as data, exceptions are mapped to
+their nearest builtin, crashes and protocol garbage are worker errors (never
+a value, never the submission's output), output is captured and capped, and
+the wire format refuses inflated views.
+
+The hostile module and the fixtures are in selftest/sandboxing.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grader.sandbox.client import ProtocolError, RemoteError, WorkerCrashed, WorkerError
+from selftest.sandboxing import impl_fixture, make_impl, work_fixture  # noqa: F401 (the fixtures impl and work)
+
+
+def test_values_and_views_cross_as_data(impl):
+    assert impl.precision.bytes_per_element("ok") == 4
+    a, b = impl.precision.bytes_per_element("view")
+    assert type(a) is torch.Tensor and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def test_builtin_exceptions_are_reraised_by_their_nearest_builtin(impl):
+    with pytest.raises(ValueError, match="bad dtype") as e:
+        impl.precision.bytes_per_element("value")
+    assert type(e.value) is ValueError  # never the submission's own class
+    with pytest.raises(RemoteError, match="AssertionError: student assert"):
+        impl.precision.bytes_per_element("assert")
+    with pytest.raises(RemoteError, match="SystemExit"):
+        impl.precision.bytes_per_element("exit")
+    assert impl.precision.bytes_per_element("ok") == 4  # the same worker carries on
+
+
+@pytest.mark.parametrize("kind", ["object", "subclass"])
+def test_non_data_is_not_a_type_error(impl, kind):
+    """Returning a non-data object must not pass a ``pytest.raises(TypeError)`` check."""
+    with pytest.raises(RemoteError, match="not data") as e:
+        impl.precision.bytes_per_element(kind)
+    assert not isinstance(e.value, TypeError)
+
+
+def test_crash_fails_the_call_and_a_fresh_worker_follows(impl):
+    with pytest.raises(WorkerCrashed, match="exited with status 3"):
+        impl.precision.bytes_per_element("crash")
+    assert not issubclass(WorkerError, Exception)  # no pytest.raises(Exception) passes by crashing
+    assert impl.precision.bytes_per_element("ok") == 4
+
+
+def test_protocol_garbage_is_a_crash_not_a_value(work):
+    """A reply frame announcing more than the cap is refused before it is read."""
+    impl = make_impl(work)
+    impl.max_reply = 16
+    try:
+        with pytest.raises(ProtocolError, match="limit 16"):
+            impl.precision.bytes_per_element("view")
+    finally:
+        impl.close()
+
+
+def test_crash_message_carries_no_submission_output(impl):
+    """What a dying worker printed (hidden inputs, say) stays in the log, out of every message."""
+    with pytest.raises(WorkerCrashed) as e:
+        impl.precision.bytes_per_element("leak")
+    assert "exited with status 3" in str(e.value) and "SECRET" not in str(e.value)
+    assert all("SECRET" not in c for c in impl.states["precision"].crashes)
+
+
+def test_output_is_captured_and_capped(work):
+    impl = make_impl(work)
+    try:
+        for _ in range(3):
+            assert impl.precision.bytes_per_element("print") == 1
+    finally:
+        impl.close()
+    st = impl.states["precision"]
+    assert len(st.log) <= 64 << 10 and st.log_dropped > 0
+
+
+def test_wire_refuses_views_bigger_than_what_crossed():
+    """A 1-byte storage viewed with zero strides as a 3 GiB tensor is refused before anything is allocated."""
+    from tests import wire
+
+    def frame(shape, stride, nbytes):
+        import json as j
+        import struct
+
+        head = j.dumps({"v": {"$": "tensor", "dtype": "uint8", "shape": shape, "stride": stride, "offset": 0,
+                              "storage": 0, "device": "cpu"}, "sizes": [nbytes]}).encode()
+        return struct.pack("<Q", len(head)) + head + b"\1" * nbytes
+
+    with pytest.raises(wire.WireError, match="stand for"):
+        wire.decode(frame([3 << 15, 1 << 15], [0, 0], 1))
+    with pytest.raises(wire.WireError, match="stand for"):  # many small inflated views add up
+        wire.decode(wire.encode([torch.zeros(1).expand(1 << 20)] * 40))
+    assert wire.decode(frame([4, 1000], [0, 1], 1000)).shape == (4, 1000)  # an honest broadcast crosses
+    x = torch.arange(12.0).reshape(3, 4)
+    assert torch.equal(wire.decode(wire.encode(x.t())), x.t())
