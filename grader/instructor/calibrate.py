@@ -7,7 +7,7 @@ the file's checks (the most any run used: hidden inputs change with the seed)
 and their wall-clock seconds on the trusted side (the median; the planner
 balances parallel groups with it), plus this machine's time for the
 calibration workload (:func:`grader.sandbox.budgets.workload_seconds`), against which
-other machines are scaled (the median of its times before and after each
+other machines are scaled (the shortest of its times before and after each
 grade). Run it on an idle machine after changing the
 checks or the reference; the budgets are :data:`grader.sandbox.budgets.MARGIN` times
 the rubric's ``slowdown`` times these figures.
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     for profile in profiles:
         print(f"calibrate: grading the reference {args.runs} times in the {profile} profile", file=sys.stderr)
         figures[profile] = measure(profile, args.runs, problems or None, workloads=workloads)
-    workload = statistics.median(workloads)
+    workload = min(workloads)  # the least disturbed: a timing right after a grade still shares the CPUs
     if problems:
         old = budgets.load(args.out)
         others = {f for q in rub.problems if q.name not in problems for f in q.files}
