@@ -56,7 +56,7 @@ grade() {  # grade NAME SECONDS FOLDER [grader options...]
 if [[ $smoke == 0 ]]; then
   echo "== 2/4 GPU tests" >&2
   set +e
-  limit 40 "$py" -m pytest tests/test_data.py tests/test_training.py -m gpu --impl reference -q -p no:randomly \
+  limit 40 "$py" -m pytest tests/test_data.py tests/test_training*.py -m gpu --impl reference -q -p no:randomly \
     >"$work/tests.log" 2>&1
   echo $? >"$work/tests.rc"
   set -e

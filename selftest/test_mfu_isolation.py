@@ -21,18 +21,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from grader.mfu import check as mfu
 from grader.mfu import peaks, settings
 from grader.mfu import report as mfu_report
-from grader.mfu.report import format_report
 from grader.sandbox import proctree
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import Limits
 from grader.sandbox.remote import RemoteImpl
 from grader.sandbox.workcopy import make_working_copy
 from grader.worker.main import WorkerConfig
+from selftest.mfu_fakes import one_thread  # noqa: F401 (an autouse fixture)
 from tests.harness import ImplBase
 from tests.local import LocalImpl
 
@@ -45,12 +44,6 @@ REF_COST, SUB_COST = 1.0, 1.3
 pytestmark = pytest.mark.skipif(not proctree.AVAILABLE, reason="needs /proc to observe processes from outside")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _cmdline(pid: int) -> str:
@@ -155,7 +148,7 @@ def test_no_submission_process_lives_while_the_reference_is_timed(tmp_path):
     assert not any(proctree.exists(p) for p in device.seen), "a process of the submission outlived the check"
     assert report.isolation_violations == []
     assert report.verified, [v.message for v in report.verifications]  # the hog does the work, a bit slowly
-    assert "killed and checked gone" in format_report(report)
+    assert "killed and checked gone" in mfu_report.format_report(report)
 
 
 def test_the_hog_does_not_change_the_verdict(tmp_path):

@@ -204,7 +204,7 @@ BF16_TOLERANCE = 0.02
 FP16_TOLERANCE = 0.01
 
 
-def _by_keyword(impl, function: str) -> None:
+def check_by_keyword(impl, function: str) -> None:
     """``function`` called by keyword returns what the positional call returns and leaves the same parameters."""
     got = impl.scenario(scenarios.by_keyword, function)
     kw, pos = got["keyword"], got["positional"]

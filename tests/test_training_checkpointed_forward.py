@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tests.scenarios import training as scenarios
 from tests.strategies import make_tensor, seeds
-from tests.test_training import KINDS, _by_keyword
+from tests.test_training import KINDS, check_by_keyword
 from tests.tolerances import assert_close
 
 # --------------------------------------------------------------------------- checkpointed_forward
@@ -210,4 +210,4 @@ def test_checkpointed_forward_with_dropout_matches_the_same_seeded_model(
 
 def test_checkpointed_forward_accepts_every_argument_by_keyword(impl):
     """``checkpointed_forward(model=, x=)`` returns what the positional call returns."""
-    _by_keyword(impl, "checkpointed_forward")
+    check_by_keyword(impl, "checkpointed_forward")

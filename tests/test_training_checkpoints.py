@@ -24,7 +24,7 @@ from tests import static
 from tests.harness import CouldNotRun
 from tests.scenarios import checkpoints as scenarios
 from tests.strategies import seeds
-from tests.test_training import _by_keyword, assert_losses_close
+from tests.test_training import assert_losses_close, check_by_keyword
 
 # --------------------------------------------------------------------------- checkpoints
 
@@ -402,4 +402,4 @@ def test_save_and_load_accept_every_argument_by_keyword(impl):
     """``save_checkpoint(path=, model=, optimizer=, iteration=, **extra)`` then
     ``load_checkpoint(path=, model=, optimizer=, extra=)`` restore what the
     positional calls restore, and return the same iteration and extras."""
-    _by_keyword(impl, "save_checkpoint")
+    check_by_keyword(impl, "save_checkpoint")

@@ -18,9 +18,9 @@ from tests.scenarios import training as scenarios
 from tests.test_training import (
     BF16_TOLERANCE,
     FP16_TOLERANCE,
-    _by_keyword,
     assert_losses_close,
     assert_same_steps,
+    check_by_keyword,
     make_batches,
     torch_loop,
     torch_steps,
@@ -167,4 +167,4 @@ def test_train_step_accepts_every_argument_by_keyword(impl):
     """Signatures are contracts (handout, "How the tests reach your code"):
     ``train_step(model=, optimizer=, x=, y=, precision=, scaler=)`` does what
     the positional call does."""
-    _by_keyword(impl, "train_step")
+    check_by_keyword(impl, "train_step")

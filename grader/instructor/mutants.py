@@ -9,7 +9,7 @@ change, made by cosmic-ray's mutation operators) is written into a temporary
 copy of the reference laid out as a submission (``<tmp>/student/``), and the
 problem's public tests run on it::
 
-    pytest tests/test_<problem>.py --impl=<tmp> -x -q -p no:cacheprovider --hypothesis-profile detect
+    pytest <the problem's public test files> --impl=<tmp> -x -q -p no:cacheprovider --hypothesis-profile detect
 
 A failing run kills the mutant; a run that passes lets it survive; a run past the
 timeout counts as killed (an infinite loop is caught by the grader's timeouts).
@@ -62,13 +62,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from grader import rubric
 from grader.corpus import WrongSubmission
 from grader.util import REPO, tomllib
 
 EQUIVALENT_FILE = REPO / "grader" / "corpus" / "equivalent_mutants.toml"
 CUDA_ONLY_FILE = REPO / "grader" / "corpus" / "cuda_only_mutants.toml"
 
-#: The handout problems whose reference module is mutated (tests/test_<p>.py kills).
+#: The handout problems whose reference module is mutated (their public tests kill).
 PROBLEMS = ("precision", "views", "memory", "einops_ops", "flops", "model", "optimizers", "data", "training")
 
 #: cosmic-ray's core operators used by default: one replacement per operator kind
@@ -232,10 +233,15 @@ def _submission_copy(tmp: str, problem: str, source: str | None) -> Path:
     return pkg
 
 
+def public_files(problem: str) -> list[str]:
+    """The problem's public test files, as the rubric lists them."""
+    return [f for f in rubric.load().problem(problem).files if not rubric.is_hidden(f)]
+
+
 def _pytest(problem: str, impl: str, tests: list[str] | None, profile: str, python: str,
             timeout: float, env: dict[str, str]) -> tuple[int | None, float]:
     """(pytest's exit code or None past the timeout, seconds)."""
-    cmd = [python, "-m", "pytest", *(tests or [f"tests/test_{problem}.py"]), f"--impl={impl}", "-x", "-q",
+    cmd = [python, "-m", "pytest", *(tests or public_files(problem)), f"--impl={impl}", "-x", "-q",
            "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "grader.instructor.mutant_plugin",
            "--hypothesis-profile", profile]
     start = time.monotonic()
