@@ -76,7 +76,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     sandbox = plan.sandbox.sandbox()
     if sandbox.mode == "uid":  # the working copy and scratch to the worker's group; tmp_path shared as under bwrap
-        from grader.sandbox import hand_over, open_pytest_temp_dirs
+        from grader.sandbox.uidsandbox import hand_over, open_pytest_temp_dirs
 
         hand_over(Path(plan.work), Path(plan.scratch), sandbox.gid)
         open_pytest_temp_dirs()
