@@ -171,7 +171,8 @@ _WORKER_CHECK = r'''
 import json, os, sys, tempfile
 from pathlib import Path
 from grader.sandbox.limits import Limits
-from grader.sandbox.isolation import Sandbox, make_working_copy
+from grader.sandbox.isolation import Sandbox
+from grader.sandbox.workcopy import make_working_copy
 from grader.sandbox.client import Limit, Worker
 from grader.worker.main import WorkerConfig
 import time
