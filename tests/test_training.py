@@ -223,15 +223,21 @@ def check_by_keyword(impl, function: str) -> None:
 # --------------------------------------------------------------------------- train
 
 
+def train_matches_a_torch_loop(impl, kind: str, batches: list, steps: int, feed: str, how: str) -> dict[str, Any]:
+    """fp32 ``train`` for ``steps`` steps, batches fed as ``feed``, matches a torch
+    loop over the first ``steps`` batches (losses and parameters); its record."""
+    got = impl.scenario(scenarios.run_train, kind, 6, 2, 1, "adamw", 1e-2, batches, steps, precision="fp32",
+                        feed=feed)
+    losses, params = torch_loop(kind, 6, 2, 1, "adamw", 1e-2, batches[:steps])
+    assert_losses_close(got["losses"], losses, 1e-5, 1e-7, f"train losses{how} ({kind})")
+    for i, (g, e) in enumerate(zip(got["params"], params, strict=True)):
+        assert_close(g, e, scale=10, what=f"parameter {i} after train(steps={steps}){how}")
+    return got
+
+
 @pytest.mark.parametrize("kind", ["mlp", "linear_stack"])
 def test_train_matches_a_torch_loop_and_draws_one_batch_per_step(impl, kind):
-    batches = make_batches(9, 8, 6, seed=6)
-    got = impl.scenario(scenarios.run_train, kind, 6, 2, 1, "adamw", 1e-2, batches, 6, precision="fp32",
-                        feed="counted")
-    losses, params = torch_loop(kind, 6, 2, 1, "adamw", 1e-2, batches[:6])
-    assert_losses_close(got["losses"], losses, 1e-5, 1e-7, f"train losses ({kind})")
-    for i, (g, e) in enumerate(zip(got["params"], params, strict=True)):
-        assert_close(g, e, scale=10, what=f"parameter {i} after train(steps=6)")
+    got = train_matches_a_torch_loop(impl, kind, make_batches(9, 8, 6, seed=6), 6, "counted", "")
     assert got["drawn"] == 6, f"train(steps=6) should draw exactly 6 batches (no read-ahead), drew {got['drawn']}"
 
 
@@ -310,13 +316,7 @@ def test_precision_defaults_to_fp32(impl, seed, steps):
 def test_train_draws_from_one_iterator_over_a_list_of_batches(impl, kind):
     """``batches`` is any iterable, a list included: train draws the next
     batch before each step (batch k at step k), as over an iterator."""
-    batches = make_batches(7, 8, 6, seed=8)
-    got = impl.scenario(scenarios.run_train, kind, 6, 2, 1, "adamw", 1e-2, batches, 5, precision="fp32",
-                        feed="list")
-    losses, params = torch_loop(kind, 6, 2, 1, "adamw", 1e-2, batches[:5])
-    assert_losses_close(got["losses"], losses, 1e-5, 1e-7, f"train losses over a list of batches ({kind})")
-    for i, (g, e) in enumerate(zip(got["params"], params, strict=True)):
-        assert_close(g, e, scale=10, what=f"parameter {i} after train(list of batches, steps=5)")
+    train_matches_a_torch_loop(impl, kind, make_batches(7, 8, 6, seed=8), 5, "list", " over a list of batches")
 
 
 def test_train_accepts_every_argument_by_keyword(impl):
