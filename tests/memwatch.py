@@ -21,8 +21,9 @@ def return_freed_memory() -> None:
     once (and keep few arenas), so that a process's resident memory follows
     what it holds instead of what it once held: measured peaks
     (:class:`MemoryWatch`) then compare live data, not allocator caches. A
-    no-op without glibc. The implementation's process calls it at its start,
-    before any of the implementation's code runs."""
+    no-op without glibc. A process whose memory is measured calls it before
+    the measured call (it costs CPU on every allocation from then on: a
+    measured process only)."""
     import ctypes
 
     try:
@@ -57,18 +58,41 @@ def process_tree(root: int) -> list[int]:
         return [root]
 
 
-def _status_bytes(pid: int, *keys: str) -> list[int]:
-    """``VmRSS``/``VmHWM``... of ``pid`` in bytes (0 when it is gone)."""
-    values = dict.fromkeys(keys, 0)
+def _proc_dir(pid: int) -> str:
+    """Where ``pid``'s memory figures are: ``/proc/PID``, or, when its main
+    thread has ended while other threads run on (its own ``status`` then has no
+    memory lines), a live thread's ``/proc/PID/task/TID``."""
+    base = f"/proc/{pid}"
     try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                if key in values:
-                    values[key] = int(rest.split()[0]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return [values[k] for k in keys]
+        with open(f"{base}/status") as f:
+            if any(line.startswith("VmRSS:") for line in f):
+                return base
+        tids = os.listdir(f"{base}/task")
+    except OSError:
+        return base
+    for tid in sorted(tids):
+        with contextlib.suppress(OSError), open(f"{base}/task/{tid}/status") as f:
+            if any(line.startswith("VmRSS:") for line in f):
+                return f"{base}/task/{tid}"
+    return base
+
+
+def _status_bytes(pid: int, *keys: str) -> list[int]:
+    """``VmRSS``/``VmHWM``... of ``pid`` in bytes (0 when it is gone), read
+    through a live thread when its main thread has ended."""
+    for attempt in (f"/proc/{pid}", None):
+        values: dict[str, int] = {}
+        try:
+            with open(f"{attempt or _proc_dir(pid)}/status") as f:
+                for line in f:
+                    key, _, rest = line.partition(":")
+                    if key in keys:
+                        values[key] = int(rest.split()[0]) * 1024
+        except (OSError, ValueError, IndexError):
+            pass
+        if values or attempt is None:
+            return [values.get(k, 0) for k in keys]
+    return [0 for _ in keys]
 
 
 def _rss(pids: list[int]) -> int:
@@ -93,6 +117,7 @@ class MemoryWatch:
     minus the resident set before. (The process itself could reset its own
     high-water mark; the sampling still sees any allocation that lives for more
     than a few milliseconds, and touching 100 MiB takes longer than that.)
+    A process whose main thread ended is read through a live thread.
     """
 
     def __init__(self, root: int) -> None:
@@ -108,7 +133,7 @@ class MemoryWatch:
             self.hwm_ok = True
             for p in pids:
                 try:
-                    with open(f"/proc/{p}/clear_refs", "w") as f:
+                    with open(f"{_proc_dir(p)}/clear_refs", "w") as f:
                         f.write("5")
                 except OSError:
                     self.hwm_ok = False

@@ -4,9 +4,13 @@ The MFU check (grader/mfu/check.py) must know that nothing of the submission run
 while the reference is timed. It does not ask the submission's worker (which
 the submission may have rewritten): it reads the kernel's process table.
 A process is identified by ``(pid, start time)`` so that a recycled pid is
-never mistaken for the process it replaced; a zombie (state ``Z``/``X``) has
-no threads, no memory and no open files left (its CUDA context is gone), so
-it counts as gone.
+never mistaken for the process it replaced. A process lives while any of its
+threads does: its main thread may end on its own (the raw ``exit`` system
+call) and leave the process listed as a zombie (state ``Z``) while other
+threads run on, so a zombie's threads are looked at (:attr:`Proc.leader_exited`),
+and its memory and state are read from a live thread. A zombie whose threads
+are all gone has no memory and no open files left (its CUDA context is
+gone): it counts as gone.
 
 Without ``/proc`` (macOS) only the direct children the caller started can be
 checked (``exists`` falls back to ``os.kill(pid, 0)``), and
@@ -39,28 +43,57 @@ class Proc:
     sid: int
     state: str  # R running, S sleeping, D disk wait, T stopped, Z zombie, ...
     start: int  # start time in clock ticks since boot: (pid, start) names one process
-    cpu: float = 0.0  # CPU seconds: its own (every thread, user + system) and its reaped children's
+    cpu: float = 0.0  # CPU seconds: its own (every thread, user + system, live or not) and its reaped children's
     rss: int = 0  # resident bytes
+    live: bool = True  # whether any of its threads runs (see the module docstring)
+    runnable: bool = False  # whether one of its threads was running or waiting for a CPU (when its threads were read)
+    leader_exited: bool = False  # its main thread ended while other threads run on
 
-    @property
-    def live(self) -> bool:
-        return self.state not in _GONE
 
-
-def read(pid: int) -> Proc | None:
-    """Process ``pid`` as the kernel lists it now; None if there is none (or no /proc)."""
-    if not AVAILABLE:
-        return None
+def _stat_fields(path: Path) -> list[str] | None:
+    """The fields after ``comm`` of a ``stat`` file (None when it cannot be read).
+    "pid (comm) state ppid pgrp session ...": comm may hold spaces and
+    parentheses, so the fields start after its last ')'."""
     try:
-        text = (PROC / str(pid) / "stat").read_text()
+        text = path.read_text()
     except OSError:  # gone between listing and reading, or not ours to read
         return None
-    # "pid (comm) state ppid pgrp session ... starttime(22nd)": comm may hold
-    # spaces and parentheses, so split after its last ')'.
-    fields = text[text.rindex(")") + 2 :].split()
-    ticks = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
-    return Proc(pid=pid, ppid=int(fields[1]), sid=int(fields[3]), state=fields[0], start=int(fields[19]),
-                cpu=ticks / _TICK, rss=int(fields[21]) * _PAGE)
+    return text[text.rindex(")") + 2 :].split()
+
+
+def read(pid: int, threads: bool = False) -> Proc | None:
+    """Process ``pid`` as the kernel lists it now; None if there is none (or no
+    /proc). ``threads``: look at every thread, for :attr:`Proc.runnable` (else
+    only the main thread's state says it, and the threads are read only when
+    the main thread has ended)."""
+    if not AVAILABLE:
+        return None
+    base = PROC / str(pid)
+    fields = _stat_fields(base / "stat")
+    if fields is None:
+        return None
+    state, rss = fields[0], int(fields[21]) * _PAGE
+    live, runnable, leader_exited = state not in _GONE, state == "R", False
+    if threads or not live:
+        try:
+            tids = sorted(os.listdir(base / "task"))
+        except OSError:
+            tids = []
+        for tid in tids:
+            if tid == str(pid):
+                continue
+            task = _stat_fields(base / "task" / tid / "stat")
+            if task is None or task[0] in _GONE:
+                continue
+            runnable = runnable or task[0] == "R"
+            if not live:  # the main thread is gone: the process lives on in this one
+                live, leader_exited, state, rss = True, True, task[0], int(task[21]) * _PAGE
+            if not threads and live:
+                break
+    # utime, stime, cutime, cstime of the whole thread group (threads that ended included)
+    ticks = sum(int(f) for f in fields[11:15])
+    return Proc(pid=pid, ppid=int(fields[1]), sid=int(fields[3]), state=state, start=int(fields[19]),
+                cpu=ticks / _TICK, rss=rss, live=live, runnable=runnable, leader_exited=leader_exited)
 
 
 def snapshot() -> dict[int, Proc]:
