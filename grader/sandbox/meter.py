@@ -1,13 +1,16 @@
 """What a worker's processes consume, read from outside: CPU time and memory.
 
 The grader's time budgets count the CPU time of the worker's whole process
-tree (every thread, user and system time, reaped children included), read by
-the trusted side from ``/proc/PID/stat`` (elsewhere through psutil), never
-asked of the worker: on a busy machine a process waits for a CPU, which costs
-wall time but no CPU time, so a budget in CPU seconds means the same on an idle
-laptop and on a grading host running ten jobs per core. A reading also says
-whether one of the tree's processes was runnable (running or waiting for a
-CPU) and how much memory the tree holds, so that a call stopped by its
+tree (every thread, live or ended, user and system time, reaped children
+included), read by the trusted side from ``/proc/PID/stat`` and each thread's
+``/proc/PID/task/TID/stat`` (elsewhere through psutil), never asked of the
+worker: a process whose main thread ended while others run on is still
+counted, and the reading says so (:attr:`Reading.leader_exited`). On a busy
+machine a process waits for a CPU, which costs wall time but no CPU time, so a
+budget in CPU seconds means the same on an idle laptop and on a grading host
+running ten jobs per core. A reading also says whether one of the tree's
+threads was runnable (running or waiting for a CPU) and how much memory the
+tree holds, so that a call stopped by its
 wall-clock backstop can be told apart: asleep or blocked (the submission's
 doing) or starved of CPU (the machine's).
 """
@@ -40,8 +43,9 @@ class Reading:
 
     cpu: float  # CPU seconds used so far (never below an earlier reading of the same meter)
     rss: int  # resident bytes now, summed over the tree
-    runnable: bool  # whether one of its processes was running or waiting for a CPU
+    runnable: bool  # whether one of its threads was running or waiting for a CPU
     at: float  # time.monotonic() of the reading
+    leader_exited: bool = False  # one of its processes lives on after its main thread ended
 
 
 class Meter:
@@ -64,20 +68,23 @@ class Meter:
         now = time.monotonic()
         if not self._pids or now - self._scanned > RESCAN_SECONDS:
             self._pids, self._scanned = process_tree(self.root), now
-        cpu, rss, runnable = _usage(self._pids)
-        self.last = Reading(max(cpu, self.last.cpu), rss, runnable, now)
+        cpu, rss, runnable, exited = _usage(self._pids)
+        self.last = Reading(max(cpu, self.last.cpu), rss, runnable, now, exited)
         self.peak_rss = max(self.peak_rss, rss)
         return self.last
 
 
-def _usage(pids: list[int]) -> tuple[float, int, bool]:
-    cpu, rss, runnable = 0.0, 0, False
+def _usage(pids: list[int]) -> tuple[float, int, bool, bool]:
+    """(CPU seconds, resident bytes, a thread runnable, a main thread ended) of ``pids``."""
+    cpu, rss, runnable, exited = 0.0, 0, False, False
     if proctree.AVAILABLE:
         for pid in pids:
-            p = proctree.read(pid)
-            if p is not None and p.live:
-                cpu, rss, runnable = cpu + p.cpu, rss + p.rss, runnable or p.state == "R"
-        return cpu, rss, runnable
+            p = proctree.read(pid, threads=True)
+            if p is not None:
+                cpu += p.cpu  # a zombie's CPU too: its time was spent
+                if p.live:
+                    rss, runnable, exited = rss + p.rss, runnable or p.runnable, exited or p.leader_exited
+        return cpu, rss, runnable, exited
     import psutil
 
     for pid in pids:
@@ -88,7 +95,7 @@ def _usage(pids: list[int]) -> tuple[float, int, bool]:
                 cpu += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
                 rss += proc.memory_info().rss
                 runnable = runnable or proc.status() == psutil.STATUS_RUNNING
-    return cpu, rss, runnable
+    return cpu, rss, runnable, False
 
 
 #: The sandbox's own writable tmpfs mounts (grader/sandbox/isolation.py), relative to
