@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.sandbox import proctree
-from grader.sandbox.scratch import scratch_usage
 from tests.memwatch import process_tree
 
-__all__ = ["HOST_WRITABLE", "Meter", "Reading", "StorageWatch", "held_deleted", "owned_bytes"]
+__all__ = ["HOST_WRITABLE", "Meter", "Reading", "StorageWatch", "held_deleted"]
 
 #: How often the tree's membership is looked up again (its processes rarely
 #: change: a worker may create none unless its problem allows some).
@@ -106,20 +105,25 @@ SANDBOX_TMPFS = ("tmp", "dev/shm")
 class StorageWatch:
     """What a worker stores beside its resident memory during a call, read from
     outside: the bytes used on its sandbox's tmpfs mounts (``statvfs`` through
-    ``/proc/PID/root``, bwrap mode), or, where the worker runs as its own uid
-    ``owner`` on the host's folders (uid mode), the bytes of the files that uid
-    owns in the host's world-writable folders (:data:`HOST_WRITABLE`) plus those
-    of deleted files its processes hold open; and the bytes allocated in the
-    scratch folder. (In rlimits mode, which grades public checks only, none of
-    the host's folders is attributed: they are shared with everything else.)
+    ``/proc/PID/root``, bwrap mode: its fork server empties them before each
+    worker starts), and the bytes of the files the call made or changed
+    (a new inode, or a new ``ctime``, which no process can set back) in the
+    scratch folder and, where the worker runs as its own uid ``owner`` on the
+    host's folders (uid mode), among the files that uid owns in the host's
+    world-writable folders (:data:`HOST_WRITABLE`), plus deleted files its
+    processes hold open. A file made before the call and rewritten during it
+    counts whole: deleting what an earlier call left hides nothing, and a file
+    the test wrote for the call (a token file) counts nothing, however the
+    disk allocates its blocks meanwhile. (In rlimits mode, which grades public
+    checks only, none of the host's folders is attributed: they are shared
+    with everything else.)
 
     A call that keeps its data in files instead of in its memory (a tensor
     offloaded to ``/dev/shm`` and read back) holds it all the same: a measured
     peak (:meth:`grader.sandbox.remote.RemoteImpl.measured_scenario`) adds
-    :meth:`stop`'s growth to the resident growth. Sampled every
-    ``interval`` seconds (the tmpfs mounts; the walks, of the scratch folder,
-    the uid's files and open file descriptors, every tenth time), plus once at
-    :meth:`stop`.
+    :meth:`stop`'s figure to the resident growth. Sampled every ``interval``
+    seconds (the tmpfs mounts; the walks, of the scratch folder, the uid's
+    files and open file descriptors, every tenth time), plus once at :meth:`stop`.
     """
 
     def __init__(self, root: int, scratch: Path | None, sandboxed: bool, interval: float = 0.002,
@@ -131,7 +135,8 @@ class StorageWatch:
             self._mounts = _sandbox_mounts(root)
         self._devices = frozenset(_device(m) for m in self._mounts)
         self.tmpfs_before = self.tmpfs_peak = self._tmpfs()
-        self.scratch_before = self.scratch_peak = self._scratch()
+        self._before = self._files()
+        self.stored_peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="storage-watch", daemon=True)
 
@@ -147,16 +152,24 @@ class StorageWatch:
                 used += (st.f_blocks - st.f_bfree) * st.f_frsize
         return used
 
-    def _scratch(self) -> int:
-        """The scratch folder's blocks, and what the walks find outside any
-        measured tmpfs: the uid's files on the host (uid mode), deleted files
-        held open (a deleted scratch file is on no walk)."""
-        used = 0 if self.scratch is None else scratch_usage(self.scratch, 20_000, 64)[0]
+    def _files(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """(device, inode) -> (ctime in ns, bytes allocated) of the files a call may store in."""
+        files: dict[tuple[int, int], tuple[int, int]] = {}
+        if self.scratch is not None:
+            _walk_files([str(self.scratch)], files, owner=None, skip=None)
         if self._owner is not None:
-            used += owned_bytes(self._owner, self.root, self.scratch)
-        elif sys.platform == "linux":
-            used += held_deleted(self.root, self._devices)
-        return used
+            _walk_files([p for p in HOST_WRITABLE if os.path.isdir(p)], files, owner=self._owner,
+                        skip=str(self.scratch) if self.scratch is not None else None)
+        return files
+
+    def _stored(self) -> int:
+        """The bytes of the files made or changed since the call began, and of
+        deleted files held open by the worker (outside any measured tmpfs)."""
+        before = self._before
+        total = sum(size for key, (ctime, size) in self._files().items() if before.get(key, (None,))[0] != ctime)
+        if sys.platform == "linux":
+            total += held_deleted(self.root, self._devices)
+        return total
 
     def _sample(self) -> None:
         n = 0
@@ -164,17 +177,48 @@ class StorageWatch:
             self.tmpfs_peak = max(self.tmpfs_peak, self._tmpfs())
             n += 1
             if n % 10 == 0:
-                self.scratch_peak = max(self.scratch_peak, self._scratch())
+                self.stored_peak = max(self.stored_peak, self._stored())
 
     def stop(self) -> int:
         """The most bytes stored beyond what was stored at the start (tmpfs
-        and scratch growth, each at its peak)."""
+        growth and files made or changed, each at its peak)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
         self.tmpfs_peak = max(self.tmpfs_peak, self._tmpfs())
-        self.scratch_peak = max(self.scratch_peak, self._scratch())
-        return max(0, self.tmpfs_peak - self.tmpfs_before) + max(0, self.scratch_peak - self.scratch_before)
+        self.stored_peak = max(self.stored_peak, self._stored())
+        return max(0, self.tmpfs_peak - self.tmpfs_before) + self.stored_peak
+
+
+def _walk_files(roots: list[str], files: dict[tuple[int, int], tuple[int, int]], *, owner: int | None,
+                skip: str | None, max_entries: int = 20_000) -> None:
+    """Add to ``files`` the regular files below ``roots`` (never following a
+    link): all of them, or with ``owner`` only that uid's, descending only
+    into folders it owns or anyone may write (the only places it can have
+    made files), ``skip`` left out. At most ``max_entries`` entries (of
+    ``owner``'s, when given) are looked at: other users' files in a shared
+    folder never cut the walk short."""
+    entries = 0
+    stack = list(roots)
+    while stack and entries < max_entries:
+        folder = stack.pop()
+        try:
+            it = os.scandir(folder)
+        except OSError:
+            continue
+        with it:
+            for entry in it:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                mine = owner is None or st.st_uid == owner
+                entries += mine
+                if stat.S_ISDIR(st.st_mode):
+                    if (mine or st.st_mode & 0o002) and entry.path != skip:
+                        stack.append(entry.path)
+                elif stat.S_ISREG(st.st_mode) and mine:
+                    files[(st.st_dev, st.st_ino)] = (st.st_ctime_ns, st.st_blocks * 512)
 
 
 def _device(path: str) -> int:
@@ -206,41 +250,6 @@ def _sandbox_mounts(root: int) -> list[str]:
 #: worker running as its own uid on the host's filesystem (uid mode) can store
 #: data there, and only in folders it made below them.
 HOST_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/shm", "/run/lock", "/dev/mqueue")
-
-
-def owned_bytes(uid: int, root: int, skip: Path | None = None, max_entries: int = 20_000) -> int:
-    """Bytes allocated to files ``uid`` owns below :data:`HOST_WRITABLE`
-    (descending only into folders it owns or anyone may write, the only
-    places it can have made files; ``skip``, the scratch folder counted on
-    its own, left out) plus deleted files still open in ``root``'s process
-    tree (unlinked, they are in no folder yet hold their pages). Each inode
-    counts once. At most ``max_entries`` of the uid's own entries are looked
-    at: other users' files in the shared folders (a busy host's /tmp) never
-    cut the walk short, only the uid's own number of files can."""
-    seen: set[tuple[int, int]] = set()
-    total = entries = 0
-    skipped = str(skip) if skip is not None else None
-    stack = [p for p in HOST_WRITABLE if os.path.isdir(p)]
-    while stack and entries < max_entries:
-        folder = stack.pop()
-        try:
-            it = os.scandir(folder)
-        except OSError:
-            continue
-        with it:
-            for entry in it:
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                entries += st.st_uid == uid
-                if stat.S_ISDIR(st.st_mode):
-                    if (st.st_uid == uid or st.st_mode & 0o002) and entry.path != skipped:
-                        stack.append(entry.path)
-                elif stat.S_ISREG(st.st_mode) and st.st_uid == uid and (st.st_dev, st.st_ino) not in seen:
-                    seen.add((st.st_dev, st.st_ino))
-                    total += st.st_blocks * 512
-    return total + held_deleted(root, seen=seen)
 
 
 def held_deleted(root: int, skip_devices: frozenset[int] = frozenset(),
