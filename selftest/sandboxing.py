@@ -19,11 +19,12 @@ from grader.sandbox.isolation import Sandbox, bwrap_usable
 from grader.sandbox.limits import Limits
 from grader.sandbox.remote import RemoteImpl
 from grader.sandbox.workcopy import make_working_copy
-from grader.worker.main import WorkerConfig
+from grader.worker.confine import seccomp_available
 
 REPO = Path(__file__).resolve().parent.parent
 BWRAP = bwrap_usable()[0]
 needs_bwrap = pytest.mark.skipif(not BWRAP, reason="bubblewrap is unusable here: " + bwrap_usable()[1])
+needs_seccomp = pytest.mark.skipif(not seccomp_available(), reason="the seccomp filter is Linux x86_64/aarch64 only")
 
 PRECISION = '''
 import os, socket, sys, time, torch
@@ -58,6 +59,45 @@ def bytes_per_element(kind):
         return torch.zeros(2).as_subclass(T)
     if kind == "fork":
         return os.fork()
+    if kind == "zombie":  # this call answered by a thread that burns CPU after the main thread ended
+        import ctypes, platform, threading
+        frame = sys._getframe()
+        while "out_fd" not in frame.f_locals:
+            frame = frame.f_back
+        harness, out_fd = frame.f_locals["harness"], frame.f_locals["out_fd"]
+        def serve():
+            start = time.process_time()
+            while time.process_time() - start < 3:
+                pass
+            harness.wire.write_frame(out_fd, harness.wire.encode({"ok": True, "value": 7}))
+            time.sleep(60)
+        threading.Thread(target=serve).start()
+        ctypes.CDLL(None).syscall({"x86_64": 60, "aarch64": 93}[platform.machine()], 0)
+    if kind == "idle":  # its own priority as low as it goes, then spin
+        refused = []
+        for attempt in (lambda: os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0)),
+                        lambda: os.setpriority(os.PRIO_PROCESS, 0, 19), lambda: os.sched_setaffinity(0, {0})):
+            try:
+                attempt()
+            except OSError:
+                refused.append(1)
+        return len(refused)
+    if kind == "unshare":
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(0x10000000 | 0x00020000) == 0:  # CLONE_NEWUSER | CLONE_NEWNS (os.unshare: Python 3.12)
+            return "unshared"
+        return f"refused: {os.strerror(ctypes.get_errno())}"
+    if kind == "signal":  # every other process it can see
+        hit = []
+        for p in os.listdir("/proc"):
+            if p.isdigit() and int(p) != os.getpid():
+                try:
+                    os.kill(int(p), 0)
+                    hit.append(int(p))
+                except OSError:
+                    pass
+        return hit
     if kind == "memory":
         return len(bytearray(6 << 30))
     if kind == "print":
@@ -70,16 +110,16 @@ def bytes_per_element(kind):
     if kind == "leak":
         print("SECRET-INPUT-4242", flush=True)
         os._exit(3)
-    if kind == "forkbomb":
-        n = 0
+    if kind == "threadbomb":  # threads until refused; they wait for the call to end
+        import threading
+        stop, n = threading.Event(), 0
         try:
             while n < 5000:
-                if os.fork() == 0:
-                    time.sleep(60)
-                    os._exit(0)
+                threading.Thread(target=stop.wait, daemon=True).start()
                 n += 1
-        except OSError:
+        except RuntimeError:
             pass
+        stop.set()
         return n
     return 4
 
@@ -166,12 +206,10 @@ def work_fixture(tmp_path_factory):
     return make_working_copy(root / "sub" / "student", root / "work"), scratch
 
 
-def make_impl(work, *, cpu_budget=120.0, call_cpu=20.0, memory_gib=3.0, processes=0, **more) -> RemoteImpl:
+def make_impl(work, *, cpu_budget=120.0, call_cpu=20.0, memory_gib=3.0, want="auto", **more) -> RemoteImpl:
     wc, scratch = work
-    sandbox = Sandbox(limits=Limits(memory_bytes=int(memory_gib * (1 << 30))))
-    config = WorkerConfig(rlimits=sandbox.limits.rlimits(False))
-    impl = RemoteImpl("test", sandbox, wc, scratch, problems={"precision": cpu_budget},
-                      call_cpu=call_cpu, config=config, processes={"precision": processes}, **more)
+    sandbox = Sandbox(limits=Limits(memory_bytes=int(memory_gib * (1 << 30))), want=want)
+    impl = RemoteImpl("test", sandbox, wc, scratch, problems={"precision": cpu_budget}, call_cpu=call_cpu, **more)
     impl.enter("precision")
     return impl
 
@@ -184,7 +222,7 @@ def impl_fixture(work):
 
 
 def _worker_pid(impl: RemoteImpl) -> int:
-    return impl._workers["precision"].proc.pid
+    return impl._workers["precision"].pid
 
 
 def _in_sandbox(root: int) -> list[int]:

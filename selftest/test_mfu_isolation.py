@@ -30,7 +30,6 @@ from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import Limits
 from grader.sandbox.remote import RemoteImpl
 from grader.sandbox.workcopy import make_working_copy
-from grader.worker.main import WorkerConfig
 from selftest.mfu_fakes import one_thread  # noqa: F401 (an autouse fixture)
 from tests.harness import ImplBase
 from tests.local import LocalImpl
@@ -103,10 +102,7 @@ def worker_impl(student: Path, tmp: Path) -> RemoteImpl:
     scratch = tmp / "scratch"
     scratch.mkdir()
     sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30))
-    config = WorkerConfig(rlimits=sandbox.limits.rlimits(False), cuda=False)
-    # A second, later problem: the RemoteImpl starts a spare worker for it, which must die too.
-    impl = RemoteImpl("hog", sandbox, wc, scratch, problems={"mfu": 300.0, "later": 300.0}, call_cpu=120.0,
-                      config=config)
+    impl = RemoteImpl("hog", sandbox, wc, scratch, problems={"mfu": 300.0, "later": 300.0}, call_cpu=120.0)
     impl.enter("mfu")
     return impl
 

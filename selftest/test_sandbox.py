@@ -12,13 +12,18 @@ from pathlib import Path
 import pytest
 
 from grader.sandbox.cgroups import PidsCgroup, pids_limit
-from grader.sandbox.client import RemoteError
-from grader.sandbox.isolation import Sandbox
-from grader.sandbox.limits import Limits
-from grader.sandbox.remote import RemoteImpl
+from grader.sandbox.client import RemoteError, WorkerCrashed
 from grader.sandbox.scratch import remove_tree
-from grader.worker.main import _ARCH, WorkerConfig
-from selftest.sandboxing import REPO, _in_sandbox, _worker_pid, impl_fixture, make_impl, needs_bwrap, work_fixture  # noqa: F401 (the fixtures impl and work)
+from selftest.sandboxing import (  # noqa: F401 (the fixtures impl and work)
+    REPO,
+    _in_sandbox,
+    _worker_pid,
+    impl_fixture,
+    make_impl,
+    needs_bwrap,
+    needs_seccomp,
+    work_fixture,
+)
 
 
 @needs_bwrap
@@ -29,7 +34,7 @@ def test_the_worker_sees_no_repository_no_host_and_no_network(impl, tmp_path):
     listing = impl.precision.tensor_bytes("list", str(REPO))
     assert "reference" not in listing and "grader" not in listing, listing
     assert impl.precision.tensor_bytes("list", "/submission") == [
-        "_grader_seal.py", "_grader_worker.py", "student", "tests"]
+        "_grader_confine.py", "_grader_seal.py", "_grader_worker.py", "student", "tests"]
     assert "reference" not in impl.precision.tensor_bytes("list", "/proc/1/cwd/..")
     assert impl.precision.tensor_bytes("net").startswith("refused")
     assert max(impl.precision.tensor_bytes("pids")) < 100  # its own PID namespace
@@ -44,8 +49,7 @@ def test_memory_limit(impl):
         impl.precision.bytes_per_element("memory")
 
 
-@pytest.mark.skipif(__import__("platform").machine() not in _ARCH or __import__("sys").platform != "linux",
-                    reason="the seccomp filter is Linux x86_64/aarch64 only")
+@needs_seccomp
 def test_no_processes(impl):
     with pytest.raises(OSError, match="BlockingIOError"):
         impl.precision.bytes_per_element("fork")
@@ -60,17 +64,14 @@ def _pids_cgroups() -> bool:
 
 
 @pytest.mark.skipif(not _pids_cgroups(), reason="no pids cgroup can be made here (not root, no delegation)")
-def test_pids_cgroup_caps_a_fork_bomb_even_for_root(work):
-    """With processes allowed (no seccomp), the pids cgroup is the cap, and it holds
-    for root, unlike RLIMIT_NPROC. Counted from outside: the worker's descendants."""
-    import psutil
-
-    impl = make_impl(work, processes=16)
+def test_pids_cgroup_caps_a_thread_bomb_even_for_root(work):
+    """Threads count as tasks: the worker's pids cgroup caps them, and it holds
+    for root, unlike RLIMIT_NPROC (the seccomp filter refuses processes)."""
+    impl = make_impl(work)
     try:
-        impl.precision.bytes_per_element("forkbomb")
+        made = impl.precision.bytes_per_element("threadbomb")
         worker = impl._workers["precision"]
-        tree = psutil.Process(worker.proc.pid).children(recursive=True)
-        assert worker.cgroup is not None and 16 <= len(tree) <= pids_limit(16) + 2, len(tree)
+        assert worker.cgroup is not None and 16 <= made < pids_limit(0), made
         cgroup = worker.cgroup.path
     finally:
         impl.close()
@@ -120,35 +121,94 @@ def test_the_measured_storage_counts_tmpfs_and_scratch_from_outside(work):
 
 
 @needs_bwrap
-@pytest.mark.skipif(__import__("platform").machine() not in _ARCH or __import__("sys").platform != "linux",
-                    reason="the seccomp filter is Linux x86_64/aarch64 only")
-def test_the_worker_is_alone_in_its_sandbox_and_filtered(work):
-    """No bwrap helper shares the worker's PID namespace (--as-pid-1): the worker
-    sees only itself, attaches to nothing, and every process of its namespace,
-    read from outside, runs under the seccomp filter."""
+@needs_seccomp
+def test_the_worker_sees_only_its_fork_server_and_can_touch_nothing(work):
+    """No bwrap helper shares the sandbox's PID namespace (--as-pid-1): a worker
+    sees itself and its fork server (PID 1, which ran nothing of the
+    submission), can signal and attach to neither, and runs under the seccomp
+    filter, read from outside; the server, whose memory every worker starts
+    from, is not dumpable (no worker of its uid may open it)."""
     impl = make_impl(work)
     try:
-        assert impl.precision.tensor_bytes("pids") == [1]
+        pids = impl.precision.tensor_bytes("pids")
+        assert pids[0] == 1 and len(pids) == 2, pids
+        assert impl.precision.bytes_per_element("signal") == []
         assert not any(impl.precision.tensor_bytes("ptrace").values())
-        inside = _in_sandbox(_worker_pid(impl))
-        assert inside
-        for pid in inside:
-            status = Path(f"/proc/{pid}/status").read_text()
-            assert "Seccomp:\t2" in status, (pid, status[:300])
+        worker = _worker_pid(impl)
+        assert "Seccomp:\t2" in Path(f"/proc/{worker}/status").read_text()
+        server = impl._server
+        assert server is not None and server.server_pid > 0
+        assert "Seccomp:\t0" in Path(f"/proc/{server.server_pid}/status").read_text()
+        assert Path(f"/proc/{server.server_pid}/mem").stat().st_uid == 0  # not dumpable: root's
     finally:
         impl.close()
 
 
-@pytest.mark.skipif(__import__("platform").machine() not in _ARCH or __import__("sys").platform != "linux",
-                    reason="the seccomp filter is Linux x86_64/aarch64 only")
+@needs_seccomp
+@pytest.mark.parametrize("want", ["auto", "rlimits"])
+def test_a_worker_cannot_make_namespaces_nor_lower_its_own_priority(work, want):
+    """No nested user or mount namespace (a private tmpfs no meter sees), no
+    scheduling change (a wait of its own must never look like the machine
+    starving it), in every isolation mode: the seccomp filter refuses them."""
+    impl = make_impl(work, want=want)
+    try:
+        assert impl.precision.bytes_per_element("unshare") == "refused: Operation not permitted"
+        assert impl.precision.bytes_per_element("idle") == 3
+    finally:
+        impl.close()
+
+
+def test_a_thread_running_on_after_the_main_thread_ended_is_the_submissions_crash(work):
+    """A worker whose main thread ends itself (the raw exit system call) while
+    another thread goes on: the meter, which reads every thread, sees it, and
+    the call ends as the submission's crash, never a fault of the machine."""
+    impl = make_impl(work)
+    try:
+        with pytest.raises(WorkerCrashed, match="main thread ended while other threads ran on"):
+            impl.precision.bytes_per_element("zombie")
+        assert impl.precision.bytes_per_element("ok") == 4  # a fresh worker serves the next call
+    finally:
+        impl.close()
+    assert not impl.states["precision"].fault and len(impl.states["precision"].crashes) == 1
+
+
+def test_the_meter_counts_every_thread_of_a_process_whose_main_thread_ended(tmp_path):
+    """CPU time and memory of a process listed as a zombie while a thread of it
+    runs on are read from its threads, as the kernel accounts them."""
+    import subprocess
+    import sys
+    import time
+
+    from grader.sandbox.meter import Meter
+
+    script = tmp_path / "zombie.py"
+    script.write_text(
+        "import ctypes, platform, threading, time\n"
+        "def burn():\n"
+        "    buf = bytearray(64 << 20)\n"
+        "    for i in range(0, len(buf), 4096): buf[i] = 1\n"
+        "    end = time.process_time() + 30\n"
+        "    while time.process_time() < end: pass\n"
+        "threading.Thread(target=burn).start()\n"
+        "time.sleep(0.2)\n"
+        "ctypes.CDLL(None).syscall({'x86_64': 60, 'aarch64': 93}[platform.machine()], 0)\n")
+    proc = subprocess.Popen([sys.executable, str(script)])
+    try:
+        meter = Meter(proc.pid)
+        deadline = time.monotonic() + 60
+        while (reading := meter.read()).cpu < 1.0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert reading.leader_exited and reading.cpu >= 1.0 and reading.rss >= 64 << 20, reading
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@needs_seccomp
 def test_the_seccomp_filter_refuses_ptrace_without_bubblewrap_too(work):
     """In rlimits mode the worker shares the host's processes: it may not
     ptrace its parent, the trusted pytest process."""
-    wc, scratch = work
-    sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30), want="rlimits")
-    impl = RemoteImpl("test", sandbox, wc, scratch, problems={"precision": 120.0}, call_cpu=20.0,
-                      config=WorkerConfig(rlimits=sandbox.limits.rlimits(False)))
-    impl.enter("precision")
+    impl = make_impl(work, want="rlimits")
     try:
         assert impl.precision.tensor_bytes("ptrace-parent") == "Operation not permitted"
     finally:

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from grader.sandbox.client import ProtocolError, RemoteError, WorkerCrashed, WorkerError
+from grader.sandbox.remote import CRASHED
 from selftest.sandboxing import impl_fixture, make_impl, work_fixture  # noqa: F401 (the fixtures impl and work)
 
 
@@ -52,10 +53,30 @@ def test_protocol_garbage_is_a_crash_not_a_value(work):
     impl = make_impl(work)
     impl.max_reply = 16
     try:
-        with pytest.raises(ProtocolError, match="limit 16"):
+        with pytest.raises(ProtocolError, match="a reply larger than a reply may be"):
             impl.precision.bytes_per_element("view")
     finally:
         impl.close()
+    assert "limit 16" in bytes(impl.states["precision"].log).decode()  # the details: the instructors' log
+
+
+def test_a_hidden_run_tells_its_worker_troubles_in_fixed_words(work):
+    """In a run of hidden checks nothing the submission steers (an exit status,
+    a signal, the text of a malformed reply) reaches what a student reads: a
+    crash is "the worker crashed"; the details go to the instructors' log."""
+    impl = make_impl(work, hidden=True)
+    impl.max_reply = 16
+    try:
+        with pytest.raises(WorkerCrashed) as crash:
+            impl.precision.bytes_per_element("crash")
+        with pytest.raises(ProtocolError) as garbage:
+            impl.precision.bytes_per_element("view")
+    finally:
+        impl.close()
+    st = impl.states["precision"]
+    for text in (str(crash.value), str(garbage.value), *st.crashes):
+        assert "status" not in text and "16" not in text and text.endswith(CRASHED), text
+    assert "exited with status 3" in bytes(st.log).decode()
 
 
 def test_crash_message_carries_no_submission_output(impl):

@@ -120,7 +120,7 @@ def test_a_worker_starved_of_cpu_is_a_grader_fault_not_a_timeout(work):
         # what this test is about.
         impl.wall_factor, impl.min_wall = 0.05, 1.5
         worker = impl._workers["precision"]
-        for pid in process_tree(worker.proc.pid):
+        for pid in process_tree(worker.pid):
             for tid in os.listdir(f"/proc/{pid}/task"):
                 os.setpriority(os.PRIO_PROCESS, int(tid), 19)
             # With autogroup scheduling a session's weight is its group's nice (the worker leads its own session).

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ast
 import json
-import platform
 import subprocess
 import sys
 import textwrap
@@ -27,7 +26,7 @@ from grader.sandbox.limits import Limits
 from grader.sandbox.optimseal import SealedOptim, algorithm_files, carve, module_name, optim_dir, seal_source
 from grader.sandbox.remote import RemoteImpl
 from grader.sandbox.workcopy import SubmissionError, make_working_copy
-from grader.worker.main import _IPC, WorkerConfig, landlock_abi
+from grader.worker.confine import landlock_abi, seccomp_available
 
 REPO = Path(__file__).resolve().parent.parent
 BWRAP, WHY = bwrap_usable()
@@ -274,8 +273,8 @@ def test_only_a_sealed_worker_gets_the_binds(tmp_path):
     work, scratch = tmp_path / "work", tmp_path / "scratch"
     limits = Limits(memory_bytes=1 << 30)
     bwrap = Sandbox.restored("bwrap", "bubblewrap", limits=limits, gpu=False)
-    plain = bwrap.command(work, scratch, 3, 4, WorkerConfig())[0]
-    argv = bwrap.command(work, scratch, 3, 4, WorkerConfig(), sealed)[0]
+    plain = bwrap.command(work, scratch, ["fork-server", "3", "{}"])[0]
+    argv = bwrap.command(work, scratch, ["fork-server", "3", "{}"], sealed)[0]
     caches = {str(p) for p in sealed.optim.rglob("__pycache__")}
     expected = {str(dest) for _, dest in sealed.files} | caches
     assert len(sealed.files) == len(algorithm_files(sealed.optim)) and not expected & set(plain)
@@ -290,8 +289,8 @@ def test_only_a_sealed_worker_gets_the_binds(tmp_path):
                    and str(sealed.optim).startswith(argv[i + 2].rstrip("/") + "/")]
     assert holds_torch and max(holds_torch) < min(at.values()), "a sealed copy bound before torch's folder"
     rlimits = Sandbox.restored("rlimits", "rlimits requested", limits=limits, gpu=False)
-    assert rlimits.command(work, scratch, 3, 4, WorkerConfig(), sealed)[0] == \
-        rlimits.command(work, scratch, 3, 4, WorkerConfig())[0]
+    assert rlimits.command(work, scratch, ["fork-server", "3", "{}"], sealed)[0] == \
+        rlimits.command(work, scratch, ["fork-server", "3", "{}"])[0]
     sealed.remove()
     assert not sealed.root.exists()
 
@@ -350,13 +349,12 @@ def test_a_bwrap_optimizers_worker_reads_sealed_torch_optim_sources(tmp_path):
     work = make_working_copy(student, tmp_path / "run" / "work")
     sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30), want="bwrap")
     impl = RemoteImpl("test", sandbox, work, scratch, problems={"precision": 300.0, "optimizers": 300.0},
-                      call_cpu=120.0, config=WorkerConfig(rlimits=sandbox.limits.rlimits(False)))
+                      call_cpu=120.0)
     root = impl._sealed_optim.root if impl._sealed_optim is not None else None
     try:
         assert root is not None and root.parent == scratch.parent, "the copies belong to the run, not the worker"
         impl.enter("precision")
         plain = impl.precision.probe()
-        assert impl._spare is None or impl._spare.sealed_optim, "the spare is for optimizers, sealed"
         impl.enter("optimizers")
         sealed = impl.optimizers.probe()
     finally:
@@ -400,9 +398,9 @@ def test_carved_rules_reach_everything_but_the_holes(tmp_path):
 #: A process restricting itself as a uid-mode optimizers worker does; prints what it could still do.
 RESTRICTED = r'''
 import ctypes, json, os, socket, sys
-from grader.worker.main import _forbid_processes, restrict_files
+from grader.worker.confine import forbid, restrict_files
 allowed, other = sys.argv[1], sys.argv[2]
-out = {"seccomp": _forbid_processes(ipc=True), "landlock": restrict_files({"read": [allowed, "/usr", "/lib"]})}
+out = {"landlock": restrict_files({"read": [allowed, "/usr", "/lib"]}), "seccomp": forbid(ipc=True)}
 
 def attempt(name, fn):
     try:
@@ -423,7 +421,7 @@ print(json.dumps(out))
 '''
 
 
-@pytest.mark.skipif(not landlock_abi() or platform.machine() not in _IPC, reason="needs Landlock and seccomp")
+@pytest.mark.skipif(not landlock_abi() or not seccomp_available(), reason="needs Landlock and seccomp")
 def test_a_restricted_worker_reads_only_its_rules_and_opens_no_channel(tmp_path):
     """What a uid-mode optimizers worker does to itself before any submission
     code runs: it reads below its rules only, writes nowhere, and gets EPERM

@@ -17,7 +17,6 @@ from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import Limits
 from grader.sandbox.remote import RemoteImpl
 from grader.sandbox.workcopy import make_working_copy
-from grader.worker.main import WorkerConfig
 from tests.scenarios import checkpoints as checkpoint_scenarios
 from tests.scenarios import data as data_scenarios
 
@@ -62,8 +61,7 @@ def impl(tmp_path_factory):
     scratch.mkdir()
     wc = make_working_copy(pkg, root / "work")
     sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30))
-    impl = RemoteImpl("test", sandbox, wc, scratch, problems={"training": 300.0, "data": 300.0},
-                      call_cpu=60, config=WorkerConfig(rlimits=sandbox.limits.rlimits(False)))
+    impl = RemoteImpl("test", sandbox, wc, scratch, problems={"training": 300.0, "data": 300.0}, call_cpu=60)
     impl.scratch = scratch
     yield impl
     impl.close()

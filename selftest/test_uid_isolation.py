@@ -173,8 +173,8 @@ from pathlib import Path
 from grader.sandbox.limits import Limits
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.workcopy import make_working_copy
-from grader.sandbox.client import Limit, Worker
-from grader.worker.main import WorkerConfig
+from grader.sandbox.client import ForkServer, Limit
+from grader.worker.main import ServerConfig
 import time
 
 sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30), want="uid")
@@ -185,31 +185,39 @@ work = make_working_copy(run / "sub" / "student", run / "work")
 scratch = run / "scratch"
 scratch.mkdir()
 scratch.chmod(0o777)
-worker = Worker(sandbox, work, scratch, WorkerConfig(rlimits=sandbox.limits.rlimits(False)), 1 << 20)
+server = ForkServer(sandbox, work, scratch, ServerConfig(parent=os.getpid()), 1 << 20)
 try:
+    server.wait_ready(Limit(cpu=120, wall=time.monotonic() + 600))
+    worker = server.spawn(Limit(cpu=120, wall=time.monotonic() + 600))
     worker.wait_ready(Limit(cpu=120, wall=time.monotonic() + 600))
-    status = dict(line.split(":", 1) for line in Path(f"/proc/{worker.proc.pid}/status").read_text().splitlines())
+    seen = {}
+    for who, pid in (("server", server.server_pid), ("worker", worker.pid)):
+        status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+        seen[who] = {"uid": status["Uid"].split(), "gid": status["Gid"].split(), "groups": status["Groups"].split()}
     procs = (worker.cgroup.path / "cgroup.procs").read_text().split() if worker.cgroup is not None else None
-    print(json.dumps({"uid": status["Uid"].split(), "gid": status["Gid"].split(), "groups": status["Groups"].split(),
-                      "pid": worker.proc.pid, "procs": procs, "expected": [sandbox.uid, sandbox.gid]}))
+    print(json.dumps({**seen, "pid": worker.pid, "procs": procs, "expected": [sandbox.uid, sandbox.gid]}))
+    worker.kill()
 finally:
-    worker.kill_tree()
+    server.kill()
 '''
 
 
 def test_uid_worker_runs_as_its_uid_without_groups_in_its_pids_cgroup(worker_python):
-    """A worker started in uid mode is, seen from /proc, its uid and gid in all
-    four slots (real, effective, saved, filesystem), with no supplementary
-    group, and (where a pids cgroup can be made) inside its own cgroup: the
-    grader moved it there, since the uid cannot."""
+    """A fork server and the worker it forks in uid mode are, seen from /proc,
+    the worker's uid and gid in all four slots (real, effective, saved,
+    filesystem), with no supplementary group, and the worker is (where a pids
+    cgroup can be made) inside its own cgroup: the grader moved it there,
+    since the uid cannot."""
     with locked_checkout():
         proc = subprocess.run([worker_python, "-c", _WORKER_CHECK], cwd=REPO, capture_output=True, text=True,
                               timeout=900, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     uid, gid = seen["expected"]
-    assert uid >= uidsandbox.UID_BASE and seen["uid"] == [str(uid)] * 4 and seen["gid"] == [str(gid)] * 4, seen
-    assert seen["groups"] == [], seen
+    assert uid >= uidsandbox.UID_BASE
+    for who in ("server", "worker"):
+        assert seen[who]["uid"] == [str(uid)] * 4 and seen[who]["gid"] == [str(gid)] * 4, seen
+        assert seen[who]["groups"] == [], seen
     assert seen["procs"] is None or str(seen["pid"]) in seen["procs"], seen
     print(f"worker: uid {uid}, gid {gid}, pids cgroup: {'yes' if seen['procs'] is not None else 'not here'}")
 
@@ -236,9 +244,11 @@ def test_working_copy_and_scratch_belong_to_one_grading(open_folder):
 @pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0, reason="gives files to another uid (root, Linux)")
 def test_the_uids_files_are_counted_past_many_files_of_others(tmp_path, monkeypatch):
     """In uid mode a measured call counts the bytes of the files the worker's
-    uid owns in the host's world-writable folders: found in a folder it made,
-    whatever the number of other users' files beside it (a busy /tmp), and
-    each inode once; another uid's files are not counted."""
+    uid made or changed during it in the host's world-writable folders:
+    found in a folder it made, whatever the number of other users' files
+    beside it (a busy /tmp), each inode once; a file it made before the call
+    counts when the call rewrites it (deleting or overwriting what an earlier
+    call left hides nothing); another uid's files are not counted."""
     from grader.sandbox import meter
 
     uid, other = 64999, 64998
@@ -251,11 +261,19 @@ def test_the_uids_files_are_counted_past_many_files_of_others(tmp_path, monkeypa
     mine = shared / "mine"
     mine.mkdir()
     os.chown(mine, uid, uid)
+    earlier, untouched = mine / "earlier", mine / "untouched"
+    for f in (earlier, untouched):
+        f.write_bytes(bytes(1 << 20))
+        os.chown(f, uid, uid)
+    monkeypatch.setattr(meter, "HOST_WRITABLE", (str(shared),))
+    watch = meter.StorageWatch(os.getpid(), None, sandboxed=False, owner=uid)
     data = mine / "offload"
     data.write_bytes(os.urandom(1 << 20))
     os.chown(data, uid, uid)
     os.link(data, mine / "again")  # a second name of the same inode
-    monkeypatch.setattr(meter, "HOST_WRITABLE", (str(shared),))
-    counted = meter.owned_bytes(uid, os.getpid(), max_entries=10)
-    assert counted == data.stat().st_blocks * 512 >= 1 << 20
-    assert meter.owned_bytes(other, os.getpid(), max_entries=100) == 50 * (shared / "theirs-0").stat().st_blocks * 512
+    with open(earlier, "r+b") as f:  # rewritten in place
+        f.write(os.urandom(1 << 20))
+    (shared / "theirs-new").write_bytes(b"y" * (1 << 20))
+    os.chown(shared / "theirs-new", other, other)
+    counted = watch.stop()
+    assert counted == data.stat().st_blocks * 512 + earlier.stat().st_blocks * 512 >= 2 << 20

@@ -35,7 +35,8 @@ from grader.sandbox.limits import (
 from grader.sandbox.optimseal import SealedOptim, carve
 from grader.sandbox.workcopy import WORKER_SCRIPT
 from grader.util import REPO
-from grader.worker.main import WorkerConfig, landlock_abi
+from grader.worker.confine import landlock_abi
+from grader.worker.main import WorkerConfig
 
 __all__ = ["MOUNT", "Sandbox", "bwrap_usable"]
 
@@ -100,15 +101,37 @@ def bwrap_usable() -> tuple[bool, str]:
 
 
 @functools.lru_cache(maxsize=1)
-def _pid1_args() -> list[str]:
-    """``--as-pid-1`` where this bwrap has it (0.4 and later): the worker runs
-    as its PID namespace's init, with no bwrap reaper beside it."""
+def _bwrap_help() -> str:
     exe = shutil.which("bwrap")
     try:
-        helptext = subprocess.run([exe or "bwrap", "--help"], capture_output=True, text=True, timeout=60).stdout
+        return subprocess.run([exe or "bwrap", "--help"], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def _pid1_args() -> list[str]:
+    """``--as-pid-1`` where this bwrap has it (0.4 and later): the fork server
+    runs as its PID namespace's init, with no bwrap reaper beside it, and no
+    worker can signal it (init ignores the signals it has no handler for)."""
+    return ["--as-pid-1"] if "--as-pid-1" in _bwrap_help() else []
+
+
+@functools.lru_cache(maxsize=1)
+def _no_userns_args() -> list[str]:
+    """``--disable-userns`` where this bwrap has it (0.8 and later) and the
+    machine lets it make the user namespace that needs: no process of the
+    sandbox can make a user namespace of its own (the worker's seccomp filter
+    refuses ``unshare`` and ``setns`` everywhere as well)."""
+    if "--disable-userns" not in _bwrap_help():
         return []
-    return ["--as-pid-1"] if "--as-pid-1" in helptext else []
+    args = ["--unshare-user", "--disable-userns"]
+    probe = [shutil.which("bwrap") or "bwrap", "--unshare-all", *args, "--die-with-parent", "--new-session",
+             "--cap-drop", "ALL", *_root_binds(), "--proc", "/proc", "--dev", "/dev", "--", "true"]
+    try:
+        ok = subprocess.run(probe, capture_output=True, timeout=300).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    return args if ok else []
 
 
 def _root_binds() -> list[str]:
@@ -229,55 +252,64 @@ class Sandbox:
             return {}
         return {"user": self.uid, "group": self.gid, "extra_groups": []}
 
-    def command(self, work: Path, scratch: Path, in_fd: int, out_fd: int, config: WorkerConfig,
+    def wipe(self) -> tuple[str, ...]:
+        """The folders a fork server empties before each fork: the sandbox's
+        own tmpfs mounts (bwrap mode; elsewhere /tmp is the host's)."""
+        return ("/tmp", "/dev/shm") if self.mode == "bwrap" else ()
+
+    def worker_config(self, work: Path, scratch: Path, sealed_optim: SealedOptim | None) -> WorkerConfig:
+        """What each worker of a fork server on ``work`` sets for itself: its
+        rlimits and, in uid mode with Landlock, the files it may write (only its
+        scratch folder) and, for a worker with torch.optim sealed, read."""
+        config = WorkerConfig(rlimits=self.limits.rlimits(self.gpu), growth=0 if self.gpu else self.limits.growth_bytes)
+        if self.landlocked:
+            config = replace(config, landlock=self._sealed_rules(work, sealed_optim) if sealed_optim is not None
+                             else {"write": [str(scratch)], "device": _devices()})
+        return config
+
+    def command(self, work: Path, scratch: Path, args: list[str],
                 sealed_optim: SealedOptim | None = None) -> tuple[list[str], dict[str, str], str]:
-        """(argv, env, cwd) that start a worker on the working copy ``work``,
-        reading requests from ``in_fd`` and replying on ``out_fd`` (inherited),
+        """(argv, env, cwd) that run the worker script on the working copy
+        ``work`` with ``args`` (a fork server, or one worker: grader/worker/main.py),
         with ``scratch`` its only writable host folder (bwrap mode; uid mode
         with Landlock). ``sealed_optim``: bind its sealed copies of
         torch.optim's algorithm sources over torch's, and hide torch.optim's
-        bytecode (bwrap mode; uid mode with Landlock: the worker keeps itself
-        from those files and writes nothing; otherwise it has the in-process
-        seal only)."""
+        bytecode (bwrap mode; in uid mode with Landlock each worker keeps itself
+        from those files: :meth:`worker_config`)."""
         python = [sys.executable, "-I"]
         env = _worker_env(self.gpu)
         if self.mode != "bwrap":
             if self.mode == "uid":  # its temporary files in the scratch folder, measured and capped
                 env.update(HOME=str(scratch), TMPDIR=str(scratch))
-                if self.landlocked:  # writes only to its scratch folder (the watched, capped one)
-                    rules = (self._sealed_rules(work, sealed_optim) if sealed_optim is not None
-                             else {"write": [str(scratch)], "device": _devices()})
-                    config = replace(config, landlock=rules)
-            text = replace(config, parent=os.getpid()).to_json()
-            return [*python, str(work / WORKER_SCRIPT), str(in_fd), str(out_fd), text], env, str(work)
+            return [*python, str(work / WORKER_SCRIPT), *args], env, str(work)
         # Mounts apply in order: the tmpfs /tmp comes first so that binds below
         # /tmp (a checkout and its venv cloned under /tmp, pytest's tmp_path)
         # land on top of it instead of being hidden by it. Every writable
         # tmpfs is sized (its pages are the machine's shared memory, which no
         # rlimit counts): /dev is made read-only once its device nodes (the
         # GPU's included) are in place, and /dev/shm is a small tmpfs of its
-        # own. With --as-pid-1 the worker is its PID namespace's init: no
-        # bwrap helper (which has no seccomp filter) is left for it to ptrace.
-        args = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
-                "--cap-drop", "ALL", *_pid1_args(), *_root_binds(), "--proc", "/proc", "--dev", "/dev",
-                "--size", str(self.limits.shm_bytes), "--tmpfs", "/dev/shm",
+        # own. With --as-pid-1 the fork server is its PID namespace's init: no
+        # bwrap helper (which has no seccomp filter) is left for a worker to
+        # ptrace, and no worker can signal the server.
+        argv = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
+                "--cap-drop", "ALL", *_pid1_args(), *_no_userns_args(), *_root_binds(), "--proc", "/proc",
+                "--dev", "/dev", "--size", str(self.limits.shm_bytes), "--tmpfs", "/dev/shm",
                 "--size", str(self.limits.tmpfs_bytes), "--tmpfs", "/tmp"]
         for root in _python_roots():
-            args += ["--ro-bind", root, root]
+            argv += ["--ro-bind", root, root]
         venv = Path(sys.prefix)
         if str(venv) not in _python_roots():
-            args += ["--ro-bind", str(venv), str(venv)]
+            argv += ["--ro-bind", str(venv), str(venv)]
         if sealed_optim is not None:  # over torch's files: after the binds that hold torch
             for source, dest in sealed_optim.binds():
-                args += ["--ro-bind", str(source), str(dest)]
+                argv += ["--ro-bind", str(source), str(dest)]
         for f in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/passwd", "/etc/group", "/etc/localtime",
                   "/etc/nsswitch.conf", "/etc/alternatives"):
-            args += ["--ro-bind-try", f, f]
-        args += ["--ro-bind", str(work), MOUNT, "--bind", str(scratch), str(scratch), "--chdir", MOUNT]
+            argv += ["--ro-bind-try", f, f]
+        argv += ["--ro-bind", str(work), MOUNT, "--bind", str(scratch), str(scratch), "--chdir", MOUNT]
         if self.gpu:
             for dev in sorted(Path("/dev").glob("nvidia*")):
-                args += ["--dev-bind", str(dev), str(dev)]
-            args += ["--ro-bind-try", "/sys", "/sys"]
-        args += ["--remount-ro", "/dev",
-                 "--", *python, f"{MOUNT}/{WORKER_SCRIPT}", str(in_fd), str(out_fd), config.to_json()]
-        return args, env, str(work)
+                argv += ["--dev-bind", str(dev), str(dev)]
+            argv += ["--ro-bind-try", "/sys", "/sys"]
+        argv += ["--remount-ro", "/dev", "--", *python, f"{MOUNT}/{WORKER_SCRIPT}", *args]
+        return argv, env, str(work)

@@ -1,21 +1,29 @@
-"""RemoteImpl: the implementation under test, reached in a sandboxed worker.
+"""RemoteImpl: the implementation under test, reached in sandboxed workers.
 
 :class:`RemoteImpl` implements :class:`tests.harness.Impl` for the grader's
-trusted pytest process: the lifecycle of the workers
-(:class:`grader.sandbox.client.Worker`) of one submission. Each problem gets its
-own long-lived worker process (see :mod:`grader.worker.main`), started from a warm
-spare so that importing torch overlaps with the previous problem's checks.
+trusted pytest process: the lifecycle of one submission's workers
+(:class:`grader.sandbox.client.Worker`), forked by a
+:class:`grader.sandbox.client.ForkServer` that imported torch once. Problems
+run one after another; each gets a worker of its own at its first call, and
+a fresh one wherever a check asks for a process that has run nothing before
+(:meth:`fresh_scenario` and the like). One fork server lives at a time: the
+plain one, then, for the problems whose workers must not see torch.optim
+(:data:`SEALED_OPTIM_PROBLEMS`, which the plugin runs last), a sealed one.
 Requests and replies are :mod:`tests.wire` frames (decoded by :mod:`grader.sandbox.client`).
 
 Each problem's CPU budget and each call's CPU limit (read from outside by
 :mod:`grader.sandbox.meter`, budgets from :mod:`grader.sandbox.budgets`), the
 wall-clock backstop, and when a timeout, a crash, a spent budget
-(:class:`NotRun`) or a worker that cannot start (:class:`GraderFault`) cuts a
+(:class:`NotRun`) or a fault of the machine (:class:`GraderFault`) cuts a
 problem: see grader/README.md, "Budgets". What happened is kept in a
-:class:`ProblemState`.
+:class:`ProblemState`. With ``hidden`` (a run of hidden checks) what a student
+may read of it is fixed wording: no exit status, signal, CPU or wall seconds
+and no text of the worker's, any of which the submission could steer to carry
+a hidden input out; the details go to the instructors' log.
 
-:data:`SEALED_OPTIM_PROBLEMS`: whose workers see sealed copies of torch.optim's
-sources in bubblewrap mode (:mod:`grader.sandbox.optimseal`; written once per
+:data:`SEALED_OPTIM_PROBLEMS`: whose workers are forked by a server with
+torch.optim sealed in-process and, in bubblewrap mode, sealed copies of its
+sources bound over torch's (:mod:`grader.sandbox.optimseal`; written once per
 RemoteImpl, removed by :meth:`RemoteImpl.close`); why, and the uid mode's
 Landlock: see grader/README.md, "The trust boundary".
 """
@@ -24,12 +32,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grader.sandbox import proctree
 from grader.sandbox.client import (
+    ForkServer,
     GraderFault,
     KilledForMemory,
     Limit,
@@ -45,11 +54,11 @@ from grader.sandbox.client import (
     reply_value,
 )
 from grader.sandbox.isolation import Sandbox
-from grader.sandbox.limits import LOG_CAP, worker_slots
+from grader.sandbox.limits import LOG_CAP
 from grader.sandbox.meter import StorageWatch
-from grader.sandbox.optimseal import SealedOptim
+from grader.sandbox.optimseal import SEALED_OPTIM_PROBLEMS, SealedOptim
 from grader.sandbox.scratch import BASETEMP, remove_tree
-from grader.worker.main import WorkerConfig
+from grader.worker.main import ServerConfig
 from tests import wire
 from tests.harness import ImplBase, Interrupted, read_source, scenario_name, stubs_fail_fast
 from tests.memwatch import MemoryWatch, process_tree
@@ -58,10 +67,11 @@ __all__ = ["ProblemState", "RemoteImpl"]
 
 #: A wall-clock backstop is never shorter than this (seconds).
 MIN_WALL = 60.0
-#: The problems whose workers are kept from torch.optim's files (Sandbox.seals_optim):
-#: the ones whose checks compare the submission with torch.optim, which the
-#: worker seals in-process too (grader/worker/main.py ``_about_optimizers``).
-SEALED_OPTIM_PROBLEMS = frozenset({"optimizers"})
+#: The CPU seconds a forked worker may take to say hello (it confines itself; torch is imported already).
+FORK_CPU = 10.0
+
+#: What a student reads of a hidden run's worker troubles (the details: the instructors' log).
+CRASHED, TIMED_OUT = "the worker crashed", "a call ran past its time limit"
 
 
 @dataclass
@@ -80,6 +90,7 @@ class ProblemState:
     cpu_done: float = 0.0
     started: bool = False
     calls: int = 0
+    workers: int = 0
     crashes: list[str] = field(default_factory=list)
     timeouts: list[str] = field(default_factory=list)
     cut: str = ""
@@ -87,11 +98,17 @@ class ProblemState:
     log: bytearray = field(default_factory=bytearray)
     log_dropped: int = 0
     seccomp: str = ""
+    peak_bytes: int = 0  # the most resident memory one of its workers held beyond what it started with
 
     def add_log(self, worker: Worker) -> None:
         room = LOG_CAP - len(self.log)
         self.log += worker.log[: max(room, 0)]
         self.log_dropped += worker.log_dropped + max(len(worker.log) - max(room, 0), 0)
+
+    def note(self, text: str) -> None:
+        """The grader's own line in the instructors' log."""
+        line = f"\n[grader] {text}\n".encode("utf-8", "replace")
+        self.log += line[: max(LOG_CAP - len(self.log), 0)]
 
 
 class RemoteImpl(ImplBase):
@@ -105,39 +122,43 @@ class RemoteImpl(ImplBase):
         self, name: str, sandbox: Sandbox, work: Path, scratch: Path, *, problems: dict[str, float],
         reference_cpu: dict[str, float] | None = None, call_cpu: float = 60.0, start_cpu: float = 60.0,
         wall_factor: float = 10.0, min_wall: float = MIN_WALL, max_crashes: int = 3, max_timeouts: int = 2,
-        max_reply: int = 512 << 20, config: WorkerConfig | None = None, processes: dict[str, int] | None = None,
+        max_reply: int = 512 << 20, hidden: bool = False, sealed: frozenset[str] = SEALED_OPTIM_PROBLEMS,
     ) -> None:
         """``problems``: each problem's CPU budget (seconds); ``reference_cpu``:
         what the reference uses for the same checks (seconds, reported only);
         ``call_cpu``: CPU seconds of one call; ``start_cpu``: CPU seconds of a
-        worker's start-up; ``wall_factor``: a wait's wall-clock backstop is this
-        times its CPU limit, and at least ``min_wall`` seconds."""
+        fork server's start-up (it imports torch); ``wall_factor``: a wait's
+        wall-clock backstop is this times its CPU limit, and at least
+        ``min_wall`` seconds; ``hidden``: this run serves hidden checks (fixed
+        wording, see the module docstring); ``sealed``: the problems whose
+        workers get a sealed torch.optim."""
         self.name = name
         self._sandbox, self._work, self._scratch = sandbox, work, scratch
-        self._config = config if config is not None else WorkerConfig()
         self._order = list(problems)
         refs = reference_cpu or {}
         self.states = {p: ProblemState(budget, refs.get(p, 0.0)) for p, budget in problems.items()}
         self.call_cpu, self.start_cpu, self.wall_factor, self.min_wall = call_cpu, start_cpu, wall_factor, min_wall
         self.max_crashes, self.max_timeouts, self.max_reply = max_crashes, max_timeouts, max_reply
+        self.hidden, self.sealed = hidden, sealed
         self.problem: str | None = None
         self._workers: dict[str, Worker] = {}
-        self._spare: Worker | None = None
-        self._processes = processes or {}
-        self._isolated: str | None = None  # the problem that runs with no spare (retire_workers)
-        self._roots: list[proctree.Proc] = []  # every worker process started (live_processes)
-        self._killed: list[proctree.Proc] = []  # their trees as seen just before retire_workers killed them
-        self._fresh_used = False
+        self._server: ForkServer | None = None
+        self.servers = 0  # fork servers started (each imports torch once)
+        self.server_cpu = 0.0  # the CPU seconds their start-ups took
+        self._roots: list[proctree.Proc] = []  # every worker started (live_processes)
         self._scratch_error = ""  # set when the scratch folder could not be emptied (_clear_scratch)
         # Written before any worker starts, beside the scratch folder (in the
         # run's private folder: bubblewrap binds the scratch folder alone).
         self._sealed_optim: SealedOptim | None = None
         self._seal_error = ""
-        if any(self._seals(p) for p in problems):
+        self.seal_cpu = 0.0  # the CPU seconds sealing torch.optim's sources took (the grader's cost)
+        if any(p in sealed for p in problems) and sandbox.seals_optim:
+            began = time.thread_time()
             try:
                 self._sealed_optim = SealedOptim.create(scratch.parent)
             except (OSError, SyntaxError, ValueError) as e:
                 self._seal_error = f"torch.optim's sources could not be sealed for its worker ({e})"
+            self.seal_cpu = time.thread_time() - began
         # The submission's sources, read once before any worker runs (the
         # worker never answers for them; see Impl.source).
         self._package = work / "student"
@@ -151,62 +172,107 @@ class RemoteImpl(ImplBase):
     def enter(self, problem: str) -> None:
         if problem != self.problem and self.problem in self._workers:
             self._retire(self.problem)  # problems run in order: free the last one's worker
-        if problem != self.problem:
-            self._fresh_used = False
-            if self.problem is not None:
-                self._clear_scratch()
+        if problem != self.problem and self.problem is not None:
+            self._clear_scratch()
         self.problem = problem
         self.states[problem].started = True
 
-    def _seals(self, problem: str | None) -> bool:
-        """Whether ``problem``'s workers get the sealed torch.optim sources."""
-        return self._sandbox.seals_optim and problem in SEALED_OPTIM_PROBLEMS
-
-    def _spawn(self, processes: int = 0, *, sealed: bool = False) -> Worker:
-        config = replace(self._config, processes=processes) if processes else self._config
-        worker = Worker(self._sandbox, self._work, self._scratch, config, self.max_reply,
-                        self._sealed_optim if sealed else None)
-        root = proctree.read(worker.proc.pid)
-        if root is not None:
-            self._roots.append(root)
-        return worker
+    def _fork_server(self, sealed: bool, st: ProblemState) -> ForkServer:
+        """The live fork server of the kind ``sealed`` asks for: started (after
+        the other kind is stopped) when there is none. No code of the
+        submission runs in a server, so whatever goes wrong here is the
+        machine's or the grader's."""
+        server = self._server
+        if server is not None and server.config.seal == sealed and server.alive():
+            return server
+        if server is not None:
+            server.kill()
+            self._server = None
+        if sealed and self._sandbox.seals_optim and self._sealed_optim is None:
+            # never a worker with torch.optim's sources open to it
+            st.fault = st.fault or self._seal_error or "torch.optim's sealed sources are gone (closed)"
+            raise GraderFault(f"{self.problem}: not graded: {st.fault}")
+        config = ServerConfig(seal=sealed, wipe=self._sandbox.wipe(), cuda=self._sandbox.gpu,
+                              dynamo=sealed and self._sandbox.landlocked)
+        wall = self._wall(self.start_cpu)
+        try:
+            server = ForkServer(self._sandbox, self._work, self._scratch, config, self.max_reply,
+                                self._sealed_optim if sealed else None)
+        except OSError as e:
+            st.fault = st.fault or f"the sandbox could not start: {e}"
+            raise GraderFault(f"{self.problem}: not graded: {st.fault}") from None
+        self._server = server
+        self.servers += 1
+        try:
+            server.wait_ready(Limit(cpu=self.start_cpu, wall=time.monotonic() + wall))
+        except WorkerError as e:
+            st.note(f"the sandbox's fork server: {e}; its output: "
+                    + bytes(server.log[-2000:]).decode("utf-8", "replace"))
+            server.kill()
+            self._server = None
+            if isinstance(e, OutOfTime):
+                why = (f"the sandbox did not start within {self.start_cpu:g} CPU s" if e.cpu else
+                       f"the sandbox did not start within {wall:.0f} s of wall-clock time "
+                       "(the machine is too busy?)" if e.limit.starved else
+                       "the sandbox did not start: it waited without using the CPU (the machine's disk too slow?)")
+            else:
+                why = f"the sandbox could not start: {e}" + (
+                    " (is the sandbox's bubblewrap still installed?)" if "status 127" in str(e) else "")
+            st.fault = st.fault or why
+            raise GraderFault(f"{self.problem}: not graded: {why}") from None
+        if server.meter is not None:
+            self.server_cpu += server.cpu_at_hello
+        return server
 
     def _worker(self) -> Worker:
-        """The current problem's worker: its live one, else the spare, else a new one."""
+        """The current problem's worker: its live one, else a fresh one
+        (forked, and ready: its hello read). No code of the submission runs
+        before the hello, so whatever goes wrong until then is the machine's or
+        the grader's (the previous worker is gone, its server's temporary
+        folders emptied: nothing it did reaches the new one's start)."""
         assert self.problem is not None
         w = self._workers.get(self.problem)
         if w is not None and w.alive():
             return w
-        sealed = self._seals(self.problem)
-        if sealed and self._sealed_optim is None:  # never a worker with torch.optim's sources open to it
-            st = self.states[self.problem]
-            st.fault = st.fault or self._seal_error or "torch.optim's sealed sources are gone (closed)"
-            raise GraderFault(f"{self.problem}: not graded: {st.fault}")
-        processes = self._processes.get(self.problem, 0)
-        if processes:  # a worker allowed to create processes (the spare is not)
-            w = self._spawn(processes, sealed=sealed)
-        elif self._spare is not None and self._spare.alive() and self._spare.sealed_optim == sealed:
-            w, self._spare = self._spare, None
-        else:  # (a spare started for another kind of problem waits for it)
-            w = self._spawn(sealed=sealed)
+        if w is not None:
+            self._retire(self.problem)
+        st = self.states[self.problem]
+        for other in list(self._workers):  # one worker at a time: a spawn ends the server's last one
+            self._retire(other)
+        server = self._fork_server(self.problem in self.sealed, st)
+        wall = self._wall(self.start_cpu)
+        try:
+            w = server.spawn(Limit(cpu=float("inf"), wall=time.monotonic() + wall))
+        except (WorkerError, OSError) as e:
+            st.note(f"the sandbox could not fork a worker: {e}")
+            server.kill()
+            self._server = None
+            st.fault = st.fault or "the sandbox could not start a worker"
+            raise GraderFault(f"{self.problem}: not graded: {st.fault}") from None
+        st.workers += 1
+        root = proctree.read(w.pid)
+        if root is not None:
+            self._roots.append(root)
+        try:
+            hello = w.wait_ready(Limit(cpu=w.meter.read().cpu + FORK_CPU, wall=time.monotonic() + wall))
+        except WorkerError as e:
+            w.kill()
+            st.add_log(w)
+            if w.killed_for:  # stopped by the grader for what the submission did (its scratch folder's caps)
+                self._crashed(st, f"a worker's start-up: {e}")
+                raise WorkerCrashed(f"{self.problem}: {e}") from None
+            st.note(f"a worker did not start: {e}")
+            st.fault = st.fault or ("a worker did not start within its wall-clock limit (the machine is too busy?)"
+                                    if isinstance(e, OutOfTime) else f"a worker could not start: {e}")
+            raise GraderFault(f"{self.problem}: not graded: {st.fault}") from None
+        st.seccomp = str(hello.get("seccomp", ""))
         self._workers[self.problem] = w
-        if (self._isolated != self.problem and (self._spare is None or not self._spare.alive())
-                and (self._fresh_used or any(not self.states[p].started for p in self._order))
-                and self._spare_fits()):
-            # Warm up the next problem's worker meanwhile, or the next fresh
-            # worker of a problem whose checks ask for them (never while a
-            # problem runs isolated: see retire_workers).
-            if self._spare is not None:
-                self._spare.kill()  # it died while waiting
-            upcoming = self.problem if self._fresh_used else \
-                next((p for p in self._order if not self.states[p].started), None)
-            self._spare = self._spawn(sealed=self._seals(upcoming) and self._sealed_optim is not None)
         return w
 
-    def _spare_fits(self) -> bool:
-        """A spare worker only when a second worker's memory limit fits the
-        free memory too (else the next problem starts its worker cold)."""
-        return self._sandbox.gpu or worker_slots(self._sandbox.limits.memory_bytes, trusted=0) >= 2
+    def finish(self, problem: str) -> None:
+        """``problem``'s checks are over: retire its worker (its CPU and memory
+        read first), so that its record is complete."""
+        self._retire(problem)
 
     def _retire(self, problem: str) -> None:
         w = self._workers.pop(problem, None)
@@ -215,6 +281,7 @@ class RemoteImpl(ImplBase):
             st.cpu_done += w.charged()  # read just before the kill: nothing it used is lost
             w.kill()
             st.add_log(w)
+            st.peak_bytes = max(st.peak_bytes, w.peak_growth())
 
     def cpu_used(self, problem: str | None = None, max_age: float = 0.0) -> float:
         """CPU seconds ``problem``'s workers (default: the current problem's) have
@@ -227,12 +294,11 @@ class RemoteImpl(ImplBase):
 
     def _clear_scratch(self) -> None:
         """Empty the scratch folder between two problems, so nothing a worker of
-        the last problem wrote there (its hidden inputs, say) can reach a worker
-        of the next one, whose failure messages students read. Every worker that
-        ran submission code is gone by now (the last problem's was retired; the
-        spare has served no request). pytest's base folder stays (it holds the
-        next tests' ``tmp_path``), emptied; anything that cannot be removed makes
-        the next problem's calls fail rather than run beside it."""
+        the last problem wrote there reaches a worker of the next one. Every
+        worker that ran submission code is gone by now (the last problem's was
+        retired). pytest's base folder stays (it holds the next tests'
+        ``tmp_path``), emptied; anything that cannot be removed makes the next
+        problem's calls fail rather than run beside it."""
         for entry in sorted(self._scratch.iterdir()):
             try:
                 if entry.name == BASETEMP and entry.is_dir() and not entry.is_symlink():
@@ -244,17 +310,17 @@ class RemoteImpl(ImplBase):
                 self._scratch_error = f"the scratch folder could not be emptied between problems ({e.strerror})"
 
     def stop_workers(self, reason: str) -> None:
-        """Kill every running worker, spare included (called by the scratch watch)."""
-        for w in [*list(self._workers.values()), self._spare]:
-            if w is not None and w.alive():
+        """Kill every running worker (called by the scratch watch)."""
+        for w in list(self._workers.values()):
+            if w.alive():
                 w.stop(reason)
 
     def close(self) -> None:
         for p in list(self._workers):
             self._retire(p)
-        if self._spare is not None:
-            self._spare.kill()
-            self._spare = None
+        if self._server is not None:
+            self._server.kill()
+            self._server = None
         if self._sealed_optim is not None:  # every worker that bound them is gone
             self._sealed_optim.remove()
             self._sealed_optim = None
@@ -267,20 +333,17 @@ class RemoteImpl(ImplBase):
     # timed reference call and checks live_processes() around both timed calls.
 
     def retire_workers(self, timeout: float = 30.0) -> None:
-        """Kill every worker of this submission (every problem's and the spare)
-        and return once none of their processes exists; start no spare for the
-        rest of the current problem. The next call starts a fresh worker.
+        """Kill every worker of this submission, and its sandbox's fork server,
+        and return once none of their processes exists. The next call starts
+        them afresh.
 
         Raises RuntimeError when a process is still alive after ``timeout``.
         """
-        self._isolated = self.problem
-        workers = [*self._workers.values(), *([self._spare] if self._spare is not None else [])]
-        self._killed += [p for w in workers for p in proctree.below(w.proc.pid)]  # before the kill
         for problem in list(self._workers):
             self._retire(problem)
-        if self._spare is not None:
-            self._spare.kill()
-            self._spare = None
+        if self._server is not None:
+            self._server.kill()
+            self._server = None
         deadline = time.monotonic() + timeout
         while True:
             left = self.live_processes()
@@ -293,16 +356,11 @@ class RemoteImpl(ImplBase):
     def live_processes(self, *, besides_current: bool = False) -> list[int]:
         """Pids of the live processes of this submission, read from /proc: every
         worker started (same pid *and* start time), everything below it or in
-        its session (the worker leads its own session), and what retire_workers
-        saw below the workers before its kill. (A dead worker leaves nothing
-        behind: in bubblewrap its PID namespace dies with it, and elsewhere the
-        seccomp filter let it create no process.) Without /proc: the live worker
-        processes. ``besides_current``: not counting the current problem's
-        worker and everything below it."""
+        its session (a worker leads its own session). Without /proc: the live
+        workers. ``besides_current``: not counting the current problem's worker."""
         current = self._workers.get(self.problem) if (besides_current and self.problem) else None
         if not proctree.AVAILABLE:
-            workers = [*self._workers.values(), *([self._spare] if self._spare is not None else [])]
-            return [w.proc.pid for w in workers if w is not current and w.alive()]
+            return [w.pid for w in self._workers.values() if w is not current and w.alive()]
         table = proctree.snapshot()
         found: set[int] = set()
         for root in self._roots:
@@ -310,9 +368,8 @@ class RemoteImpl(ImplBase):
             if now is not None and now.start == root.start:  # (so root.pid is not a recycled pid)
                 found |= set(process_tree(root.pid))
                 found |= {p.pid for p in table.values() if p.sid == root.pid}
-        found |= {p.pid for p in self._killed if (q := table.get(p.pid)) is not None and q.start == p.start}
         if current is not None:
-            found -= set(process_tree(current.proc.pid))
+            found -= set(process_tree(current.pid))
         return sorted(pid for pid in found if (p := table.get(pid) or proctree.read(pid)) is not None and p.live)
 
     # ------------------------------------------------------------ Impl
@@ -333,8 +390,7 @@ class RemoteImpl(ImplBase):
 
     def _fresh(self) -> None:
         assert self.problem is not None
-        self._retire(self.problem)  # the next request takes the spare (or starts a worker)
-        self._fresh_used = True
+        self._retire(self.problem)  # the next request forks a fresh worker
 
     def fresh_scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self.problem is not None:
@@ -355,8 +411,9 @@ class RemoteImpl(ImplBase):
         if self.problem is not None:
             self._fresh()
         if warm_up is not None:  # harness code only: the implementation is first imported by the measured call
-            self._request({"op": "scenario", "name": scenario_name(warm_up), "args": (), "kwargs": {}})
-        req = {"op": "scenario", "name": scenario_name(fn), "args": args, "kwargs": kwargs}
+            self._request({"op": "scenario", "name": scenario_name(warm_up), "args": (), "kwargs": {},
+                           "measure": True})
+        req = {"op": "scenario", "name": scenario_name(fn), "args": args, "kwargs": kwargs, "measure": True}
         return self._request(req, measure=True)
 
     def _refuse(self, st: ProblemState) -> None:
@@ -380,34 +437,6 @@ class RemoteImpl(ImplBase):
         """The wall-clock backstop of a wait whose CPU limit is ``cpu`` seconds."""
         return max(self.min_wall, self.wall_factor * cpu)
 
-    def _start(self, worker: Worker, st: ProblemState) -> None:
-        """Wait for ``worker``'s hello within the start-up limits. No code of the
-        submission runs before it (the worker imports torch and the harness), so
-        whatever goes wrong here is the machine's or the grader's."""
-        if worker.hello is not None:
-            return
-        wall = self._wall(self.start_cpu)
-        limit = Limit(cpu=self.start_cpu, wall=time.monotonic() + wall)
-        try:
-            hello = worker.wait_ready(limit)
-        except WorkerError as e:
-            self._retire(self.problem or "")
-            worker.kill()
-            if worker.killed_for:  # stopped by the grader for what the submission did (its scratch folder's caps)
-                self._crashed(st, f"a worker's start-up: {e}")
-                raise WorkerCrashed(f"{self.problem}: {e}") from None
-            if isinstance(e, OutOfTime):
-                why = (f"a worker did not start within {self.start_cpu:g} CPU s" if e.cpu else
-                       f"a worker did not start within {wall:.0f} s of wall-clock time "
-                       "(the machine is too busy?)" if e.limit.starved else
-                       "a worker did not start: it waited without using the CPU (the machine's disk too slow?)")
-            else:
-                why = f"a worker could not start: {e}" + (
-                    " (is the sandbox's bubblewrap still installed?)" if "status 127" in str(e) else "")
-            st.fault = st.fault or why
-            raise GraderFault(f"{self.problem}: not graded: {why}") from None
-        st.seccomp = str(hello.get("seccomp", ""))
-
     def _request(self, req: dict[str, Any], *, kill_when: Callable[[], bool] | None = None,
                  measure: bool = False) -> Any:
         if self.problem is None:
@@ -419,18 +448,18 @@ class RemoteImpl(ImplBase):
         payload = wire.encode(req)  # the test's own arguments: a WireError here is a test bug
         st.calls += 1
         worker = self._worker()
-        self._start(worker, st)
         left = st.cpu_budget - self.cpu_used(max_age=0.5)
         cpu = min(self.call_cpu, left)
         limit = Limit(cpu=worker.meter.last.cpu + cpu, wall=time.monotonic() + self._wall(cpu))
         try:
-            watch = MemoryWatch(worker.proc.pid) if measure else None
+            watch = MemoryWatch(worker.pid) if measure else None
             # What the call stores in files (tmpfs pages, scratch blocks) is held as surely as its memory.
-            stored = StorageWatch(worker.proc.pid, self._scratch, self._sandbox.mode == "bwrap",
+            stored = StorageWatch(worker.pid, self._scratch, self._sandbox.mode == "bwrap",
                                   owner=self._sandbox.uid if self._sandbox.mode == "uid" else None) if measure else None
             if watch is not None and stored is not None:
                 watch.start()
                 stored.start()
+            worker.check(limit, "no reply in time")  # (one left running by its last call's doing is ended here)
             worker.write_frame(payload, limit)
             if kill_when is not None:
                 polls = 0
@@ -451,25 +480,29 @@ class RemoteImpl(ImplBase):
             if e.cpu and cpu < self.call_cpu:  # the problem's budget ran out, not the call's own limit
                 raise self._budget_spent(st) from None
             if not e.cpu and e.limit.starved:
-                st.fault = st.fault or (f"the machine was too busy: {_describe(req)} waited "
-                                        f"{self._wall(cpu):.0f} s for a CPU")
+                st.note(f"{_describe(req)} waited {self._wall(cpu):.0f} s for a CPU")
+                st.fault = st.fault or "the machine was too busy: a call waited too long for a CPU"
                 raise GraderFault(f"{self.problem}: not graded: {st.fault}") from None
             what = (f"a call used more than {cpu:.4g} CPU s" if e.cpu else
-                    f"a call waited {self._wall(cpu):.0f} s while hardly using the CPU "
-                    "(asleep or blocked)")
-            st.timeouts.append(f"{what} ({_describe(req)})")
+                    f"a call waited {self._wall(cpu):.0f} s while hardly using the CPU (asleep or blocked)")
+            st.note(f"timeout: {what} ({_describe(req)})")
+            shown = TIMED_OUT if self.hidden else f"{what} ({_describe(req)})"
+            st.timeouts.append(shown)
             if len(st.timeouts) >= self.max_timeouts:
                 st.cut = st.cut or f"{len(st.timeouts)} calls ran past their limits"
-            raise WorkerTimeout(f"{self.problem}: {what} ({_describe(req)})") from None
+            raise WorkerTimeout(f"{self.problem}: {shown}") from None
         except WorkerCrashed as e:
             self._retire(self.problem)
-            if isinstance(e, KilledForMemory) and e.peak < self._sandbox.limits.memory_bytes:
-                # Killed below its own limit: the machine ran out of memory, the submission did not overdraw.
-                st.fault = st.fault or (f"the machine ran out of memory: {_describe(req)}: {e}; a worker may hold "
-                                        f"{self._sandbox.limits.memory_bytes / (1 << 30):.1f} GiB")
+            st.note(f"crash: {_describe(req)}: {e}")
+            if isinstance(e, KilledForMemory):
+                # Its private memory is capped (RLIMIT_DATA) at what a worker is
+                # promised: the kernel killing it for memory is the machine's shortage.
+                st.fault = st.fault or ("the machine ran out of memory while a worker held no more than the "
+                                        f"{self._sandbox.limits.growth_bytes >> 20} MiB it is promised")
                 raise GraderFault(f"{self.problem}: not graded: {st.fault}") from None
-            self._crashed(st, f"{_describe(req)}: {e}")
-            raise type(e)(f"{self.problem}: {_describe(req)}: {e}") from None
+            shown = CRASHED if self.hidden else f"{_describe(req)}: {e}"
+            self._crashed(st, shown)
+            raise type(e)(f"{self.problem}: {shown}") from None
         value = self._unpack(reply, req)
         if kill_when is not None:
             return Interrupted(False, value)
@@ -478,13 +511,17 @@ class RemoteImpl(ImplBase):
     def _crashed(self, st: ProblemState, what: str) -> None:
         st.crashes.append(what)
         if len(st.crashes) >= self.max_crashes:
-            st.cut = st.cut or f"the worker crashed {len(st.crashes)} times (last: {st.crashes[-1][:300]})"
+            st.cut = st.cut or (f"the worker crashed {len(st.crashes)} times" +
+                                ("" if self.hidden else f" (last: {st.crashes[-1][:300]})"))
 
     def _garbage(self, req: dict[str, Any], what: str) -> ProtocolError:
         assert self.problem is not None
         self._retire(self.problem)
-        self._crashed(self.states[self.problem], f"{_describe(req)}: {what}")
-        return ProtocolError(f"{self.problem}: {_describe(req)}: {what}")
+        st = self.states[self.problem]
+        st.note(f"{_describe(req)}: {what}")
+        shown = CRASHED if self.hidden else f"{_describe(req)}: {what}"
+        self._crashed(st, shown)
+        return ProtocolError(f"{self.problem}: {shown}")
 
     def _unpack(self, reply: Any, req: dict[str, Any]) -> Any:
         try:

@@ -5,8 +5,9 @@
 and :data:`MAX_BYTES`; symlinks never followed), the public
 harness the worker needs (``tests/__init__.py``, ``tests/wire.py``,
 ``tests/harness.py``, ``tests/memwatch.py``, ``tests/scenarios/``) and the worker script
-(:data:`WORKER_SCRIPT`, a copy of grader/worker/main.py, and
-:data:`SEAL_MODULE`, of grader/worker/seal.py): nothing of
+(:data:`WORKER_SCRIPT`, a copy of grader/worker/main.py, with
+:data:`CONFINE_MODULE` and :data:`SEAL_MODULE`, of grader/worker/confine.py and
+seal.py): nothing of
 ``reference/`` or of ``grader/hidden``.
 
 What Python imports from the working copy must be what the trusted side reads
@@ -32,6 +33,8 @@ from grader.util import REPO
 WORKER_SCRIPT = "_grader_worker.py"
 #: The worker's torch.optim seal (a copy of grader/worker/seal.py), beside it.
 SEAL_MODULE = "_grader_seal.py"
+#: How the worker confines itself (a copy of grader/worker/confine.py), beside it.
+CONFINE_MODULE = "_grader_confine.py"
 
 #: Caps on what is copied from a submission's student/ folder.
 MAX_FILES = 2000
@@ -100,6 +103,7 @@ def make_working_copy(student: Path, dest: Path) -> Path:
     worker = Path(__file__).resolve().parent.parent / "worker"
     shutil.copyfile(worker / "main.py", dest / WORKER_SCRIPT)
     shutil.copyfile(worker / "seal.py", dest / SEAL_MODULE)
+    shutil.copyfile(worker / "confine.py", dest / CONFINE_MODULE)
     for path in [dest, *dest.rglob("*")]:  # world-readable, read-only for the worker
         path.chmod(0o755 if path.is_dir() else 0o644)
     return dest

@@ -1,76 +1,119 @@
-"""The grader's worker: the only process that imports the submission.
+"""The grader's workers: the only processes that import the submission.
 
 This file is copied, as ``_grader_worker.py``, into a fresh working copy that
-holds the submission's ``student/`` and the public harness (``tests/wire.py``,
-``tests/harness.py``, ``tests/memwatch.py``, ``tests/scenarios/``), and runs there inside the sandbox
+holds the submission's ``student/``, the public harness (``tests/wire.py``,
+``tests/harness.py``, ``tests/memwatch.py``, ``tests/scenarios/``) and its two
+companions (``_grader_confine.py``: rlimits, seccomp, Landlock;
+``_grader_seal.py``: the torch.optim seal), and runs there inside the sandbox
 (see :mod:`grader.sandbox.isolation`)::
 
-    python -I _grader_worker.py REQUEST_FD REPLY_FD CONFIG_JSON
+    python -I _grader_worker.py fork-server CONTROL_FD SERVER_CONFIG_JSON
+    python -I _grader_worker.py worker REQUEST_FD REPLY_FD SERVER_CONFIG_JSON WORKER_CONFIG_JSON
 
-``CONFIG_JSON`` is a :class:`WorkerConfig` (``WorkerConfig.to_json``); the
-trusted side imports that class from here (``grader.worker.main``). This file must
-not import anything of ``grader`` (which is not in the working copy), and
-imports only the standard library at module level.
+It must not import anything of ``grader`` (which is not in the working copy),
+and imports only the standard library at module level; the trusted side
+imports :class:`ServerConfig` and :class:`WorkerConfig` from here
+(``grader.worker.main``).
 
-Protocol (the one home of the request and reply fields): :mod:`tests.wire`
-frames (``wire.read_frame`` / ``wire.write_frame``) of :func:`tests.wire.encode`
-bytes, read from ``REQUEST_FD`` and written to ``REPLY_FD`` (never stdout,
-which is the submission's log). The first frame the worker writes is a hello
-(``{"hello": ...}``); then, for each request
-``{"op": "call", "module", "function", "args", "kwargs"}`` or
-``{"op": "scenario", "name", "args", "kwargs"}`` it answers
-``{"ok": True, "value": ...}`` or ``{"ok": False, "type", "message", "traceback"}``
+**The fork server** (Linux): imports numpy, torch and the harness (nothing of
+the submission), so that a worker starts without importing torch again; with
+``seal`` it seals torch.optim in itself first (grader/worker/seal.py). It says
+hello on ``CONTROL_FD`` (a Unix stream socket to the trusted side), then
+serves spawn requests there: a :class:`WorkerConfig` as JSON with three file
+descriptors (requests in, replies out, output) passed alongside. For each it
+kills and reaps any worker it forked before, empties its ``wipe`` folders
+(the sandbox's own temporary folders, so that a new worker finds nothing an
+earlier one left there), forks a worker and answers ``{"pid": N}`` (N as its
+own PID namespace numbers it). It is never dumpable: no worker of its uid can
+open its memory. Elsewhere (macOS) the trusted side starts each worker as a
+process of its own with ``worker`` instead (fork after importing torch is not
+safe there).
+
+**A worker** confines itself before it reads a request (a session of its own,
+killed with its fork server, its output on the output descriptor, rlimits,
+Landlock where asked, then the seccomp filter, mandatory where the platform
+has one: :mod:`grader.worker.confine`), writes a hello frame, and answers
+requests until its request pipe closes. Protocol (the one home of the request
+and reply fields): :mod:`tests.wire` frames of :func:`tests.wire.encode`
+bytes; the first frame a worker writes is a hello (``{"hello": ...}``); then,
+for each request ``{"op": "call", "module", "function", "args", "kwargs"}`` or
+``{"op": "scenario", "name", "args", "kwargs"}`` (either may add
+``"measure": true``: see :meth:`_Harness.answer`) it answers ``{"ok": True,
+"value": ...}`` or ``{"ok": False, "type", "message", "traceback"}``
 (``type``: the nearest of ``tests.wire.MAPPED_ERRORS``, else "RemoteError").
-
-Before any submission code is imported the worker lowers its own rlimits,
-asks to be killed with its parent, and (on Linux) installs a seccomp filter
-(:func:`_forbid_processes`). What these refuse, and that they protect the
-machine, not the verdicts (computed in the trusted process): see
-grader/sandbox/README.md.
-
-A worker whose first request is about the optimizers (a call of
-``student.optimizers`` or a scenario of ``tests.scenarios.optimizers``) seals
-torch.optim before it imports the submission (``seal_torch_optim`` of
-grader/worker/seal.py, copied beside this file as ``_grader_seal.py``); a
-worker that imported the submission for anything else answers no optimizers
-request. Why: see grader/README.md, "The trust boundary".
+A worker of an unsealed server answers no optimizers request (why: see
+grader/README.md, "The trust boundary").
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
+import gc
 import importlib
 import json
 import os
-import platform
-import resource
-import signal
+import socket
+import stat
 import sys
 import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+#: Exit statuses of a worker that refuses to run (the trusted side reads them
+#: before any submission code ran: the grader's or the machine's fault).
+EXIT_PARENT_GONE, EXIT_NO_SECCOMP, EXIT_NO_LANDLOCK, EXIT_NO_SEAL = 70, 71, 72, 73
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """What the trusted side tells a fork server (or a lone worker) at start.
+
+    ``parent``: the pid it must die with (0: none; bwrap's ``--die-with-parent``
+    does that job). ``seal``: seal torch.optim before anything else (the
+    workers of the optimizers). ``wipe``: folders emptied before each fork
+    (the sandbox's own tmpfs mounts). ``cuda``: whether workers may report
+    (and use) CUDA (the server never touches it: a process that initialised
+    CUDA cannot fork). ``dynamo``: import torch._dynamo too (a worker that
+    gives up writing files must not need to make its cache folder later).
+    """
+
+    parent: int = 0
+    seal: bool = False
+    wipe: tuple[str, ...] = ()
+    cuda: bool = False
+    dynamo: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ServerConfig:
+        raw = json.loads(text)
+        if type(raw) is not dict or set(raw) - {"parent", "seal", "wipe", "cuda", "dynamo"}:
+            raise ValueError(f"not a server config: {text[:200]!r}")
+        return cls(parent=int(raw.get("parent", 0)), seal=bool(raw.get("seal", False)),
+                   wipe=tuple(str(p) for p in raw.get("wipe", ())), cuda=bool(raw.get("cuda", False)),
+                   dynamo=bool(raw.get("dynamo", False)))
+
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    """What the trusted side tells a worker at start (on its command line).
+    """What the trusted side tells each worker it starts.
 
     ``rlimits``: resource names without ``RLIMIT_`` (``{"CPU": 600, "AS": ...}``)
     and the value the worker sets as both its soft and hard limit (never above
-    an inherited hard limit). ``cuda``: whether it may report (and use) CUDA.
-    ``processes``: how many child processes it may create (0: the seccomp
-    filter refuses any). ``parent``: the pid it must die with (0: none; bwrap's
-    ``--die-with-parent`` does that job). ``landlock``: the only files it may
-    write (and with a "read" entry, read) once started (:func:`restrict_files`;
-    empty: no such restriction).
+    an inherited hard limit). ``growth``: the private memory (bytes) it may
+    take beyond what it holds when it starts (0: no such limit; its
+    ``RLIMIT_DATA``, so a call past it fails with MemoryError and the kernel
+    never has to kill it for memory on a machine that holds the promise).
+    ``landlock``: the only files it may write (and with a "read" entry, read)
+    once started (:func:`grader.worker.confine.restrict_files`; empty: no such
+    restriction).
     """
 
     rlimits: dict[str, int] = field(default_factory=dict)
-    cuda: bool = False
-    processes: int = 0
-    parent: int = 0
     landlock: dict[str, list[str]] = field(default_factory=dict)
+    growth: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -79,210 +122,16 @@ class WorkerConfig:
     def from_json(cls, text: str) -> WorkerConfig:
         """The config ``to_json`` wrote; raises ValueError/TypeError on anything else."""
         raw = json.loads(text)
-        if type(raw) is not dict or set(raw) - {"rlimits", "cuda", "processes", "parent", "landlock"}:
+        if type(raw) is not dict or set(raw) - {"rlimits", "landlock", "growth"}:
             raise ValueError(f"not a worker config: {text[:200]!r}")
-        rlimits = raw.get("rlimits", {})
         landlock = {str(k): [str(p) for p in v] for k, v in dict(raw.get("landlock", {})).items()}
-        if set(landlock) - set(LANDLOCK_RIGHTS):
+        if set(landlock) - {"read", "device", "write"}:
             raise ValueError(f"not a worker config: landlock {sorted(landlock)}")
-        return cls(rlimits={str(k): int(v) for k, v in dict(rlimits).items()}, cuda=bool(raw.get("cuda", False)),
-                   processes=int(raw.get("processes", 0)), parent=int(raw.get("parent", 0)), landlock=landlock)
+        return cls(rlimits={str(k): int(v) for k, v in dict(raw.get("rlimits", {})).items()}, landlock=landlock,
+                   growth=int(raw.get("growth", 0)))
 
 
-def _set_rlimits(limits: dict[str, int]) -> None:
-    for name, value in limits.items():
-        which = getattr(resource, f"RLIMIT_{name}", None)
-        if which is None:
-            continue
-        try:
-            _soft, hard = resource.getrlimit(which)
-            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-            resource.setrlimit(which, (value, value))
-        except (ValueError, OSError):  # e.g. RLIMIT_AS on macOS
-            pass
-
-
-def _limit_processes(margin: int) -> None:
-    """RLIMIT_NPROC counts every task (threads too) of the real user, system-wide:
-    allow the user's current count plus ``margin`` (Linux; root is exempt)."""
-    if sys.platform != "linux" or margin <= 0:
-        return
-    uid, tasks = os.getuid(), 0
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                if os.stat(f"/proc/{pid}").st_uid == uid:
-                    tasks += len(os.listdir(f"/proc/{pid}/task"))
-            except OSError:
-                pass
-    _set_rlimits({"NPROC": tasks + margin})
-
-
-def _die_with_parent(parent: int) -> None:
-    if sys.platform != "linux":
-        return
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    if parent and os.getppid() != parent:  # the parent is already gone
-        os._exit(70)
-
-
-# Seccomp: refuse fork/vfork/clone-without-CLONE_THREAD/clone3 with EAGAIN
-# (clone3 with ENOSYS so that glibc falls back to clone for threads), and
-# every syscall of a foreign ABI (i386 int 0x80, x32). fallocate gets
-# EOPNOTSUPP: it reserves gigabytes of disk in one call, faster than the
-# scratch folder's watch looks; posix_fallocate then writes the blocks, at
-# the disk's pace, which the watch keeps up with. ptrace gets EPERM: nothing
-# the worker could attach to (bwrap's helper, where bwrap lacks --as-pid-1)
-# is its business.
-_ARCH = {"x86_64": (0xC000003E, {"fork": 57, "vfork": 58, "clone": 56, "clone3": 435, "fallocate": 285,
-                                 "ptrace": 101}),
-         "aarch64": (0xC00000B7, {"clone": 220, "clone3": 435, "fallocate": 47, "ptrace": 117})}
-# A worker restricted by Landlock also gets EPERM from the channels to other
-# processes that Landlock does not close: sockets (UDP among them), SysV shared
-# memory, message queues and semaphores (their ids can be guessed, no path
-# needed), POSIX message queues.
-_IPC = {"x86_64": {"socket": 41, "socketpair": 53, "shmget": 29, "shmat": 30, "semget": 64, "semop": 65,
-                   "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "mq_open": 240},
-        "aarch64": {"socket": 198, "socketpair": 199, "shmget": 194, "shmat": 196, "semget": 190, "semop": 193,
-                    "semtimedop": 192, "msgget": 186, "msgsnd": 189, "msgrcv": 188, "mq_open": 180}}
-
-
-def _forbid_processes(ipc: bool = False) -> str:
-    """Install the seccomp filter (see above; ``ipc``: refuse :data:`_IPC`
-    too): "on", else "off"."""
-    if sys.platform != "linux" or platform.machine() not in _ARCH:
-        return "off"
-    import ctypes
-    import errno
-
-    audit, nrs = _ARCH[platform.machine()]
-    allow, eagain = 0x7FFF0000, 0x00050000 | errno.EAGAIN
-    enosys = 0x00050000 | errno.ENOSYS
-    kill = 0x80000000  # SECCOMP_RET_KILL_PROCESS
-
-    def stmt(code: int, k: int) -> tuple[int, int, int, int]:
-        return (code, 0, 0, k)
-
-    def jeq(k: int, jt: int, jf: int) -> tuple[int, int, int, int]:
-        return (0x15, jt, jf, k)
-
-    prog = [stmt(0x20, 4), jeq(audit, 1, 0), stmt(0x06, kill), stmt(0x20, 0)]
-    if platform.machine() == "x86_64":
-        prog += [(0x35, 0, 1, 0x40000000), stmt(0x06, kill)]  # x32 ABI
-    prog += [jeq(nrs["clone3"], 0, 1), stmt(0x06, enosys)]
-    prog += [jeq(nrs["fallocate"], 0, 1), stmt(0x06, 0x00050000 | errno.EOPNOTSUPP)]
-    prog += [jeq(nrs["ptrace"], 0, 1), stmt(0x06, 0x00050000 | errno.EPERM)]
-    for nr in _IPC[platform.machine()].values() if ipc else ():
-        prog += [jeq(nr, 0, 1), stmt(0x06, 0x00050000 | errno.EPERM)]
-    for name in ("fork", "vfork"):
-        if name in nrs:
-            prog += [jeq(nrs[name], 0, 1), stmt(0x06, eagain)]
-    prog += [jeq(nrs["clone"], 0, 3), stmt(0x20, 16), (0x45, 1, 0, 0x00010000), stmt(0x06, eagain)]
-    prog += [stmt(0x06, allow)]
-
-    class Filter(ctypes.Structure):
-        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
-                    ("k", ctypes.c_uint)]
-
-    class Prog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
-
-    arr = (Filter * len(prog))(*[Filter(*p) for p in prog])
-    fprog = Prog(len(prog), arr)
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
-        return "off"
-    if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, FILTER
-        return "off"
-    return "on"
-
-
-# Landlock (Linux 5.13 and later): an unprivileged process gives up, for good,
-# every access to files but those it lists. Its access rights, by ABI version:
-_LL_EXECUTE, _LL_WRITE_FILE, _LL_READ_FILE, _LL_READ_DIR = 1, 2, 4, 8
-_LL_ABI1 = (1 << 13) - 1  # the above, removing and making files, folders, links, devices
-_LL_REFER, _LL_TRUNCATE = 1 << 13, 1 << 14  # ABI 2, ABI 3
-_LL_FILE = _LL_EXECUTE | _LL_WRITE_FILE | _LL_READ_FILE | _LL_TRUNCATE  # the rights a rule on a file may hold
-#: The rights each kind of entry of :attr:`WorkerConfig.landlock` grants below its paths.
-LANDLOCK_RIGHTS = {"read": _LL_EXECUTE | _LL_READ_FILE | _LL_READ_DIR,
-                   "device": _LL_EXECUTE | _LL_READ_FILE | _LL_READ_DIR | _LL_WRITE_FILE | _LL_TRUNCATE,
-                   "write": _LL_ABI1 | _LL_REFER | _LL_TRUNCATE}
-_SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446  # every arch
-
-
-@functools.lru_cache(maxsize=1)
-def landlock_abi() -> int:
-    """The Landlock ABI version this kernel offers (0: none; Linux only)."""
-    if sys.platform != "linux":
-        return 0
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    return max(0, int(libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, None, 0, 1)))  # LANDLOCK_CREATE_RULESET_VERSION
-
-
-def restrict_files(rules: dict[str, list[str]]) -> str:
-    """Let this thread (and the threads and processes it makes from now on)
-    reach no TCP port, no abstract unix socket or process outside it, and
-    write (and, when ``rules`` has a "read" entry, read) only below the paths
-    of ``rules`` (``{"read": [...], "device": [...], "write": [...]}``, rights
-    :data:`LANDLOCK_RIGHTS`); and make this process not dumpable, so that no
-    process of its uid can open its memory. Returns "on", else why not.
-    Irreversible; paths that do not exist are skipped."""
-    abi = landlock_abi()
-    if abi < 1:
-        return "off: the kernel has no Landlock"
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    handled = _LL_ABI1 | (_LL_REFER if abi >= 2 else 0) | (_LL_TRUNCATE if abi >= 3 else 0)
-    if "read" not in rules:  # writes only: reading (and executing) stays as the permissions allow
-        handled &= ~LANDLOCK_RIGHTS["read"]
-    # struct landlock_ruleset_attr, as long as this ABI reads it: files; TCP
-    # bind and connect (ABI 4; no rule grants them); abstract unix sockets and
-    # signals to processes outside the domain (ABI 6).
-    fields = [handled] + ([3] if abi >= 4 else []) + ([3] if abi >= 6 else [])
-    ruleset = (ctypes.c_uint64 * len(fields))(*fields)
-    fd = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(ruleset), ctypes.sizeof(ruleset), 0)
-    if fd < 0:
-        return f"off: landlock_create_ruleset: {os.strerror(ctypes.get_errno())}"
-
-    class PathBeneath(ctypes.Structure):
-        _pack_ = 1
-        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-    try:
-        for kind, paths in rules.items():
-            for path in paths:
-                try:
-                    pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-                except OSError:
-                    continue
-                try:
-                    rights = LANDLOCK_RIGHTS[kind] & handled
-                    if not os.path.isdir(path):
-                        rights &= _LL_FILE
-                    rule = PathBeneath(rights, pfd)
-                    if libc.syscall(_SYS_LANDLOCK_ADD_RULE, fd, 1, ctypes.byref(rule), 0) != 0:  # PATH_BENEATH
-                        return f"off: landlock_add_rule({path}): {os.strerror(ctypes.get_errno())}"
-                finally:
-                    os.close(pfd)
-        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS: required to restrict oneself
-            return f"off: no_new_privs: {os.strerror(ctypes.get_errno())}"
-        if libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, fd, 0) != 0:
-            return f"off: landlock_restrict_self: {os.strerror(ctypes.get_errno())}"
-        # Not dumpable: a process of the same uid outside the domain cannot
-        # open its /proc/PID/mem either (Landlock only stops the other way).
-        if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
-            return f"off: not dumpable: {os.strerror(ctypes.get_errno())}"
-    finally:
-        os.close(fd)
-    return "on"
-
-
+# ----------------------------------------------------------------------------- what a worker answers
 def _error(e: BaseException) -> dict[str, Any]:
     import builtins
 
@@ -307,125 +156,272 @@ def _about_optimizers(req: dict[str, Any]) -> bool:
     return str(req.get("name", "")).startswith("tests.scenarios.optimizers:")
 
 
-def _submission_imported() -> bool:
-    return any(name == "student" or name.startswith("student.") for name in sys.modules)
+class _Harness:
+    """What the server imports once for all its workers: torch, the harness
+    and every scenario, resolved before any submission code runs (a submission
+    that later rebinds ``tests.scenarios.x.f`` does not change what a request
+    runs; it could still patch these very function objects, which is why no
+    verdict rests on what a scenario reports, see tests/harness.py)."""
 
+    def __init__(self, here: str, config: ServerConfig) -> None:
+        import numpy  # noqa: F401  (imported once here, not by each worker)
+        import torch
 
-def _lift_inherited_data_limit() -> None:
-    """The trusted process caps its own data with a soft RLIMIT_DATA, which
-    this process inherits; the worker's own limit is its address space."""
-    with contextlib.suppress(ValueError, OSError, AttributeError):
-        _soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-        resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
-
-
-def _first_to_go() -> None:
-    """Ask the kernel to kill this process first when the machine runs out of
-    memory (raising one's own ``oom_score_adj`` needs no privilege): the
-    submission's worker, never the trusted processes that hold the verdicts."""
-    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
-        f.write("1000")
-
-
-def main() -> None:
-    _first_to_go()
-    in_fd, out_fd, config = int(sys.argv[1]), int(sys.argv[2]), WorkerConfig.from_json(sys.argv[3])
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, here)
-    sys.dont_write_bytecode = True
-    from tests.memwatch import return_freed_memory
-
-    return_freed_memory()  # resident memory follows live data (memory checks read it from outside)
-    _lift_inherited_data_limit()
-    _set_rlimits(config.rlimits)
-    _die_with_parent(config.parent)
-    import numpy  # noqa: F401  (pre-imported: a warm worker answers at once)
-    import torch
-
-    from tests import wire
-    from tests.harness import HANDOUT_MODULES, Modules, scenario_name
-
-    # Every scenario, resolved from the working copy's harness before any
-    # submission code runs: a submission that later rebinds
-    # tests.scenarios.x.f does not change what a request runs. (It could still
-    # patch these very function objects: nothing in this process is
-    # trustworthy once the submission runs, which is why no verdict rests on
-    # what a scenario reports about the implementation; see tests/harness.py.)
-    scenarios: dict[str, Any] = {}
-    for path in sorted(os.listdir(os.path.join(here, "tests", "scenarios"))):
-        if path.endswith(".py") and path != "__init__.py":
-            module = importlib.import_module(f"tests.scenarios.{path[:-3]}")
-            for value in vars(module).values():
-                if callable(value) and getattr(value, "__module__", None) == module.__name__ \
-                        and not isinstance(value, type) and not value.__name__.startswith("_"):
-                    scenarios[scenario_name(value)] = value
-
-    processes = config.processes
-    if processes:
-        _limit_processes(processes + 64)  # + torch's threads
-    sealed_files = "read" in config.landlock  # the optimizers' worker in uid mode (grader/sandbox/optimseal.py)
-    seccomp = "off (processes allowed)" if processes else _forbid_processes(ipc=sealed_files)
-    if not processes and seccomp != "on" and sys.platform == "linux" and platform.machine() in _ARCH:
-        # Mandatory where the platform has it: RLIMIT_NPROC does not bind root
-        # (graders often run as root), so without the filter nothing would.
-        os.write(2, b"grader worker: the seccomp filter could not be installed; refusing to run\n")
-        os._exit(71)
-    if config.landlock:  # after every import the harness needs; before any submission code
-        if sealed_files:
+        if config.dynamo:
             # torch.optim.Optimizer imports torch._dynamo on first use, which makes
-            # its cache folder on import: done now, while the worker may still write.
+            # its cache folder on import: done now, while files may still be written.
             import torch._dynamo
+        from tests import wire
+        from tests.harness import HANDOUT_MODULES, Modules, scenario_name
 
-        state = restrict_files(config.landlock)
-        if state != "on":  # asked for: the files it would keep from the submission are open
-            os.write(2, f"grader worker: Landlock could not restrict its files ({state}); refusing to run\n".encode())
-            os._exit(72)
-    wire.write_frame(out_fd, wire.encode({"hello": {
-        "seccomp": seccomp, "python": sys.version.split()[0], "torch": str(torch.__version__),
-        "cuda": bool(torch.cuda.is_available()) if config.cuda else False}}))
-    modules = Modules("student")
-    sealed = False
+        self.torch, self.wire, self.handout = torch, wire, HANDOUT_MODULES
+        self.modules = Modules("student")
+        self.scenarios: dict[str, Any] = {}
+        for path in sorted(os.listdir(os.path.join(here, "tests", "scenarios"))):
+            if path.endswith(".py") and path != "__init__.py":
+                module = importlib.import_module(f"tests.scenarios.{path[:-3]}")
+                for value in vars(module).values():
+                    if callable(value) and getattr(value, "__module__", None) == module.__name__ \
+                            and not isinstance(value, type) and not value.__name__.startswith("_"):
+                        self.scenarios[scenario_name(value)] = value
+        self.measured = False  # whether its memory is being measured (from outside)
+        self.sealed = False
+        if config.seal:
+            import _grader_seal  # (grader/worker/seal.py, beside this file in the working copy)
 
-    while True:
-        body = wire.read_frame(in_fd)
-        if body is None:
-            return
-        req = wire.decode(body)
+            left = _grader_seal.seal_torch_optim()
+            if left:
+                os.write(2, f"grader worker: torch.optim could not be sealed ({', '.join(left[:5])} survived)\n"
+                         .encode())
+                os._exit(EXIT_NO_SEAL)
+            self.sealed = True
+        _warm_up(torch, optimizers=not self.sealed)
+
+    def answer(self, req: Any) -> bytes:
+        """The reply frame's bytes for one decoded request. A request marked
+        ``measure`` (the trusted side reads this worker's memory from outside
+        meanwhile) first makes its resident memory follow live data from then
+        on, so that a measured peak compares what a call holds, not what the
+        allocator keeps (this costs CPU on every allocation: measured workers only)."""
+        wire = self.wire
+        if type(req) is dict and req.get("measure") is True and not self.measured:
+            from tests.memwatch import return_freed_memory
+
+            return_freed_memory()
+            self.measured = True
         try:
-            if _about_optimizers(req) and not sealed:
-                if _submission_imported():  # too late: the submission may hold torch.optim's originals
-                    raise RuntimeError("grader: this worker ran the submission before its optimizers checks; "
-                                       "they run in a fresh worker")
-                import _grader_seal  # (grader/worker/seal.py, beside this file in the working copy)
-
-                left = _grader_seal.seal_torch_optim()
-                if left:
-                    raise RuntimeError(f"grader: torch.optim could not be sealed ({', '.join(left[:5])} survived)")
-                sealed = True
+            if _about_optimizers(req) and not self.sealed:
+                raise RuntimeError("grader: this worker cannot run the optimizers (its torch.optim is not sealed)")
             args, kwargs = req["args"], req["kwargs"]
             if req["op"] == "call":
                 module, function = req["module"], req["function"]
-                if module not in HANDOUT_MODULES or not function.isidentifier() or function.startswith("_"):
+                if module not in self.handout or not function.isidentifier() or function.startswith("_"):
                     raise AttributeError(f"{module}.{function} is not a handout function")
                 fn = getattr(importlib.import_module(f"student.{module}"), function)
                 where = f"{module}.{function}"
                 value = fn(*args, **kwargs)
             else:
-                fn = scenarios.get(req["name"])
+                fn = self.scenarios.get(req["name"])
                 if fn is None:
                     raise ValueError(f"not a scenario: {req['name']!r}")
                 where = fn.__qualname__
-                value = fn(modules, *args, **kwargs)
+                value = fn(self.modules, *args, **kwargs)
             try:
-                reply = wire.encode({"ok": True, "value": value})
+                return wire.encode({"ok": True, "value": value})
             except wire.WireError as e:
-                reply = wire.encode({"ok": False, "type": "NotData", "original": "WireError",
-                                     "message": f"{where} returned something that is not data: {e}",
-                                     "traceback": ""})
+                return wire.encode({"ok": False, "type": "NotData", "original": "WireError",
+                                    "message": f"{where} returned something that is not data: {e}",
+                                    "traceback": ""})
         except BaseException as e:  # the submission's error, whatever it is, is data
-            reply = wire.encode(_error(e))
-        wire.write_frame(out_fd, reply)
+            return wire.encode(_error(e))
+
+
+def _warm_up(torch: Any, optimizers: bool) -> None:
+    """Run once what torch initialises on first use (autograd, autocast, the
+    CPU kernels, serialisation, activation checkpointing, and, unless sealed,
+    torch.optim), so that each forked worker shares it instead of paying for
+    it again (about a second of CPU and 70 MiB each): harness code, on
+    tensors of its own, before any submission code exists in the process. On
+    one thread: a thread pool would make forking unsafe."""
+    import io
+
+    import torch.utils.checkpoint
+
+    g = torch.Generator().manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    x = torch.randn(4, 8, generator=g)
+    model(x).sum().backward()
+    torch.einsum("bi,bj->bij", x, x).sum()
+    for dtype in (torch.bfloat16, torch.float16):
+        with torch.autocast("cpu", dtype=dtype):
+            model(x).float().sum().backward()
+    torch.utils.checkpoint.checkpoint(model, x, use_reentrant=False).sum().backward()
+    buffer = io.BytesIO()
+    torch.save({"model": model.state_dict(), "rng": torch.get_rng_state()}, buffer)
+    buffer.seek(0)
+    torch.load(buffer, weights_only=True)
+    if optimizers:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def _work(harness: _Harness, server: ServerConfig, config: WorkerConfig, in_fd: int, out_fd: int) -> None:
+    """Confine this process as a worker, say hello, answer requests until the request pipe closes."""
+    import _grader_confine as confine
+
+    confine.set_rlimits(config.rlimits)
+    if config.growth:
+        confine.limit_growth(config.growth)
+    if config.landlock:  # before the filter, which keeps the dumpable flag as it is
+        state = confine.restrict_files(config.landlock)
+        if state != "on":  # asked for: the files it would keep from the submission are open
+            os.write(2, f"grader worker: Landlock could not restrict its files ({state}); refusing to run\n".encode())
+            os._exit(EXIT_NO_LANDLOCK)
+    else:
+        confine.dumpable(True)
+    seccomp = confine.forbid(ipc="read" in config.landlock)
+    if seccomp != "on" and confine.seccomp_available():
+        # Mandatory where the platform has it: RLIMIT_NPROC does not bind root
+        # (graders often run as root), so without the filter nothing would.
+        os.write(2, b"grader worker: the seccomp filter could not be installed; refusing to run\n")
+        os._exit(EXIT_NO_SECCOMP)
+    wire, torch = harness.wire, harness.torch
+    wire.write_frame(out_fd, wire.encode({"hello": {
+        "seccomp": seccomp, "python": sys.version.split()[0], "torch": str(torch.__version__),
+        "cuda": bool(torch.cuda.is_available()) if server.cuda else False}}))
+    while True:
+        body = wire.read_frame(in_fd)
+        if body is None:
+            return
+        wire.write_frame(out_fd, harness.answer(wire.decode(body)))
+
+
+# ----------------------------------------------------------------------------- the fork server
+def _empty(folder: str) -> None:
+    """Remove everything below ``folder`` that is on its own filesystem (a
+    mount below it, the scratch folder bound there, is neither entered nor
+    removed), never following a link; best effort."""
+    try:
+        device = os.lstat(folder).st_dev
+    except OSError:
+        return
+    emptied: list[str] = []  # its own folders, parents first
+    for root, dirs, files in os.walk(folder, topdown=True):
+        keep = []
+        for d in dirs:
+            path = os.path.join(root, d)
+            with contextlib.suppress(OSError):
+                st = os.lstat(path)
+                if stat.S_ISDIR(st.st_mode) and st.st_dev == device:
+                    os.chmod(path, stat.S_IRWXU)  # (a folder, not a link: lstat said so)
+                    keep.append(d)
+                    emptied.append(path)
+                elif not stat.S_ISDIR(st.st_mode):
+                    os.unlink(path)  # a link to a folder
+        dirs[:] = keep
+        for name in files:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(root, name))
+    for path in reversed(emptied):
+        with contextlib.suppress(OSError):  # a folder holding a mount point stays
+            os.rmdir(path)
+
+
+def _reap(children: set[int]) -> None:
+    """Kill the workers this server forked and wait for them."""
+    for pid in list(children):
+        with contextlib.suppress(OSError):
+            os.kill(pid, 9)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        children.discard(pid)
+    with contextlib.suppress(ChildProcessError):  # (and anything reparented to it as PID 1)
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+
+
+def _serve_forks(harness: _Harness, server: ServerConfig, control: socket.socket) -> None:
+    """Fork one worker per spawn request on ``control`` (see the module docstring)."""
+    import _grader_confine as confine
+
+    children: set[int] = set()
+    me = os.getpid()
+    while True:
+        try:
+            msg, fds, _flags, _addr = socket.recv_fds(control, 1 << 16, 3)
+        except OSError:
+            return
+        if not msg:
+            _reap(children)
+            return
+        try:
+            if len(fds) != 3:
+                raise ValueError(f"a spawn request needs 3 file descriptors, got {len(fds)}")
+            config = WorkerConfig.from_json(msg.decode())
+            _reap(children)
+            for folder in server.wipe:
+                _empty(folder)
+            pid = os.fork()
+        except Exception as e:
+            for fd in fds:
+                os.close(fd)
+            control.send(json.dumps({"error": f"{type(e).__name__}: {e}"}).encode())
+            continue
+        if pid == 0:  # the worker
+            status = 1
+            try:
+                control.close()
+                in_fd, out_fd, log_fd = fds
+                os.setsid()
+                confine.die_with(me)
+                os.dup2(log_fd, 1)
+                os.dup2(log_fd, 2)
+                os.close(log_fd)
+                confine.oom_score(1000)
+                _work(harness, server, config, in_fd, out_fd)
+                status = 0
+            finally:
+                os._exit(status)
+        children.add(pid)
+        for fd in fds:
+            os.close(fd)
+        control.send(json.dumps({"pid": pid}).encode())
+
+
+def main(argv: list[str]) -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    sys.dont_write_bytecode = True
+    import _grader_confine as confine
+
+    mode = argv[0] if argv else ""
+    if mode == "fork-server":
+        control, server = socket.socket(fileno=int(argv[1])), ServerConfig.from_json(argv[2])
+    elif mode == "worker":
+        in_fd, out_fd = int(argv[1]), int(argv[2])
+        server, config = ServerConfig.from_json(argv[3]), WorkerConfig.from_json(argv[4])
+    else:
+        sys.exit("usage: _grader_worker.py fork-server CONTROL_FD SERVER_JSON | worker IN OUT SERVER_JSON WORKER_JSON")
+    confine.lift_inherited_data_limit()
+    confine.set_rlimits({"CORE": 0})
+    confine.die_with(server.parent)
+    if mode == "worker":
+        confine.oom_score(1000)
+        harness = _Harness(here, server)
+        _work(harness, server, config, in_fd, out_fd)
+        return
+    confine.oom_score(900)  # before its workers (1000), after the trusted processes
+    confine.dumpable(False)
+    harness = _Harness(here, server)
+    # What the server imported stays out of the garbage collector's passes, which
+    # would otherwise write to (and so copy into each worker) every page of it.
+    gc.collect()
+    gc.freeze()
+    control.send(json.dumps({"hello": {"python": sys.version.split()[0],
+                                       "torch": str(harness.torch.__version__)}}).encode())
+    _serve_forks(harness, server, control)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
