@@ -60,7 +60,6 @@ class Problem:
     visibility: str
     files: tuple[str, ...]  # its check files
     gpu: bool = False
-    processes: int = 0
     items: tuple[Item, ...] = ()
     cpu_budget: float | None = None  # CPU seconds for its checks; None: from the reference's cost (sandbox/budgets.py)
 
@@ -94,6 +93,7 @@ class Settings:
     budget_floor: float = 20.0
     wall_factor: float = 10.0
     memory_limit_gib: float = 8.0
+    worker_memory_mib: float = 512.0
     reveal_hidden: bool = False
 
 
@@ -182,7 +182,8 @@ def load(path: Path = DEFAULT_RUBRIC) -> Rubric:
     settings = Settings(**s)
     if settings.profile not in PROFILES:
         raise RubricError(f"{path}: settings.profile must be one of {PROFILES}")
-    for key in ("call_cpu", "start_cpu", "slowdown", "budget_floor", "wall_factor", "memory_limit_gib"):
+    for key in ("call_cpu", "start_cpu", "slowdown", "budget_floor", "wall_factor", "memory_limit_gib",
+                "worker_memory_mib"):
         _num(f"{path}: settings.{key}", getattr(settings, key))
     problems, seen = [], set()
     for i, p in enumerate(raw.get("problem", [])):
@@ -191,8 +192,7 @@ def load(path: Path = DEFAULT_RUBRIC) -> Rubric:
         if not isinstance(name, str) or not name.isidentifier() or name in seen:
             raise RubricError(f"{where}: name must be a unique identifier, got {name!r}")
         seen.add(name)
-        extra = set(p) - {"name", "section", "points", "visibility", "files", "cpu_budget", "gpu", "processes",
-                          "item"}
+        extra = set(p) - {"name", "section", "points", "visibility", "files", "cpu_budget", "gpu", "item"}
         if extra:
             raise RubricError(f"{where} ({name}): unknown keys {sorted(extra)}" + _RENAMED_HINT.get(min(extra), ""))
         vis = p.get("visibility", "visible")
@@ -207,7 +207,7 @@ def load(path: Path = DEFAULT_RUBRIC) -> Rubric:
         problems.append(Problem(
             name=name, section=str(p.get("section", "")), points=points,
             visibility=vis, files=tuple(files),
-            gpu=bool(p.get("gpu", False)), processes=int(_num(f"{where}.processes", p.get("processes", 0), False)),
+            gpu=bool(p.get("gpu", False)),
             items=_items(f"{where} ({name})", p.get("item"), points),
             cpu_budget=_num(f"{where}.cpu_budget", p["cpu_budget"]) if "cpu_budget" in p else None,
         ))

@@ -43,12 +43,14 @@ class Limits:
     cpu_seconds: int = 600
     file_bytes: int = 16 << 30  # sparse token files of the data checks are big
     open_files: int = 1024
-    tmpfs_bytes: int = 256 << 20
+    tmpfs_bytes: int = 128 << 20  # the worker's /tmp (bwrap mode; its pages are host memory)
     shm_bytes: int = 16 << 20  # the worker's /dev/shm (a tmpfs of its own)
     scratch_bytes: int = 1 << 30
     scratch_entries: int = 20_000
     scratch_depth: int = 64
     trusted_memory_bytes: int = TRUSTED_MEMORY_BYTES
+    reply_bytes: int = 512 << 20  # the most one reply frame may hold
+    growth_bytes: int = 512 << 20  # private memory a worker may take beyond what it starts with (RLIMIT_DATA)
 
     def rlimits(self, gpu: bool) -> dict[str, int]:
         out = {"CPU": self.cpu_seconds, "FSIZE": self.file_bytes, "NOFILE": self.open_files, "CORE": 0}
@@ -56,6 +58,19 @@ class Limits:
         if not gpu:
             out["AS"] = self.memory_bytes
         return out
+
+
+#: What a grade's own processes hold beside its worker's growth, measured on
+#: the reference (resident, page cache excluded): the trusted pytest process
+#: (torch, pytest, hypothesis and the oracles' tensors: 340-400 MiB at its
+#: peak), a fork server (torch imported and warmed up: 150 MiB), the engine.
+GRADE_BASE_BYTES = 640 << 20
+
+
+def grade_memory(limits: Limits) -> int:
+    """The memory a grade may need at once: its processes, a worker's promised
+    growth and what its sandbox's tmpfs mounts may hold."""
+    return GRADE_BASE_BYTES + limits.growth_bytes + limits.tmpfs_bytes + limits.shm_bytes
 
 
 def worker_slots(memory_limit_bytes: int, trusted: int = 1) -> int:
