@@ -77,7 +77,7 @@ from typing import Any, Protocol
 from tests import wire
 
 __all__ = [
-    "HANDOUT_MODULES", "CouldNotRun", "Impl", "ImplBase", "Interrupted", "Modules", "NotImplementedYet",
+    "HANDOUT_MODULES", "Impl", "ImplBase", "Interrupted", "Modules", "NotImplementedYet",
     "fail_if_only_stubs", "import_submission", "package_dir", "read_source", "resolve_scenario", "returned_data",
     "scenario_name", "stub_message", "stubs_fail_fast",
 ]
@@ -93,14 +93,6 @@ HANDOUT_MODULES = (
     "data",                                 # §5
     "training",                             # §6
 )
-
-
-class CouldNotRun(BaseException):
-    """A check that could not be carried out on this machine (it needs a moment
-    the machine was too busy to catch, say): no verdict on the implementation.
-    Locally pytest reports the test as skipped, with the reason; the grader
-    counts it as its own error (not graded, regraded). A ``BaseException``, so
-    that no ``pytest.raises(Exception)`` in a test swallows it."""
 
 
 #: The message of an untouched stub: ``NotImplementedError("<name>: see handout §N")``.

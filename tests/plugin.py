@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-from tests.harness import HANDOUT_MODULES, CouldNotRun, Impl, NotImplementedYet
+from tests.harness import HANDOUT_MODULES, Impl, NotImplementedYet
 from tests.local import LocalImpl
 
 IMPL_KEY = pytest.StashKey[Impl]()
@@ -102,30 +102,17 @@ def impl(pytestconfig: pytest.Config) -> Impl:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport | None:
-    """Two endings get a report of one line instead of a traceback (formatting
-    one costs more than such a test):
-
-    * a test that reached an untouched stub fails naming it and its handout
-      section (no falsifying example either: no input could have avoided it);
-      its ``not_implemented`` user property, ``[function, section]``, lets the
-      terminal summary list it once per stub instead of once per test;
-    * a check that could not be carried out here (:class:`tests.harness.CouldNotRun`)
-      is skipped with its reason when the implementation is tested locally (the
-      grader, whose implementation is remote, counts it as its own error).
-    """
-    if call.excinfo is None:
+    """A test that reached an untouched stub fails in one line naming it and
+    its handout section, instead of a traceback (formatting one costs more than
+    such a test; no falsifying example either: no input could have avoided
+    it); its ``not_implemented`` user property, ``[function, section]``, lets
+    the terminal summary list it once per stub instead of once per test."""
+    if call.excinfo is None or not call.excinfo.errisinstance(NotImplementedYet):
         return None
-    properties = list(item.user_properties)
-    if call.excinfo.errisinstance(NotImplementedYet):
-        stub = call.excinfo.value
-        outcome, longrepr = "failed", f"{item.nodeid}: {stub}"
-        properties.append(("not_implemented", [stub.function, stub.section]))
-    elif call.excinfo.errisinstance(CouldNotRun) and isinstance(item.config.stash.get(IMPL_KEY, None), LocalImpl):
-        outcome = "skipped"
-        longrepr = (str(item.path), item.location[1] or 0, f"Skipped: could not run here: {call.excinfo.value}")
-    else:
-        return None
-    return pytest.TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, outcome, longrepr,
+    stub = call.excinfo.value
+    properties = [*item.user_properties, ("not_implemented", [stub.function, stub.section])]
+    return pytest.TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, "failed",
+                             f"{item.nodeid}: {stub}",
                              call.when, sections=[], duration=call.duration, start=call.start, stop=call.stop,
                              user_properties=properties)
 
