@@ -206,6 +206,11 @@ def printable(text: str) -> str:
 # line as a traceback writes it.
 _STUDENT_FRAME = re.compile(r'File "(?:[^"\n]*/)?(student/[\w./-]+\.py)", line (\d+)')
 _STUDENT_PATH = re.compile(r"(?<![\w.-])/[^\s\"':]*?/(student/[\w.-]+\.py)\b")
+#: The grade's own temporary folder (``tempfile.mkdtemp(prefix="grader-")``,
+#: grader/engine.py), and in it a test's ``tmp_path`` (the scratch folder's
+#: pytest base, grader/groups.py): a student's pytest names neither so.
+_RUN_FOLDER = re.compile(r"(?<![\w.-])(?:/[\w.-]+)*?/grader-\w{8}(?![\w.-])")
+_TMP_PATH = re.compile(r"<grader's folder>/(?:[\w.-]+/)*?scratch/pytest/[\w.-]+/")
 
 
 def student_paths(text: str) -> str:
@@ -214,9 +219,12 @@ def student_paths(text: str) -> str:
     ``File ".../work/student/optimizers.py", line 42`` becomes
     ``student/optimizers.py:42``, and any other absolute path to a file of
     ``student/`` its ``student/...`` part; the grader's checkout
-    (``tests/``, ``grader/``) is written relative to the repository."""
+    (``tests/``, ``grader/``) is written relative to the repository; a
+    test's temporary folder in the grade's own folder is ``tmp_path/``, and
+    any other path into that folder ``<grader's folder>/``."""
     text = _STUDENT_FRAME.sub(r"\1:\2", text)
     text = _STUDENT_PATH.sub(r"\1", text)
+    text = _TMP_PATH.sub("tmp_path/", _RUN_FOLDER.sub("<grader's folder>", text))
     return text.replace(f"{REPO}{os.sep}", "")
 
 
