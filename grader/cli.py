@@ -66,8 +66,9 @@ def parser() -> argparse.ArgumentParser:
                     help="CPU seconds per problem (default: a multiple of the reference's, scaled to this machine)")
     ap.add_argument("--memory-limit", type=float, metavar="GIB", help="address space per worker (default: rubric)")
     ap.add_argument("--parallel", type=int, metavar="N", default=_env_int("GRADER_PARALLEL"),
-                    help="problems graded at once, one trusted pytest process each (default: $GRADER_PARALLEL, "
-                         "else auto: min(cores, check files, memory slots))")
+                    help="trusted pytest processes per phase, sharing its problems (default: $GRADER_PARALLEL, "
+                         "else 1: one process per phase costs least CPU; to use more cores, grade several "
+                         "submissions at once with batch --jobs)")
     ap.add_argument("--reveal-hidden", action="store_true", default=None,
                     help="show hidden checks' failure details (instructors)")
     ap.add_argument("--seed", type=int, metavar="N",
@@ -94,14 +95,21 @@ def main(argv: list[str] | None = None) -> int:
     from grader import engine
     from grader.report import render as report
     from grader.report.progress import GradeProgress
+    from grader.results import GradeResult
     from grader.rubric import DEFAULT_RUBRIC, RubricError
 
     progress = None if args.no_progress else GradeProgress(sys.stderr)
+
+    def rewrite(result: GradeResult) -> None:  # as it grades: a grade stopped from outside keeps its points
+        report.write_reports(result, json_path=args.json, gradescope=args.gradescope, junit=args.junit,
+                             reveal=result.reveal, final=False)
+
     options = engine.Options(
         profile=args.profile, problems=[p for p in args.problems.split(",") if p] if args.problems else None,
         public_only=args.public_only, sandbox=args.sandbox, call_cpu=args.call_cpu,
         cpu_budget=args.cpu_budget, memory_limit_gib=args.memory_limit, reveal_hidden=args.reveal_hidden,
         rubric=args.rubric or DEFAULT_RUBRIC, seed=args.seed, parallel=args.parallel, progress=progress,
+        on_update=rewrite if args.json or args.gradescope or args.junit else None,
     )
     try:
         result = engine.grade(args.submission, options)
@@ -119,5 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     for failure in report.write_reports(result, json_path=args.json, gradescope=args.gradescope, junit=args.junit,
                                         reveal=result.reveal):
         print(f"grader: {failure}", file=sys.stderr)
+    for note in result.operator_notes:  # about this machine: for whoever runs the grader, not in the reports
+        print(f"grader: note: {note}", file=sys.stderr)
     report.print_table(result, details=not args.quiet)
     return 0

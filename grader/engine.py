@@ -26,23 +26,26 @@ from __future__ import annotations
 
 import secrets
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from grader import rubric as rubric_mod
-from grader.groups import base_plan, run_groups
-from grader.protocol import RunResults
+from grader.groups import Planned, base_plan, phases, problem_results, run_phase
+from grader.protocol import COLLECT_ERROR, RunResults
 from grader.report.progress import GradeProgress
-from grader.results import ERROR, GRADER_ERROR, GradeResult, ProblemResult
+from grader.results import ERROR, GRADER_ERROR, UNFINISHED, UNFINISHED_TEXT, GradeResult
+from grader.rubric import is_hidden
 from grader.sandbox import budgets
 from grader.sandbox.isolation import Sandbox
-from grader.sandbox.limits import Limits, fitted_memory_limit
+from grader.sandbox.limits import Limits, fitted_memory_limit, grade_memory
 from grader.sandbox.scratch import remove_tree
 from grader.sandbox.submission import locate
 from grader.sandbox.workcopy import SubmissionError, make_working_copy
 from grader.scoring import score_problem, strip_controls, total, unavailable
-from grader.util import PROFILES, REPO, cuda_available, printable
+from grader.util import PROFILES, REPO, cuda_available, memory_available, printable
 
 __all__ = ["STUDENT_RELEASE_CHECKS", "Options", "grade", "hidden_available"]
 
@@ -63,8 +66,9 @@ class Options:
     memory_limit_gib: float | None = None
     rubric: Path = rubric_mod.DEFAULT_RUBRIC
     seed: int | None = None  # hidden checks' inputs; None: a fresh one, recorded in the result
-    parallel: int | None = None  # concurrent trusted pytest processes (problem groups); None: auto
+    parallel: int | None = None  # concurrent trusted pytest processes per phase; None: one
     progress: GradeProgress | None = None  # told as each problem starts and finishes; None: silent
+    on_update: Callable[[GradeResult], None] | None = None  # told the result as it stands, after each problem
 
 
 def hidden_available() -> bool:
@@ -94,7 +98,9 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
     path = Path(submission).expanduser().resolve() if submission else REPO
     cuda = cuda_available()
     costs = budgets.load()
+    began = time.process_time()
     speed = budgets.machine_speed(costs)
+    calibration = time.process_time() - began
     settings = rub.settings
     configured = int((opts.memory_limit_gib or settings.memory_limit_gib) * (1 << 30))
     # RLIMIT_CPU is a worker's own last line, above any budget it may serve.
@@ -103,7 +109,8 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
                                slowdown=settings.slowdown, floor=settings.budget_floor, speed=speed,
                                fixed=p.cpu_budget)[0] for p in selected))
     limits = Limits(memory_bytes=fitted_memory_limit(configured),
-                    cpu_seconds=int(most + settings.start_cpu * speed + 60))
+                    cpu_seconds=int(most + settings.start_cpu * speed + 60),
+                    growth_bytes=int(settings.worker_memory_mib * (1 << 20)))
     sandbox = Sandbox(limits=limits, gpu=cuda, want=opts.sandbox)
     # Hidden checks never run where the submission could read them: without
     # filesystem isolation (an explicit --sandbox rlimits) only the public ones.
@@ -111,24 +118,35 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
     public_only = public_only or unisolated
     seed = opts.seed if opts.seed is not None else secrets.randbits(32)
     result = GradeResult(submission=str(path), profile=profile, sandbox=sandbox.describe(), seed=seed, reveal=reveal,
-                         speed=round(speed, 3))
+                         speed=round(speed, 3), calibration_cpu=round(calibration, 3))
     if limits.memory_bytes < configured:
-        result.notes.append(f"worker memory limit lowered to {limits.memory_bytes / (1 << 30):.1f} GiB "
-                            f"(from {configured / (1 << 30):g} GiB) to fit this machine's free memory")
-    if speed > 1.05:
-        result.notes.append(f"this machine runs the calibration workload {speed:.2f} times slower than the one the "
-                            "reference's costs were measured on: every CPU budget is that much larger")
+        result.operator_notes.append(f"worker memory limit lowered to {limits.memory_bytes / (1 << 30):.1f} GiB "
+                                     f"(from {configured / (1 << 30):g} GiB) to fit this machine's free memory")
+    speed_note = (f"this machine runs the calibration workload {speed:.2f} times slower than the one the "
+                  "reference's costs were measured on: every CPU budget is that much larger") if speed > 1.05 else ""
+    if speed_note:
+        result.operator_notes.append(speed_note)
+    needed = grade_memory(limits)
+    if memory_available() < needed:
+        result.operator_notes.append(
+            f"this machine has {memory_available() >> 20} MiB of memory free, and a grade may need {needed >> 20} "
+            f"MiB (a worker is promised {limits.growth_bytes >> 20} MiB): a worker the kernel kills for memory "
+            "is a grader error here, not the submission's (docs/instructors.md: the memory to give a grader)")
     unmeasured = [p.name for p in selected if not p.gpu and p.cpu_budget is None and any(
         costs.file(profile, f) is None for f in p.check_files(REPO, public_only=public_only))]
     if unmeasured:  # (names problems, never check files: the hidden ones' names are not the students')
-        result.notes.append(f"no measured reference cost for some checks of {', '.join(unmeasured)} in the "
-                            f"{profile} profile: their budgets are generous guesses (instructors: python -m grader "
-                            "calibrate)")
+        result.operator_notes.append(
+            f"no measured reference cost for some checks of {', '.join(unmeasured)} in the {profile} profile: their "
+            "budgets are generous guesses (instructors: python -m grader calibrate)")
     result.checks = (STUDENT_RELEASE_CHECKS if not hidden_available() else
                      "public checks only (--public-only)" if opts.public_only else
                      "public checks only (hidden checks need filesystem isolation: bubblewrap or the uid mode)"
                      if unisolated else "public + hidden checks")
     start = time.monotonic()
+    # Every report shows each problem as not graded yet until its last phase
+    # has run: a grade stopped from outside leaves the points it finished.
+    result.problems = [unavailable(p, UNFINISHED, UNFINISHED_TEXT, cuda) for p in selected]
+    _update(opts, result, start)
     run = Path(tempfile.mkdtemp(prefix="grader-"))
     if sandbox.mode == "uid":  # the worker's uid reaches its working copy and scratch, lists nothing
         run.chmod(0o711)
@@ -147,43 +165,134 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
         plan = base_plan(path, work, profile, sandbox, call_cpu=float(opts.call_cpu or settings.call_cpu * speed),
                          start_cpu=float(settings.start_cpu * speed), wall_factor=float(settings.wall_factor),
                          seed=seed)
+        grading = _Grading(opts, result, selected, cuda, public_only, reveal, start)
+        all_phases = phases(rub, selected, public_only=public_only, cuda=cuda)
+        grading.expect([({p.name for p, _ in part}, any(is_hidden(f) for _, files in part for f in files))
+                        for part in all_phases])
+        for index, part in enumerate(all_phases):
+            hidden = any(is_hidden(f) for _, files in part for f in files)
+            if hidden:  # nothing the student reads depends on how long the hidden checks took
+                result.execution_time = round(time.monotonic() - start, 3)
+                grading.frozen_time = True
 
-        def attempt(problems: list[rubric_mod.Problem], parallel: int | None, where: Path) -> list[ProblemResult]:
-            outcomes, errors = run_groups(rub, problems, plan, public_only=public_only, parallel=parallel,
-                                          cpu_budget=opts.cpu_budget, costs=costs, speed=speed, run=where,
-                                          progress=opts.progress)
-            result.notes.extend(e for e in errors if e not in result.notes)
-            _record_seccomp(outcomes, result, sandbox)
-            return [_scored(p, outcomes.get(p.name, RunResults()), cuda, public_only, reveal) for p in problems]
+            def attempt(part: list[Planned], parallel: int | None, where: Path, hidden: bool = hidden,
+                        index: int = index) -> dict[str, RunResults]:
+                outcomes, errors, costs_ = run_phase(
+                    rub, part, plan, hidden=hidden, parallel=parallel, cpu_budget=opts.cpu_budget, costs=costs,
+                    speed=speed, run=where, progress=opts.progress,
+                    on_problem=lambda name, res: grading.arrived(index, name, res))
+                result.notes.extend(e for e in errors if e not in result.notes)
+                result.costs.extend(costs_)
+                for name, res in outcomes.items():
+                    grading.arrived(index, name, res, final=True)
+                return outcomes
 
-        result.problems = attempt(selected, opts.parallel, run)
-        faulty = [p for p, res in zip(selected, result.problems, strict=True) if res.status == GRADER_ERROR]
-        if faulty:
-            first = {res.name: res for res in result.problems if res.status == GRADER_ERROR}
-            if opts.progress is not None:
-                opts.progress.note(f"regrading {', '.join(first)} alone, after a grader error")
-            again = {res.name: res for res in attempt(faulty, 1, run / "regrade")}
-            result.problems = [again.get(res.name, res) for res in result.problems]
-            for name, res in again.items():
-                was = first[name].output.splitlines()[0] if first[name].output else "a grader error"
-                outcome = "still a grader error" if res.status == GRADER_ERROR else "graded"
-                result.notes.append(f"{name}: regraded alone after a grader error ({was}): {outcome}")
+            first = attempt(part, opts.parallel, run / f"phase-{index}")
+            faulty = [(p, files) for p, files in part if _grader_error(first.get(p.name, RunResults()), p.name)]
+            if faulty:
+                names = [p.name for p, _ in faulty]
+                if opts.progress is not None:
+                    opts.progress.note(f"regrading {', '.join(names)} alone, after a grader error")
+                again = attempt(faulty, 1, run / f"phase-{index}-regrade")
+                for name in names:
+                    outcome = "still a grader error" if _grader_error(again.get(name, RunResults()), name) else "graded"
+                    result.notes.append(f"{name}: regraded alone after a grader error: {outcome}")
+        grading.finish()
+        _record_seccomp(grading.outcomes(), result, sandbox)
+        if speed_note and any(p.not_run for p in result.problems):  # a budget was spent: its size matters
+            result.notes.append(speed_note)
     finally:
         try:
             remove_tree(run)
         except OSError as e:  # never a crash: the result stands, the instructor is told
             result.notes.append(f"the grader could not remove its temporary folder {run}: {e}")
-    result.execution_time = time.monotonic() - start
+    result.wall_time = round(time.monotonic() - start, 3)
+    result.engine_cpu = round(time.process_time(), 3)
+    if not result.execution_time:
+        result.execution_time = result.wall_time
     strip_controls(result)
     return total(result, result.execution_time)
 
 
-def _scored(p: rubric_mod.Problem, own: RunResults, cuda: bool, public_only: bool, reveal: bool) -> ProblemResult:
-    res = score_problem(p, own, cuda, public_only, reveal)
-    res.time = round(sum(c.duration for c in res.checks), 3)
-    if own.fatal and own.log:
-        res.log = own.log  # the trusted run's output: instructors only
-    return res
+def _update(opts: Options, result: GradeResult, start: float, frozen: bool = False) -> None:
+    """Tell ``opts.on_update`` the result as it stands (the reports are rewritten from it)."""
+    if opts.on_update is None:
+        return
+    if not frozen:
+        result.execution_time = round(time.monotonic() - start, 3)
+    total(result, result.execution_time)
+    opts.on_update(result)
+
+
+def _grader_error(res: RunResults, name: str) -> bool:
+    """Whether one phase's results of problem ``name`` end in a grader error
+    (which only facts from outside the worker establish: its process died, its
+    record names a fault of the machine, a check could not be collected)."""
+    record = res.problems.get(name)
+    return (res.fatal or (record is not None and bool(record.fault))
+            or any(c.outcome in (GRADER_ERROR, COLLECT_ERROR) for c in res.checks.values()
+                   if c.problem in (name, "")))
+
+
+class _Grading:
+    """One grade's problems as their phases' results arrive (from reader
+    threads): each problem is scored once its last phase has sent its
+    results, and the reports are rewritten after each."""
+
+    def __init__(self, opts: Options, result: GradeResult, selected: list[rubric_mod.Problem], cuda: bool,
+                 public_only: bool, reveal: bool, start: float) -> None:
+        self.opts, self.result, self.cuda, self.public_only, self.reveal = opts, result, cuda, public_only, reveal
+        self.start = start
+        self.problems = {p.name: p for p in selected}
+        self.phases: dict[str, set[int]] = {}  # each problem's phases
+        self.hidden: set[int] = set()  # the phases of hidden checks
+        self.parts: dict[str, dict[int, RunResults]] = {p.name: {} for p in selected}
+        self.lock = threading.Lock()
+        self.frozen_time = False
+
+    def expect(self, phases: list[tuple[set[str], bool]]) -> None:
+        """The run's phases: the problems of each, and whether it is one of hidden checks."""
+        for i, (names, hidden) in enumerate(phases):
+            if hidden:
+                self.hidden.add(i)
+            for name in names:
+                self.phases.setdefault(name, set()).add(i)
+
+    def arrived(self, phase: int, name: str, res: RunResults, final: bool = False) -> None:
+        """Problem ``name``'s results of ``phase`` (``final``: its phase's
+        process has ended, and a regrade's results replace an attempt's)."""
+        if name not in self.problems:
+            return
+        with self.lock:
+            if not final and phase in self.parts[name]:
+                return  # a split problem's second part: the phase's merged results come at its end
+            self.parts[name][phase] = res
+            if set(self.parts[name]) >= self.phases.get(name, set()):
+                self._score(name)
+                _update(self.opts, self.result, self.start, self.frozen_time)
+
+    def _score(self, name: str) -> None:
+        p = self.problems[name]
+        parts = [self.parts[name][i] for i in sorted(self.parts[name])]
+        merged = problem_results(name, list(p.check_files(REPO, public_only=self.public_only)), parts)
+        records = {i in self.hidden: r for i, part in self.parts[name].items() if (r := part.problems.get(name))}
+        res = score_problem(p, merged, self.cuda, self.public_only, self.reveal, public=records.get(False),
+                            hidden=records.get(True))
+        res.time = round(sum(c.duration for c in res.checks if not c.hidden), 3)
+        res.hidden_time = round(sum(c.duration for c in res.checks if c.hidden), 3)
+        if merged.fatal and merged.log:
+            res.log = merged.log  # the trusted run's output: instructors only
+        self.result.problems = [res if q.name == name else q for q in self.result.problems]
+
+    def finish(self) -> None:
+        """Score whatever did not arrive (a GPU problem without CUDA, a problem without checks)."""
+        with self.lock:
+            for name in self.problems:
+                if set(self.parts[name]) < self.phases.get(name, set()) or name not in self.phases:
+                    self._score(name)
+
+    def outcomes(self) -> dict[str, RunResults]:
+        return {name: parts[i] for name, parts in self.parts.items() for i in parts}
 
 
 def _record_seccomp(outcomes: dict[str, RunResults], result: GradeResult, sandbox: Sandbox) -> None:

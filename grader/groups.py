@@ -22,6 +22,7 @@ its problems are grader errors rather than failures, and are regraded.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -31,14 +32,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from grader.protocol import PLAN_ENV, Plan, ProblemPlan, RunResults, SandboxSpec, WorkerRecord
+from grader.protocol import PLAN_ENV, CheckOutcome, Cost, Plan, ProblemPlan, RunResults, SandboxSpec, WorkerRecord
 from grader.report.progress import GradeProgress
 from grader.rubric import Problem, Rubric, is_hidden
 from grader.sandbox.budgets import Costs, problem_budget
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import LOG_CAP, worker_slots
+from grader.sandbox.optimseal import SEALED_OPTIM_PROBLEMS
 from grader.sandbox.scratch import BASETEMP, GROUP_PREFIX
-from grader.util import REPO, cores, memory_available
+from grader.util import REPO, memory_available
 
 #: The expected seconds of a check file ``budgets.toml`` has no figure for.
 UNMEASURED_FILE_SECONDS = 10.0
@@ -79,10 +81,12 @@ def units_of(planned: list[Planned], k: int, costs: Costs, profile: str) -> list
 
 
 def parallelism(n_units: int, memory_bytes: int, requested: int | None = None) -> int:
-    """K, the groups run at once: ``requested`` (when given) or the cores, never
-    more than the check files nor the memory slots (each group has one worker at a
-    time under ``memory_bytes``, plus its warm spare)."""
-    want = requested if requested and requested > 0 else cores()
+    """K, the groups of a phase run at once: 1, or ``requested`` when given,
+    never more than the check files nor the memory slots (each group has one
+    fork server and one worker at a time under ``memory_bytes``). One process
+    per phase costs least CPU: a machine with cores to spare grades several
+    submissions at once instead (``batch --jobs``)."""
+    want = requested if requested and requested > 0 else 1
     return max(1, min(want, n_units, worker_slots(memory_bytes)))
 
 
@@ -112,103 +116,125 @@ def group_plans(group: list[Unit]) -> list[Planned]:
     return list(plan.values())
 
 
-def run_groups(rub: Rubric, selected: list[Problem], plan: Plan, *, public_only: bool, parallel: int | None,
-               cpu_budget: float | None, costs: Costs, speed: float, run: Path,
-               progress: GradeProgress | None = None) -> tuple[dict[str, RunResults], list[str]]:
-    """Run the selected problems' check files in K concurrent trusted pytest
-    processes; return each planned problem's results (a problem absent was not
-    run) and the groups' errors.
+#: Called with each problem's results as its trusted process sends them (from a reader thread).
+OnProblem = Callable[[str, RunResults], None]
 
-    ``plan`` is the run's plan without problems (each group gets its own copy
-    with its problems, scratch folder and pipe); ``cpu_budget`` overrides every
-    problem's budget (CPU seconds, as given); ``costs`` and ``speed`` are the
-    reference's measured costs and this machine's speed (grader/sandbox/budgets.py);
-    ``run`` is the run's temporary folder; ``progress``, when given, is told
-    which process holds which problem and fed each process's progress events.
-    """
+
+def phases(rub: Rubric, selected: list[Problem], *, public_only: bool, cuda: bool) -> list[list[Planned]]:
+    """The run's phases (:func:`by_phase`) of the selected problems' existing
+    check files, each in the order its trusted process runs them: the
+    rubric's, except that the problems whose workers need a sealed fork
+    server (:data:`grader.sandbox.optimseal.SEALED_OPTIM_PROBLEMS`) come last, so
+    that a phase starts one fork server of each kind at most. A GPU problem
+    without CUDA is left out (it is "not run on a GPU")."""
     planned = [(p, p.check_files(REPO, public_only=public_only)) for p in selected]
-    planned = [(p, files) for p, files in planned if files and not (p.gpu and not plan.sandbox.gpu)]
-    if not planned:
-        return {}, []
-    # Every group of a phase runs at once; a phase starts when the one before it has ended.
-    phases: list[list[list[Unit]]] = []
-    for part in by_phase(planned):
-        k = parallelism(sum(len(files) for _, files in part), plan.sandbox.limits.memory_bytes, parallel)
-        phases.append(partition(units_of(part, k, costs, plan.profile), k, costs, plan.profile))
-    groups = [g for phase in phases for g in phase]
+    planned = [(p, files) for p, files in planned if files and not (p.gpu and not cuda)]
+    planned.sort(key=lambda pf: pf[0].name in SEALED_OPTIM_PROBLEMS)  # stable: the rubric's order otherwise
+    return by_phase(planned)
+
+
+def run_phase(rub: Rubric, part: list[Planned], plan: Plan, *, hidden: bool, parallel: int | None,
+              cpu_budget: float | None, costs: Costs, speed: float, run: Path,
+              progress: GradeProgress | None = None,
+              on_problem: OnProblem | None = None) -> tuple[dict[str, RunResults], list[str], list[Cost]]:
+    """Run one phase's check files (``part``) in K concurrent trusted pytest
+    processes (K = 1 unless ``parallel`` asks for more and the machine has
+    room); return each problem's results (a problem absent was not run), the
+    processes' errors and their costs.
+
+    ``plan`` is the run's plan without problems (each process gets its own copy
+    with its problems, scratch folder and pipe); ``hidden``: the phase's files
+    are hidden checks; ``cpu_budget`` overrides every problem's budget (CPU
+    seconds, as given); ``costs`` and ``speed`` are the reference's measured
+    costs and this machine's speed (grader/sandbox/budgets.py); ``run`` is the
+    phase's folder; ``progress``, when given, is told which process holds
+    which problem and fed its events; ``on_problem``, when given, gets each
+    problem's results as they come (from a reader thread; a problem split
+    over processes comes once per process).
+    """
+    if not part:
+        return {}, [], []
+    k = parallelism(sum(len(files) for _, files in part), plan.sandbox.limits.memory_bytes, parallel)
+    groups = partition(units_of(part, k, costs, plan.profile), k, costs, plan.profile)
     results: list[RunResults] = [RunResults() for _ in groups]
     failures: list[BaseException] = []
     s = rub.settings
     if progress is not None:
-        progress.plan([[p.name for p, _ in group_plans(g)] for g in groups])
+        progress.plan([[p.name for p, _ in group_plans(g)] for g in groups], "hidden checks" if hidden else "")
 
     def planned_problem(p: Problem, files: list[str]) -> ProblemPlan:
         budget, reference, _ = problem_budget(files, plan.profile, costs, slowdown=s.slowdown, floor=s.budget_floor,
                                               speed=speed, fixed=p.cpu_budget)
         if cpu_budget is not None:
             budget = cpu_budget
-        return ProblemPlan(p.name, round(budget, 3), tuple(files), round(reference, 3), p.processes, p.gpu)
+        return ProblemPlan(p.name, round(budget, 3), tuple(files), round(reference, 3), p.gpu)
 
-    def one(i: int, threads: int) -> None:
+    held = [{p.name for p, _ in g} for g in groups]
+    whole = {p.name for p, _ in part if sum(p.name in h for h in held) == 1}  # the problems not split
+
+    def arrived(name: str, res: RunResults) -> None:  # a split problem's results are merged at the end
+        if on_problem is not None and name in whole:
+            on_problem(name, res)
+
+    def one(i: int) -> None:
         problems = tuple(planned_problem(p, files) for p, files in group_plans(groups[i]))
         try:
-            results[i] = run_pytest(rub, plan, problems, run / f"{GROUP_PREFIX}{i}", threads,
-                                    progress=(lambda line: progress.event(i, line)) if progress else None)
+            results[i] = run_pytest(rub, replace(plan, hidden=hidden), problems, run / f"{GROUP_PREFIX}{i}",
+                                    progress=(lambda line: progress.event(i, line)) if progress else None,
+                                    on_problem=arrived)
         except BaseException as e:  # re-raised below, in the caller's thread
             failures.append(e)
         finally:
             if progress is not None:
                 progress.group_ended(i)
 
-    first = 0
-    for phase in phases:
-        indices = range(first, first + len(phase))
-        first += len(phase)
-        threads = max(1, cores() // len(phase))  # torch threads per process: the groups share the cores
-        if len(phase) == 1:
-            one(indices[0], threads)
-        else:
-            runners = [threading.Thread(target=one, args=(i, threads), daemon=True) for i in indices]
-            for t in runners:
-                t.start()
-            for t in runners:
-                t.join()
-        if failures:
-            raise failures[0]
+    if len(groups) == 1:
+        one(0)
+    else:
+        runners = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(groups))]
+        for t in runners:
+            t.start()
+        for t in runners:
+            t.join()
+    if failures:
+        raise failures[0]
     per_problem = {p.name: problem_results(p.name, files, [results[i] for i, g in enumerate(groups)
                                                            if any(q.name == p.name for q, _ in g)])
-                   for p, files in planned}
-    return per_problem, [r.error for r in results if r.error]
+                   for p, files in part}
+    return per_problem, [r.error for r in results if r.error], [r.cost for r in results if r.cost is not None]
 
 
 def by_phase(planned: list[Planned]) -> list[list[Planned]]:
     """The run's phases: every problem's public check files, then every
     problem's hidden ones (one phase where there is one kind only).
 
-    No worker that has seen hidden inputs runs while one whose answers reach
-    students' failure messages (a public check's) is alive: any channel between
-    two sandboxes of one submission (a lock on a shared file, the page cache,
-    the machine's load) could otherwise carry a hidden input of one problem into
-    another problem's visible message. Hidden checks beside each other are
-    harmless: nothing of theirs reaches a student-visible field."""
+    No worker that has seen hidden inputs runs before one whose answers reach
+    students' failure messages (a public check's): any channel between two
+    workers of one submission (a lock on a shared file, the page cache, the
+    machine's load) could otherwise carry a hidden input of one problem into
+    a visible message. Nothing of the hidden phase reaches a student-visible
+    field, and the engine regrades a phase's grader errors before the next
+    phase starts (public checks never run after hidden ones)."""
     public = [(p, [f for f in files if not is_hidden(f)]) for p, files in planned]
     hidden = [(p, [f for f in files if is_hidden(f)]) for p, files in planned]
     return [part for part in ([(p, f) for p, f in public if f], [(p, f) for p, f in hidden if f]) if part]
 
 
 def run_pytest(rub: Rubric, base: Plan, problems: tuple[ProblemPlan, ...], run: Path,
-               threads: int, progress: Callable[[bytes], None] | None = None) -> RunResults:
+               progress: Callable[[bytes], None] | None = None,
+               on_problem: OnProblem | None = None) -> RunResults:
     """Run one trusted pytest process over ``problems``; return the plugin's
-    results, or a ``fatal`` record saying why there are none. ``progress``, when
-    given, gets each progress event line the process writes, as it comes."""
+    results, or a ``fatal`` record saying why there are none (those problems
+    whose results came before it ended keep them). ``progress``, when given,
+    gets each progress event line as it comes; ``on_problem`` each problem's
+    results."""
     run.mkdir(parents=True, exist_ok=True)
     run.chmod(0o711)  # a uid-isolated worker passes through to its scratch folder, lists nothing
     scratch = run / "scratch"
     scratch.mkdir()
     scratch.chmod(0o777)
     read_fd, write_fd = os.pipe()
-    events_r, events_w = os.pipe() if progress is not None else (-1, -1)
-    plan = replace(base, scratch=str(scratch), problems=problems, results_fd=write_fd, progress_fd=events_w)
+    plan = replace(base, scratch=str(scratch), problems=problems, results_fd=write_fd)
     # The plan holds the hidden checks' seed: readable by the grader only.
     with open(os.open(run / "plan.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
         f.write(plan.to_json())
@@ -224,34 +250,22 @@ def run_pytest(rub: Rubric, base: Plan, problems: tuple[ProblemPlan, ...], run: 
     env.update({PLAN_ENV: str(run / "plan.json")}, HYPOTHESIS_PROFILE=plan.profile,
                PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
                PYTHONDONTWRITEBYTECODE="1")
-    env.setdefault("OMP_NUM_THREADS", str(threads))  # an instructor's explicit setting wins
-    chunks: list[bytes] = []
-
-    def collect() -> None:
-        with os.fdopen(read_fd, "rb") as f:
-            while chunk := f.read(1 << 16):
-                chunks.append(chunk)
-
-    def relay() -> None:
-        with os.fdopen(events_r, "rb") as f:
-            for line in f:
-                with contextlib.suppress(Exception):  # progress only informs: it never stops a grade
-                    progress(line)  # type: ignore[misc]
-
-    reader = threading.Thread(target=collect, daemon=True)
+    # One torch thread: the checks' tensors are small, and a thread pool
+    # spinning for a CPU the worker holds (or another grade's) costs CPU time
+    # and seconds for nothing. An instructor's explicit setting wins.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    # glibc's malloc: two arenas, and blocks of 256 KiB and more (the oracles'
+    # tensors) mapped and unmapped, not kept: a grade must fit a small container.
+    env.update(MALLOC_ARENA_MAX="2", MALLOC_MMAP_THRESHOLD_="262144")
+    collected = _Events(progress, on_problem)
+    reader = threading.Thread(target=collected.read, args=(read_fd,), daemon=True)
     reader.start()
-    relayer = threading.Thread(target=relay, daemon=True) if progress is not None else None
-    if relayer is not None:
-        relayer.start()
     hard_limit = hard_limit_of(plan)
     try:
-        proc = subprocess.Popen(argv, cwd=REPO, env=env, pass_fds=tuple(fd for fd in (write_fd, events_w) if fd >= 0),
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, pass_fds=(write_fd,), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     finally:
         os.close(write_fd)
-        if events_w >= 0:
-            os.close(events_w)
     peak = _PeakMemory(proc.pid)
     try:
         out, _ = proc.communicate(timeout=hard_limit)
@@ -263,14 +277,57 @@ def run_pytest(rub: Rubric, base: Plan, problems: tuple[ProblemPlan, ...], run: 
     finally:
         peak.stop()
     reader.join(timeout=30)
-    if relayer is not None:
-        relayer.join(timeout=30)
     text = out.decode("utf-8", "replace")
-    try:
-        return RunResults.from_json(b"".join(chunks)) if chunks else _no_results(killed, hard_limit, proc, text,
-                                                                                 peak.bytes)
-    except (ValueError, TypeError, AttributeError):
-        return _no_results(killed, hard_limit, proc, text, peak.bytes)
+    results = collected.results()
+    if collected.complete:
+        return results
+    lost = _no_results(killed, hard_limit, proc, text, peak.bytes)
+    if not results.problems:
+        return lost
+    # The problems that ended keep their results; the run's error names why the others have none
+    # (problem_results makes them fatal).
+    results.error, results.log = lost.error, lost.log
+    return results
+
+
+class _Events:
+    """A trusted pytest process's events (grader/protocol.py), read as they come."""
+
+    def __init__(self, progress: Callable[[bytes], None] | None, on_problem: OnProblem | None) -> None:
+        self.progress, self.on_problem = progress, on_problem
+        self.checks: dict[str, CheckOutcome] = {}
+        self.problems: dict[str, WorkerRecord] = {}
+        self.session: RunResults | None = None
+        self.complete = False
+
+    def read(self, fd: int) -> None:
+        with os.fdopen(fd, "rb") as f:
+            for line in f:
+                with contextlib.suppress(Exception):  # an event that cannot be read is dropped
+                    self._event(line)
+
+    def _event(self, line: bytes) -> None:
+        raw = json.loads(line)
+        kind = raw.get("event") if isinstance(raw, dict) else None
+        if kind in ("start", "check", "end") and self.progress is not None:
+            with contextlib.suppress(Exception):  # progress only informs: it never stops a grade
+                self.progress(line)
+        if kind == "end" and isinstance(raw.get("results"), dict):
+            res = RunResults.from_json(raw["results"])
+            self.checks.update(res.checks)
+            self.problems.update(res.problems)
+            name = raw.get("problem")
+            if self.on_problem is not None and isinstance(name, str):
+                self.on_problem(name, res)
+        elif kind == "session" and isinstance(raw.get("results"), dict):
+            self.session = RunResults.from_json(raw["results"])
+            self.checks.update(self.session.checks)
+            self.complete = True
+
+    def results(self) -> RunResults:
+        s = self.session or RunResults()
+        return RunResults(checks=dict(self.checks), problems=dict(self.problems), cuda=s.cuda, scratch=s.scratch,
+                          session_time=s.session_time, cost=s.cost)
 
 
 def hard_limit_of(plan: Plan) -> float:
@@ -346,6 +403,8 @@ def merge_records(records: list[WorkerRecord]) -> WorkerRecord:
         log=log[:LOG_CAP],
         log_dropped=sum(r.log_dropped for r in records) + max(0, len(log) - LOG_CAP),
         started=any(r.started for r in records),
+        workers=sum(r.workers for r in records),
+        peak_bytes=max(r.peak_bytes for r in records),
     )
 
 
@@ -358,7 +417,7 @@ def problem_results(name: str, files: list[str], parts: list[RunResults]) -> Run
     rank = {f: i for i, f in enumerate(files)}
     out.checks = dict(sorted(checks, key=lambda kv: rank.get(kv[1].file, len(files))))
     for o in parts:
-        if o.fatal:
+        if o.fatal or (o.error and name not in o.problems):  # its process ended before its results came
             out.fatal, out.error, out.log = True, o.error, o.log
     records = [o.problems[name] for o in parts if name in o.problems]
     if records:

@@ -23,14 +23,15 @@ It does nothing unless :data:`grader.protocol.PLAN_ENV` names a plan file (a
     and for hidden checks the public test their ``extends`` marker names and the
     kind of input they declared with ``input_kind`` (read here, on the trusted
     side: the submission's worker never sees the test items);
-  * tells the engine, over the inherited progress pipe ``progress_fd`` (when
-    the plan has one), as each problem starts, each check ends and each
-    problem's last check here ends (:mod:`grader.report.progress`; nothing is scored
-    from it);
-  * at the end writes them with each problem's worker record (timeouts,
-    crashes, capped log) as :class:`grader.protocol.RunResults` JSON to the
-    inherited file descriptor ``results_fd`` (a pipe to the engine: there is no
-    results file a submission could find and forge).
+  * tells the engine, over the inherited file descriptor ``results_fd`` (a
+    pipe: there is no results file a submission could find and forge), one
+    JSON line per event (:mod:`grader.protocol`, "events"): as each problem
+    starts and each check ends (they only inform,
+    :mod:`grader.report.progress`), and as each problem's last check ends its
+    results, a :class:`grader.protocol.RunResults` with its checks and its
+    worker record (timeouts, crashes, capped log), so the engine scores and
+    reports each problem as it comes, and a run stopped from outside keeps
+    what it finished; at the end, the run's own figures (its cost).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import contextlib
 import hashlib
 import json
 import os
+import resource
 import time
 from collections.abc import Generator
 from pathlib import Path
@@ -46,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from grader.protocol import COLLECT_ERROR, PLAN_ENV, CheckOutcome, Plan, RunResults, WorkerRecord
+from grader.protocol import COLLECT_ERROR, PLAN_ENV, CheckOutcome, Cost, Plan, RunResults, WorkerRecord
 from grader.rubric import is_hidden
 from grader.util import cuda_available
 from tests.plugin import IMPL_KEY
@@ -60,8 +62,7 @@ RUN_PLUGIN = "grader-run"
 
 #: Exceptions that end a check without a verdict on the submission's answers,
 #: and the outcome each gives it (the first that applies).
-_NOT_ANSWERS = (("GraderFault", "grader error"), ("CouldNotRun", "grader error"), ("NotRun", "not run"),
-                ("WorkerTimeout", "timeout"))
+_NOT_ANSWERS = (("GraderFault", "grader error"), ("NotRun", "not run"), ("WorkerTimeout", "timeout"))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -72,7 +73,6 @@ def pytest_configure(config: pytest.Config) -> None:
     plan = Plan.from_json(Path(path).read_text())
     from grader.sandbox.remote import RemoteImpl
     from grader.sandbox.scratch import ScratchWatch
-    from grader.worker.main import WorkerConfig
 
     sandbox = plan.sandbox.sandbox()
     if sandbox.mode == "uid":  # the working copy and scratch to the worker's group; tmp_path shared as under bwrap
@@ -84,9 +84,8 @@ def pytest_configure(config: pytest.Config) -> None:
         plan.name, sandbox, Path(plan.work), Path(plan.scratch),
         problems={p.name: p.cpu_budget for p in plan.problems},
         reference_cpu={p.name: p.reference_cpu for p in plan.problems},
-        call_cpu=plan.call_cpu, start_cpu=plan.start_cpu, wall_factor=plan.wall_factor,
-        config=WorkerConfig(rlimits=sandbox.limits.rlimits(sandbox.gpu), cuda=sandbox.gpu),
-        processes={p.name: p.processes for p in plan.problems},
+        call_cpu=plan.call_cpu, start_cpu=plan.start_cpu, wall_factor=plan.wall_factor, hidden=plan.hidden,
+        max_reply=sandbox.limits.reply_bytes,
     )
     config.stash[IMPL_KEY] = impl
     watch = ScratchWatch(Path(plan.scratch), sandbox.limits, impl.stop_workers).start()
@@ -112,6 +111,8 @@ class GraderRun:
         self.gpu_busy: dict[str, str] = {}  # problems that could not get the device, and why
         self.checks: dict[str, int] = {}  # each problem's checks in this process (after collection)
         self.begun: set[str] = set()  # problems whose start the engine has been told
+        self.sent: set[str] = set()  # problems whose results the engine has been sent
+        self.cpu_at_start = _own_cpu()  # this process's imports and start-up, until its session starts
 
     def where(self, item: pytest.Item) -> tuple[str, int, int]:
         """(problem, problem's rank, file's rank) of a test; ("", big, 0) for a stray one."""
@@ -166,12 +167,13 @@ class GraderRun:
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, Any, Any]:
         """Hold a GPU problem's device lock (:meth:`hold_gpu_lock`), then time each
         test on the trusted side (worker start-up included where the test is the
-        first of its problem: that is where the time goes)."""
+        first of its problem: that is where the time goes); after a problem's
+        last test, send its results."""
         self.hold_gpu_lock(item)
         problem = self.where(item)[0] if self.impl is not None else ""
         if problem and problem not in self.begun:
             self.begun.add(problem)
-            self.progress(problem, "start", checks=self.checks.get(problem, 0))
+            self.send({"event": "start", "problem": problem, "checks": self.checks.get(problem, 0)})
         start, cpu = time.monotonic(), self.impl.cpu_used(problem) if problem and self.impl else 0.0
         try:
             return (yield)
@@ -182,17 +184,36 @@ class GraderRun:
                 if problem and self.impl is not None:
                     entry.cpu = round(self.impl.cpu_used(problem) - cpu, 4)
             if problem:
-                self.progress(problem, "check", outcome=entry.outcome if entry is not None else "error")
+                self.send({"event": "check", "problem": problem,
+                           "outcome": entry.outcome if entry is not None else "error"})
                 if nextitem is None or self.where(nextitem)[0] != problem:  # items run problem by problem
-                    self.progress(problem, "end")
+                    self.finish(problem)
 
-    def progress(self, problem: str, event: str, **fields: Any) -> None:
-        """One progress event to the engine (a line of JSON); a closed pipe is ignored."""
-        if self.plan.progress_fd < 0:
+    def send(self, event: dict[str, Any]) -> None:
+        """One event line to the engine (grader/protocol.py, "events")."""
+        data = memoryview(json.dumps(event).encode() + b"\n")
+        while data:  # a pipe: written whole, however long (the engine reads as it comes)
+            data = data[os.write(self.plan.results_fd, data):]
+
+    def finish(self, problem: str) -> None:
+        """Send ``problem``'s results (once): its checks and its worker record,
+        its worker retired first so that every CPU second it used is in it."""
+        if problem in self.sent or self.impl is None:
             return
-        line = json.dumps({"problem": problem, "event": event, **fields}).encode() + b"\n"
-        with contextlib.suppress(OSError):
-            os.write(self.plan.progress_fd, line)  # one line is far below PIPE_BUF: written whole
+        self.sent.add(problem)
+        self.impl.finish(problem)
+        st = self.impl.states[problem]
+        collect = {k: v for k, v in self.outcomes.items() if v.outcome == COLLECT_ERROR}
+        results = RunResults(
+            checks={**collect, **{k: v for k, v in self.outcomes.items() if v.problem == problem}},
+            problems={problem: WorkerRecord(
+                calls=st.calls, crashes=st.crashes, timeouts=st.timeouts, cut=st.cut, fault=st.fault,
+                cpu_used=round(self.impl.cpu_used(problem), 4), cpu_budget=st.cpu_budget,
+                reference_cpu=st.reference_cpu, seccomp=st.seccomp, log=bytes(st.log).decode("utf-8", "replace"),
+                log_dropped=st.log_dropped, started=bool(st.started), workers=st.workers,
+                peak_bytes=st.peak_bytes)},
+            cuda=self.cuda)
+        self.send({"event": "end", "problem": problem, "results": json.loads(results.to_json())})
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> None:
@@ -240,26 +261,20 @@ class GraderRun:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         assert self.impl is not None and self.watch is not None
+        for p in self.plan.problems:  # (a problem none of whose checks ran: collected none, say)
+            self.finish(p.name)
         self.watch.stop()
         self.impl.close()
         results = RunResults(
-            checks=self.outcomes,
-            problems={name: WorkerRecord(calls=st.calls, crashes=st.crashes, timeouts=st.timeouts, cut=st.cut,
-                                         fault=st.fault, cpu_used=round(self.impl.cpu_used(name), 4),
-                                         cpu_budget=st.cpu_budget, reference_cpu=st.reference_cpu,
-                                         seccomp=st.seccomp, log=bytes(st.log).decode("utf-8", "replace"),
-                                         log_dropped=st.log_dropped, started=bool(st.started))
-                      for name, st in self.impl.states.items()},
-            cuda=self.cuda, scratch={"peak_bytes": self.watch.peak_bytes, "peak_entries": self.watch.peak_entries},
-            session_time=round(time.monotonic() - self.start, 4))
-        view = memoryview(results.to_json().encode())
-        fd = self.plan.results_fd
-        while view:
-            view = view[os.write(fd, view):]
-        os.close(fd)
-        if self.plan.progress_fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self.plan.progress_fd)
+            checks={k: v for k, v in self.outcomes.items() if v.outcome == COLLECT_ERROR}, cuda=self.cuda,
+            scratch={"peak_bytes": self.watch.peak_bytes, "peak_entries": self.watch.peak_entries},
+            session_time=round(time.monotonic() - self.start, 4),
+            cost=Cost(startup=round(self.cpu_at_start, 3), trusted=round(_own_cpu(), 3),
+                      servers=self.impl.servers, server_start=round(self.impl.server_cpu, 3),
+                      workers=sum(st.workers for st in self.impl.states.values()),
+                      seal=round(self.impl.seal_cpu, 3)))
+        self.send({"event": "session", "results": json.loads(results.to_json())})
+        os.close(self.plan.results_fd)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.release_gpu_lock()  # (the kernel would drop it at exit anyway)
@@ -324,6 +339,12 @@ def _limit_own_memory(limit: int, gpu: bool) -> None:
             resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
     except (ImportError, AttributeError, ValueError, OSError):  # not enforceable here: nothing to cap with
         pass
+
+
+def _own_cpu() -> float:
+    """This process's own CPU seconds so far (every thread; not its children's)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def hidden_seed(run_seed: int, nodeid: str) -> int:

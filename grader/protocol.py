@@ -6,10 +6,17 @@ tests/wire.py, never this):
 * engine -> trusted pytest process: a :class:`Plan`, written as JSON to a file
   the environment variable :data:`PLAN_ENV` names (``Plan.to_json`` /
   ``Plan.from_json``);
-* trusted pytest process -> engine: :class:`RunResults` (every check's
-  :class:`CheckOutcome` and every problem's :class:`WorkerRecord`), written as
-  JSON to the inherited pipe ``Plan.results_fd`` (there is no results file a
-  submission could find and forge);
+* trusted pytest process -> engine: *events*, one JSON object per line on the
+  inherited pipe ``Plan.results_fd`` (there is no results file a submission
+  could find and forge), as they happen: ``{"event": "start", "problem",
+  "checks"}`` (a problem's first check starts; how many it has),
+  ``{"event": "check", "problem", "outcome"}`` (one check ended), ``{"event":
+  "end", "problem", "results"}`` (a problem's last check ended: its
+  :class:`RunResults`, its checks' :class:`CheckOutcome` and its
+  :class:`WorkerRecord`) and, last, ``{"event": "session", "results"}`` (the
+  run's own figures, its :class:`Cost` among them). The first two only
+  inform (:mod:`grader.report.progress`); the engine scores each problem as
+  its ``end`` comes, so a run stopped from outside keeps what it finished;
 * engine -> reports (and the ``--json`` file other tools read): a failed
   item's first failure as a :class:`Failure`, structured fields that the reports
   render and nothing parses back.
@@ -54,14 +61,12 @@ class ProblemPlan:
     order; some of the problem's files when it is split over groups), the CPU
     seconds its workers may use for them (``cpu_budget``) and what the
     reference uses for the same checks on this machine (``reference_cpu``,
-    reported beside it; both from :mod:`grader.sandbox.budgets`), and how many
-    processes its worker may start."""
+    reported beside it; both from :mod:`grader.sandbox.budgets`)."""
 
     name: str
     cpu_budget: float
     files: tuple[str, ...]
     reference_cpu: float = 0.0
-    processes: int = 0
     gpu: bool = False  # it holds the device's lock (grader/mfu/gpulock.py) while it runs
 
 
@@ -95,12 +100,12 @@ class Plan:
     grader's checkout (the tests and hidden checks); ``work`` the submission's
     working copy the workers import; ``scratch`` the only folder they may
     write. ``call_cpu`` and ``start_cpu`` are the CPU seconds of one call and
-    of a worker's start-up, ``wall_factor`` how many times its CPU limit a
+    of a fork server's start-up, ``wall_factor`` how many times its CPU limit a
     wait may last in wall-clock time (a backstop). ``results_fd`` is the write
-    end of the pipe to the engine. ``seed`` seeds the hidden checks' draws
-    (:func:`grader.plugin.hidden_seed`). ``progress_fd`` (-1: none) is the
-    write end of a second pipe, for progress events (:mod:`grader.report.progress`):
-    they only inform, nothing is scored from them.
+    end of the events pipe to the engine. ``seed`` seeds the hidden checks' draws
+    (:func:`grader.plugin.hidden_seed`). ``hidden``: this run serves hidden
+    checks (its workers' troubles are told in fixed words:
+    :mod:`grader.sandbox.remote`).
     """
 
     name: str
@@ -115,7 +120,7 @@ class Plan:
     wall_factor: float
     results_fd: int
     seed: int
-    progress_fd: int = -1
+    hidden: bool = False
 
     @property
     def gpu_problems(self) -> list[str]:
@@ -197,9 +202,33 @@ class WorkerRecord:
     log: str = ""
     log_dropped: int = 0
     started: bool = False
+    workers: int = 0  # workers started (each forked fresh)
+    peak_bytes: int = 0  # the most resident memory one of them held beyond its start
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> WorkerRecord:
+        return cls(**_known(cls, raw))
+
+
+@dataclass
+class Cost:
+    """Where one trusted pytest process's CPU went, in CPU seconds: its own
+    start-up (interpreter, torch, pytest, collecting the check files:
+    ``startup``) and in all (``trusted``: the checks' oracles, hypothesis, the
+    wire), the fork servers it started (``servers``, their start-ups:
+    ``server_start``, each imports torch once), the workers they forked
+    (``workers``) and sealing torch.optim's sources (``seal``). The
+    submission's own CPU is in each problem's :class:`WorkerRecord`."""
+
+    startup: float = 0.0
+    trusted: float = 0.0
+    servers: int = 0
+    server_start: float = 0.0
+    workers: int = 0
+    seal: float = 0.0
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Cost:
         return cls(**_known(cls, raw))
 
 
@@ -219,6 +248,7 @@ class RunResults:
     cuda: bool = False
     scratch: dict[str, int] = field(default_factory=dict)  # the scratch folder's peaks: peak_bytes, peak_entries
     session_time: float = 0.0
+    cost: Cost | None = None
     fatal: bool = False
     error: str = ""
     log: str = ""
@@ -231,10 +261,12 @@ class RunResults:
         """The record a trusted pytest process sent, every string in it (keys
         included) normalised by :func:`grader.util.feedback_text`."""
         d = _normalised(json.loads(raw) if isinstance(raw, str | bytes) else raw)
+        cost = d.get("cost")
         return cls(**{
             **_known(cls, d),
             "checks": {k: CheckOutcome.from_json(v) for k, v in d.get("checks", {}).items()},
             "problems": {k: WorkerRecord.from_json(v) for k, v in d.get("problems", {}).items()},
+            "cost": Cost.from_json(cost) if isinstance(cost, dict) else None,
         })
 
 

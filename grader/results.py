@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from grader.protocol import Failure
+from grader.protocol import Cost, Failure
 from grader.rubric import function_name
 
 PASSED, FAILED, ERROR, TIMEOUT = "passed", "failed", "error", "timeout"
@@ -30,9 +30,17 @@ NEEDS_GPU = "needs a GPU; not counted"
 NO_CHECKS_YET = "no checks yet; not counted"
 #: What a student reads for a grader error.
 NOT_GRADED = "not graded: a fault of the grading machine or the grader, not of your code; it will be regraded"
+#: A problem whose checks have not all run yet: every report written while a
+#: grade runs shows it so, and so does the last one of a grade stopped from
+#: outside (a platform's time limit). Its points are not counted yet.
+UNFINISHED = "not graded yet"
+UNFINISHED_TEXT = ("not graded yet: the grade had not finished this problem's checks when this report was written "
+                   "(not your code). In a final report, the grader was stopped before them (the platform's time "
+                   "limit?): ask your course staff to regrade")
 
 __all__ = [
-    "GRADER_ERROR", "NEEDS_GPU", "NOT_COUNTED", "NOT_GRADED", "NOT_RUN", "NO_CHECKS_YET", "Check", "GradeResult",
+    "GRADER_ERROR", "NEEDS_GPU", "NOT_COUNTED", "NOT_GRADED", "NOT_RUN", "NO_CHECKS_YET", "UNFINISHED",
+    "UNFINISHED_TEXT", "Check", "GradeResult",
     "ItemResult", "ProblemResult", "failure_text", "fmt", "item_text",
 ]
 
@@ -77,11 +85,17 @@ class ProblemResult:
     visibility: str
     output: str
     checks: list[Check] = field(default_factory=list)
-    log: str = ""
-    time: float = 0.0  # seconds: the sum of its checks' durations (trusted side)
-    cpu: float = 0.0  # CPU seconds its workers used (the submission's code and the scenarios that drive it)
+    log: str = ""  # the submission's output in its public checks (instructors)
+    time: float = 0.0  # seconds: the sum of its public checks' durations (trusted side)
+    cpu: float = 0.0  # CPU seconds its workers used in its public checks (its code and the scenarios driving it)
     cpu_budget: float = 0.0  # the CPU seconds they could use (this machine)
     reference_cpu: float = 0.0  # what the reference uses for the same checks (this machine)
+    # The same figures of its hidden checks: instructors only (the submission
+    # can steer them to carry a hidden input; reports show them when revealed).
+    hidden_log: str = ""
+    hidden_time: float = 0.0
+    hidden_cpu: float = 0.0
+    peak_bytes: int = 0  # the most resident memory one of its workers held beyond its start (instructors)
     not_run: int = 0  # checks that did not run
     items: list[ItemResult] = field(default_factory=list)
     unmapped: list[str] = field(default_factory=list)  # checks no single item holds (they count toward all)
@@ -94,17 +108,22 @@ class GradeResult:
     score: float = 0.0
     max_score: float = 0.0
     gpu_points_not_run: float = 0.0
-    execution_time: float = 0.0
+    execution_time: float = 0.0  # seconds until the hidden checks began (nothing of theirs shows): students see it
+    wall_time: float = 0.0  # seconds of the whole grade (instructors)
     sandbox: str = ""
     profile: str = ""
     problems: list[ProblemResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    operator_notes: list[str] = field(default_factory=list)  # about the machine, for whoever runs the grader
     error: str = ""
     checks: str = ""  # which checks ran: public + hidden, or public only and why
     points_without_checks: float = 0.0
     seed: int = 0  # the hidden checks' seed (instructors only: --seed replays this grade)
     speed: float = 1.0  # how many times slower than the measuring machine this one is (budgets scale with it)
     reveal: bool = False  # whether reports show hidden checks' details (the option, else the rubric's setting)
+    costs: list[Cost] = field(default_factory=list)  # each trusted process's CPU (instructors)
+    engine_cpu: float = 0.0  # this process's own CPU seconds (its calibration included)
+    calibration_cpu: float = 0.0  # the CPU seconds of timing the calibration workload
 
 
 def fmt(x: float) -> str:

@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from grader.protocol import COLLECT_ERROR, Failure, RunResults
+from grader.protocol import COLLECT_ERROR, Failure, RunResults, WorkerRecord
 from grader.results import (
     ERROR,
     FAILED,
@@ -50,8 +50,12 @@ _IMPORT_ERRORS = {"remote:SyntaxError", "remote:ImportError", "remote:ModuleNotF
                   "remote:IndentationError", "remote:SystemExit"}
 
 
-def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool, reveal: bool) -> ProblemResult:
-    """Problem ``p``'s result from its checks' outcomes."""
+def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool, reveal: bool,
+                  public: WorkerRecord | None = None, hidden: WorkerRecord | None = None) -> ProblemResult:
+    """Problem ``p``'s result from its checks' outcomes (``outcome``: of every
+    phase, merged); ``public`` and ``hidden`` are its phases' worker records,
+    kept apart so that what students read holds figures of its public checks
+    only (the hidden run's are the instructors')."""
     files = p.check_files(REPO, public_only=public_only)
     if not files:
         return unavailable(p, NO_CHECKS, f"its check files do not exist yet ({', '.join(p.files)})", cuda)
@@ -71,13 +75,15 @@ def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool
             found = p.items_of(c.test, c.extends)
             c.item = found[0].name if len(found) == 1 else ""
             checks.append(c)
-    log = ""
+    if public is None and hidden is None:
+        public = state
+    res = ProblemResult(p.name, p.section, 0.0, p.points, FAILED, p.visibility, "", checks, _log(public))
+    res.hidden_log = _log(hidden)
     if state is not None:
-        log = state.log + (f"\n[... {state.log_dropped} more bytes of output dropped]" if state.log_dropped else "")
-    res = ProblemResult(p.name, p.section, 0.0, p.points, FAILED, p.visibility, "", checks, log)
-    if state is not None:
-        res.cpu, res.cpu_budget = round(state.cpu_used, 3), round(state.cpu_budget, 3)
-        res.reference_cpu = round(state.reference_cpu, 3)
+        res.cpu_budget, res.reference_cpu = round(state.cpu_budget, 3), round(state.reference_cpu, 3)
+        res.peak_bytes = state.peak_bytes
+    res.cpu = round(public.cpu_used, 3) if public is not None else 0.0
+    res.hidden_cpu = round(hidden.cpu_used, 3) if hidden is not None else 0.0
     res.not_run = sum(c.outcome == NOT_RUN for c in checks)
     if collect_errors:
         why = f"{NOT_GRADED} (the grader could not load its checks):\n" + "\n".join(collect_errors)[:3000]
@@ -144,14 +150,23 @@ def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool
 _DID_NOT_RUN = ("skipped", NOT_RUN, GRADER_ERROR)
 
 
+def _log(record: WorkerRecord | None) -> str:
+    if record is None:
+        return ""
+    return record.log + (f"\n[... {record.log_dropped} more bytes of output dropped]" if record.log_dropped else "")
+
+
 def _budget_text(res: ProblemResult, cut: str) -> str:
     """What the student reads about a problem cut short: why, the CPU its code
-    used against its budget and the reference's for the same checks, and how
-    many checks did not run."""
+    used against its budget and the reference's for the same checks (when the
+    public checks were cut: the CPU of hidden checks is the submission's to
+    steer, so it is never shown), and how many checks did not run."""
     why = cut or "the problem's CPU budget ran out"
     ref = f"; the reference uses {res.reference_cpu:.1f} CPU s for these checks on this machine" \
         if res.reference_cpu else ""
     used = f" (your code used {res.cpu:.1f} CPU s of its budget of {res.cpu_budget:.4g}{ref})"
+    if any(c.outcome == NOT_RUN and c.hidden for c in res.checks):
+        used = " (during its hidden checks)"
     return (f"Cut short: {why}{used}. {res.not_run} of its {len(res.checks)} checks did not run: the items "
             "they belong to earn nothing, those whose checks all ran and passed keep their points.")
 

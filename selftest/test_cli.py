@@ -216,13 +216,13 @@ def test_progress_on_a_terminal_is_a_rich_display_that_ends_with_each_result():
 def test_a_grade_shows_each_problem_on_stderr_and_keeps_stdout_for_the_table(tmp_path):
     """A real grade (the reference, one problem): its start and its finish on
     stderr, in that order, counting the checks the JSON records; stdout is the
-    table. With --parallel 2 the problem's public and hidden files run in two
-    processes (where memory allows): still one start and one finish."""
+    table. Its public checks, then its hidden ones (a phase after all public
+    checks of the grade): a start and a finish each."""
     (tmp_path / "sub").mkdir()
     shutil.copytree(REPO / "reference", tmp_path / "sub" / "student")
     out = tmp_path / "r.json"
     proc = subprocess.run([sys.executable, "-m", "grader", str(tmp_path / "sub"), "--problems", "precision",
-                           "--hypothesis-profile", "dev", "--parallel", "2", "--json", str(out)],
+                           "--hypothesis-profile", "dev", "--json", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     result = json.loads(out.read_text())
@@ -230,8 +230,12 @@ def test_a_grade_shows_each_problem_on_stderr_and_keeps_stdout_for_the_table(tmp
     (problem,) = result["problems"]
     checks = len(problem["checks"])
     assert checks > 0 and problem["status"] == "passed"
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("precision:")]
-    assert len(lines) == 2 and lines[0] == "precision: started", proc.stderr
-    assert re.fullmatch(rf"precision: {checks}/{checks} checks passed in [0-9.]+ s", lines[1]), lines
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("precision")]
+    public = sum(c["test"].startswith("tests/") for c in problem["checks"])
+    assert len(lines) == 4 and lines[0] == "precision: started", proc.stderr
+    assert re.fullmatch(rf"precision: {public}/{public} checks passed in [0-9.]+ s", lines[1]), lines
+    assert lines[2] == "precision (hidden checks): started", lines
+    hidden = checks - public
+    assert re.fullmatch(rf"precision \(hidden checks\): {hidden}/{hidden} checks passed in [0-9.]+ s", lines[3])
     assert "started" not in proc.stdout and "checks passed" not in proc.stdout
     assert re.search(r"^precision +1\.1 +10/10 +passed", proc.stdout, flags=re.M), proc.stdout  # the table

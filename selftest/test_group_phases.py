@@ -32,45 +32,62 @@ def test_a_problem_with_hidden_checks_is_never_split_over_groups():
                 assert len(holding) == 1 or not mixed, (p.name, k)
 
 
-def test_no_hidden_check_runs_while_a_public_check_runs(tmp_path, monkeypatch):
+def test_public_checks_never_run_after_hidden_ones(tmp_path, monkeypatch):
     """A full grade runs every problem's public files, then (once they have all
-    ended) the hidden ones, at any parallelism: no worker that has seen hidden
-    inputs is alive beside one whose answers reach a student's message, of the
-    same problem or another. Each problem still gets all its files' results."""
+    ended) the hidden ones, at any parallelism, and regrades a phase's grader
+    errors before the next phase starts: no worker that has seen hidden inputs
+    runs before one whose answers reach a student's message, of the same
+    problem or another (a trace it leaves, in the page cache say, could carry
+    an input there). Each problem still gets all its files' results."""
+    import shutil
     import threading
 
-    from grader import groups
-    from grader.protocol import RunResults
+    from grader import engine, groups
+    from grader.protocol import CheckOutcome, RunResults, WorkerRecord
     from grader.rubric import is_hidden, load
-    from grader.sandbox import budgets
-    from grader.sandbox.isolation import Sandbox
 
     rub = load()
-    selected = [p for p in rub.problems if not p.gpu]
-    assert any(is_hidden(f) for p in selected for f in p.check_files(REPO)), "no hidden checks to order here"
+    selected = [p.name for p in rub.problems if not p.gpu]
+    sub = tmp_path / "sub"
+    shutil.copytree(REPO / "reference", sub / "student", ignore=shutil.ignore_patterns("__pycache__"))
+    runs: list[tuple[bool, tuple[str, ...]]] = []  # (hidden files?, problems), as each process starts
     running: list[tuple[str, ...]] = []
     overlaps: list[tuple] = []
     lock = threading.Lock()
+    faulty_once = {"views": False, "model": True}  # (problem -> in the hidden phase?) a first attempt's grader error
 
-    def fake_run_pytest(rub, base, problems, run, threads, progress=None):
+    def fake_run_pytest(rub, base, problems, run, progress=None, on_problem=None):
         files = tuple(f for p in problems for f in p.files)
+        hidden = any(is_hidden(f) for f in files)
         with lock:
             kinds = {is_hidden(f) for f in files} | {is_hidden(f) for fs in running for f in fs}
             if len(kinds) > 1:
                 overlaps.append((files, list(running)))
             running.append(files)
+            runs.append((hidden, tuple(p.name for p in problems)))
         threading.Event().wait(0.05)  # long enough for the groups of a phase to overlap each other
+        out = RunResults()
+        for p in problems:
+            fault = "the machine failed" if faulty_once.get(p.name) == hidden and (hidden, (p.name,)) not in runs \
+                and len(problems) > 1 else ""
+            res = RunResults(checks={f"{f}::test_x": CheckOutcome(problem=p.name, file=f) for f in p.files},
+                             problems={p.name: WorkerRecord(fault=fault, started=True)})
+            out.checks.update(res.checks)
+            out.problems.update(res.problems)
+            if on_problem is not None:
+                on_problem(p.name, res)
         with lock:
             running.remove(files)
-        return RunResults()
+        return out
 
     monkeypatch.setattr(groups, "run_pytest", fake_run_pytest)
-    plan = groups.base_plan(tmp_path, tmp_path, "dev", Sandbox(want="rlimits"), call_cpu=1.0, start_cpu=1.0,
-                            wall_factor=1.0, seed=0)
-    costs = budgets.load()
-    for parallel in (1, 2, 4, 8):
-        for public_only in (False, True):
-            out, errors = groups.run_groups(rub, selected, plan, public_only=public_only, parallel=parallel,
-                                            cpu_budget=None, costs=costs, speed=1.0, run=tmp_path / f"{parallel}")
-            assert sorted(out) == sorted(p.name for p in selected) and not errors
-    assert not overlaps, overlaps[0]
+    for parallel in (1, 2, 4):
+        runs.clear()
+        result = engine.grade(sub, engine.Options(profile="dev", parallel=parallel, problems=selected))
+        assert not overlaps, overlaps[0]
+        first_hidden = next(i for i, (hidden, _) in enumerate(runs) if hidden)
+        assert all(not hidden for hidden, _ in runs[:first_hidden]), runs
+        assert all(hidden for hidden, _ in runs[first_hidden:]), f"public checks ran after hidden ones: {runs}"
+        assert (False, ("views",)) in runs[:first_hidden] and (True, ("model",)) in runs[first_hidden:], runs
+        assert [p.name for p in result.problems if p.status != "grader error"] == selected, \
+            [(p.name, p.status) for p in result.problems]

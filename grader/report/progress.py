@@ -52,6 +52,7 @@ class _Problem:
     """One problem's progress, summed over the processes that hold it."""
 
     groups: set[int]  # the processes (groups) planned to run some of its checks
+    label: str = ""  # how it is shown: its name, and which of its checks run now
     ended: set[int] = field(default_factory=set)
     total: int = 0  # checks announced by the processes that started it
     outcomes: dict[str, int] = field(default_factory=dict)
@@ -101,19 +102,21 @@ class GradeProgress:
                 TimeElapsedColumn,
             )
 
-            self.bar = Progress(SpinnerColumn(finished_text="•"), TextColumn("{task.description:<11}"),
+            self.bar = Progress(SpinnerColumn(finished_text="•"), TextColumn("{task.description:<20}"),
                                 BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                 TextColumn("{task.fields[status]}"),
                                 console=Console(file=self.stream), transient=False)
             self.bar.start()
 
     # ------------------------------------------------------------------ fed by the engine
-    def plan(self, groups: list[list[str]]) -> None:
+    def plan(self, groups: list[list[str]], phase: str = "") -> None:
         """A run of trusted processes starts: ``groups[i]`` names the problems
-        process ``i`` holds. A problem planned again (its regrade) starts afresh."""
+        process ``i`` holds; ``phase`` (e.g. "hidden checks") is shown after
+        each name. A problem planned again (the next phase, a regrade) starts afresh."""
         with self.lock:
             for name in {n for g in groups for n in g}:
-                self.problems[name] = _Problem(groups={i for i, g in enumerate(groups) if name in g})
+                self.problems[name] = _Problem(groups={i for i, g in enumerate(groups) if name in g},
+                                               label=f"{name} ({phase})" if phase else name)
 
     def event(self, group: int, line: bytes | str) -> None:
         """One event line from process ``group``; anything malformed is dropped."""
@@ -172,9 +175,9 @@ class GradeProgress:
             return
         p.start = self.clock()
         if self.bar is not None:
-            p.task = self.bar.add_task(name, total=max(p.total, 1), completed=0, status="")
+            p.task = self.bar.add_task(p.label, total=max(p.total, 1), completed=0, status="")
         else:
-            self._line(f"{name}: started")
+            self._line(f"{p.label}: started")
 
     def _maybe_finished(self, name: str, p: _Problem) -> None:
         if p.done or p.ended < p.groups:
@@ -183,7 +186,7 @@ class GradeProgress:
         if p.start is None and not p.checked:  # its processes never reached it (a crash, a collection error)
             p.start = self.clock()
             if self.bar is not None:
-                p.task = self.bar.add_task(name, total=1, completed=0, status="")
+                p.task = self.bar.add_task(p.label, total=1, completed=0, status="")
         passed = p.outcomes.get("passed", 0)
         others = {o: p.outcomes[o] for o in OUTCOMES if o != "passed" and p.outcomes.get(o)}
         text = "no checks ran" if not p.total and not p.checked else summary(
@@ -193,7 +196,7 @@ class GradeProgress:
             total = max(p.total, p.checked, 1)
             self.bar.update(p.task, total=total, completed=total, status=printable(text.split(" in ")[0]))
         else:
-            self._line(f"{name}: {text}")
+            self._line(f"{p.label}: {text}")
 
     def _line(self, text: str) -> None:
         with contextlib.suppress(OSError, ValueError):  # a closed stderr never stops a grade

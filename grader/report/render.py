@@ -62,6 +62,7 @@ import json
 import sys
 import textwrap
 import xml.etree.ElementTree as ET
+from dataclasses import asdict
 from typing import Any, TextIO
 
 from grader.protocol import Failure
@@ -122,8 +123,11 @@ def _visible_checks(p: ProblemResult, reveal: bool) -> list[dict[str, Any]]:
         message = c.message if (not c.hidden or reveal) else ("details withheld" if c.outcome != PASSED else "")
         if c.example and (not c.hidden or reveal):
             message = f"{message}\n{c.example}"
-        out.append({"test": c.test if (not c.hidden or reveal) else f"hidden check {function_name(c.test)}",
-                    "outcome": c.outcome, "message": message, "duration": c.duration, "cpu": c.cpu})
+        shown = c.test if (not c.hidden or reveal) else f"hidden check {function_name(c.test)}"
+        entry: dict[str, Any] = {"test": shown, "outcome": c.outcome, "message": message}
+        if not c.hidden or reveal:  # a hidden check's seconds are the submission's to steer
+            entry.update(duration=c.duration, cpu=c.cpu)
+        out.append(entry)
     return out
 
 
@@ -134,20 +138,28 @@ def _item_json(i: ItemResult) -> dict[str, Any]:
 
 
 def to_json(r: GradeResult, reveal: bool = True) -> dict[str, Any]:
-    """The ``--json`` document (see the module docstring)."""
-    return {
+    """The ``--json`` document (see the module docstring). Without ``reveal`` it
+    holds nothing of the hidden checks' runs but their outcomes (no seconds,
+    no output, no seed): it may be shown to students."""
+    doc: dict[str, Any] = {
         "submission": r.submission, "score": r.score, "max_score": r.max_score,
         "gpu_points_not_run": r.gpu_points_not_run, "execution_time": r.execution_time,
         "sandbox": r.sandbox, "profile": r.profile, "checks": r.checks, "notes": r.notes, "error": r.error,
-        "points_without_checks": r.points_without_checks, "seed": r.seed, "speed": r.speed,
+        "points_without_checks": r.points_without_checks, "speed": r.speed,
         "problems": [{
             "name": p.name, "section": p.section, "score": p.score, "max_score": p.max_score,
             "status": p.status, "visibility": p.visibility, "output": p.output, "log": p.log,
             "time": p.time, "cpu": p.cpu, "cpu_budget": p.cpu_budget, "reference_cpu": p.reference_cpu,
             "not_run": p.not_run, "not_counted": p.not_counted, "checks": _visible_checks(p, reveal),
             "items": [_item_json(i) for i in p.items], "unmapped": p.unmapped,
+            **({"hidden_log": p.hidden_log, "hidden_time": p.hidden_time, "hidden_cpu": p.hidden_cpu,
+                "peak_bytes": p.peak_bytes} if reveal else {}),
         } for p in r.problems],
     }
+    if reveal:
+        doc.update(seed=r.seed, operator_notes=r.operator_notes, wall_time=r.wall_time,
+                   costs=[asdict(c) for c in r.costs], engine_cpu=r.engine_cpu, calibration_cpu=r.calibration_cpu)
+    return doc
 
 
 def _title(p: ProblemResult) -> str:
@@ -330,12 +342,13 @@ def print_table(r: GradeResult, *, details: bool = True, stream: TextIO | None =
 
 
 def write_reports(r: GradeResult, *, json_path: str | None, gradescope: str | None, junit: str | None,
-                  reveal: bool) -> list[str]:
+                  reveal: bool, final: bool = True) -> list[str]:
     """Write each report asked for, atomically (``reveal``: hidden checks' details in
     the ``--json`` file). Each writer stands alone: one that fails (the grader's
     own fault, never the submission's) neither stops the others nor raises.
-    Returns one line per report that could not be written, saying why; each is
-    also added to ``r.notes``, so the table printed afterwards says it."""
+    Returns one line per report that could not be written, saying why; with
+    ``final`` (the grade's last write, not one while it runs) each is also
+    added to ``r.notes``, so the table printed afterwards says it."""
     writers = [("--json", json_path, lambda: json.dumps(to_json(r, reveal), indent=1) + "\n"),
                ("--gradescope", gradescope, lambda: json.dumps(to_gradescope(r), indent=1) + "\n"),
                ("--junit", junit, lambda: to_junit(r))]
@@ -348,5 +361,6 @@ def write_reports(r: GradeResult, *, json_path: str | None, gradescope: str | No
         except Exception as e:
             failed.append(f"the grader could not write its {option} report {path} ({type(e).__name__}: "
                           f"{printable(str(e))[:300]}): a fault of the grader, not of the submission")
-    r.notes.extend(failed)
+    if final:
+        r.notes.extend(failed)
     return failed
