@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from grader.instructor import grading, records
+from grader.instructor import batch, grading, records
 from selftest.batching import (
     REPO,
     fake_grader_fixture,  # noqa: F401 (the fixture fake_grader)
@@ -128,9 +128,12 @@ def test_content_hash_sees_what_a_grade_depends_on(tmp_path):
     assert len(hashes) == 5
 
 
-def test_rerun_regrades_what_held_no_verdict(tmp_path, fake_grader):
-    """A timeout row, a grader-error row and a graded row with a problem in a
-    grader error are regraded by a rerun; the others are kept."""
+def test_rerun_regrades_what_held_no_verdict_a_bounded_number_of_times(tmp_path, fake_grader):
+    """A timeout row, a grader-error row and a result with a problem in a
+    grader error (its row says "grader error" too, with the points it did
+    get) are regraded by a rerun; the others are kept. A submission that keeps
+    ending with no verdict is graded at most MAX_ATTEMPTS times, reruns
+    included, and the rerun says so."""
     subs = tmp_path / "subs"
     subs.mkdir()
     make_sub(subs, "fine")
@@ -139,12 +142,21 @@ def test_rerun_regrades_what_held_no_verdict(tmp_path, fake_grader):
     out, log = tmp_path / "out", tmp_path / "graded.log"
     assert run_batch(subs, out, "--jobs", "2").returncode == 0
     book = read_gradebook(out)
-    assert book["faulty"]["status"] == "graded" and book["faulty"]["score"] == "5", book["faulty"]
+    assert book["faulty"]["status"] == "grader error" and book["faulty"]["score"] == "5", book["faulty"]
+    assert "views" in book["faulty"]["reason"], book["faulty"]
     assert book["crashy"]["status"] == "grader error", book["crashy"]
     proc = run_batch(subs, out, "--jobs", "2", env={"FAKE_GRADER_LOG": str(log), "FAKE_GRADER_MACHINE_FIXED": "1"})
     assert proc.returncode == 0 and "resuming: 1 of 3" in proc.stdout, proc.stdout
     assert sorted(ln.split()[1] for ln in log.read_text().splitlines()) == ["crashy", "faulty"]
-    assert read_gradebook(out)["faulty"]["score"] == "10"
+    book = read_gradebook(out)
+    assert book["faulty"]["score"] == "10" and book["faulty"]["status"] == "graded", book["faulty"]
+    for attempt in (3, 4):  # crashy's third attempt, then none
+        log.unlink()
+        proc = run_batch(subs, out, "--jobs", "2", env={"FAKE_GRADER_LOG": str(log)})
+        graded = log.read_text().split() if log.exists() else []
+        assert ("crashy" in graded) == (attempt <= batch.MAX_ATTEMPTS), (attempt, graded)
+    assert f"1 left with no verdict after {batch.MAX_ATTEMPTS} attempts" in proc.stdout, proc.stdout
+    assert json.loads((out / "results" / "crashy.json").read_text())["attempts"] == batch.MAX_ATTEMPTS
 
 
 def _strip_times(text: str) -> list[list[str]]:

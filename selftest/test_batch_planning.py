@@ -81,15 +81,16 @@ def test_jobs_and_worker_memory_fit_the_free_memory(monkeypatch):
     assert limits.fitted_memory_limit(8 << 30) == limits.MIN_WORKER_BYTES
 
 
-def test_jobs_share_one_worker_budget(monkeypatch):
-    """jobs x problems at once never exceeds min(cores, memory slots)."""
+def test_jobs_never_exceed_the_worker_slots(monkeypatch):
+    """Submissions at once never exceed min(cores, memory slots): each grader
+    runs one worker at a time."""
     from grader import util
     from grader.sandbox import limits
 
     monkeypatch.setattr(util, "cores", lambda: 4)
     monkeypatch.setattr(limits, "worker_slots", lambda memory_bytes: 3)
-    assert batch.share_budget(1) == (1, 3)
-    assert batch.share_budget(2) == (2, 1)
-    assert batch.share_budget(5) == (3, 1)
+    assert batch.share_budget(1) == 1
+    assert batch.share_budget(2) == 2
+    assert batch.share_budget(5) == 3
     monkeypatch.setattr(limits, "worker_slots", lambda memory_bytes: 16)
-    assert batch.share_budget(2) == (2, 2)
+    assert batch.share_budget(8) == 4

@@ -9,10 +9,11 @@ Contract (instructors rely on each point):
   :mod:`.precheck`.)
 * Each submission is graded by its own ``python -m grader SUB --json FILE``
   subprocess (so a grader crash on one never takes down the batch), at most
-  ``--jobs`` at a time, sharing one budget of worker slots (min(cores, memory
-  slots)): ``--jobs`` is capped by it and each grader gets ``--parallel
-  slots // jobs``, so jobs x problems at once never exceeds it. Each runs under
-  a wall-clock ``--timeout`` after which its whole process group is killed.
+  ``--jobs`` at a time (capped by the machine's worker slots: min(cores, memory
+  slots)); each grades its problems one after another, one trusted process
+  per phase, which costs least CPU: the batch's parallelism is across
+  submissions. Each runs under a wall-clock ``--timeout`` after which its
+  whole process group is killed; what it finished before stays in its record.
   (:mod:`.grading`, :mod:`.supervisor`.)
 * Every submission gets ``DIR/results/<id>.json`` (written atomically) and one row of
   ``DIR/gradebook.csv`` (rewritten atomically after every submission), whatever
@@ -21,11 +22,14 @@ Contract (instructors rely on each point):
 * A rerun resumes: a submission whose results file exists and is complete is not
   graded again (``--force`` regrades), unless its content changed since (the
   record's ``content`` hash: a resubmission under the same name is regraded) or
-  what happened to it was no verdict
-  on it: a batch timeout, a grader error, or a problem the grader reported as a
-  grader error (each problem's grader error was regraded once, alone, by the
-  grader already; a rerun tries again). Killing the batch (even SIGKILL) loses at
-  most the submissions in flight, never a row already written; the graders it had
+  what happened to it was no verdict on it (a batch timeout, a grader error,
+  a problem the grader reported as not graded: the grader regraded each such
+  problem once, alone, already) and it has been graded fewer than
+  :data:`MAX_ATTEMPTS` times (the record's ``attempts``): regrades are
+  bounded. Which options the batch chose for the machine (a worker memory
+  limit fitted to the free memory) never make a record one "graded with
+  other options". Killing the batch (even SIGKILL) loses at most the
+  submissions in flight, never a row already written; the graders it had
   started die with it.
 * ``DIR/summary.md`` and ``DIR/summary.png``: per-problem pass rates and the score
   distribution of the class (also printed as a table). (:mod:`.gradebook`.)
@@ -63,13 +67,17 @@ from grader.instructor.discovery import Submission, discover, parse_shard, shard
 from grader.instructor.files import write_json_atomic
 from grader.instructor.gradebook import gradebook_csv, write_outputs
 from grader.instructor.grading import grade_submission
-from grader.instructor.records import content_hash, error_record, load_record, load_records
+from grader.instructor.records import NOT_GRADED_STATUSES, content_hash, error_record, load_record, load_records
 from grader.instructor.slurm import write_slurm
 from grader.report.progress import BatchProgress
 from grader.sandbox.limits import plan_jobs
 from grader.util import PROFILES, REPO, write_atomic
 
-__all__ = ["main", "share_budget"]
+__all__ = ["MAX_ATTEMPTS", "main", "share_budget"]
+
+#: How many times a batch (its reruns included) grades one content of a
+#: submission that keeps ending with no verdict on it (a grader error, a timeout).
+MAX_ATTEMPTS = 3
 
 
 @contextlib.contextmanager
@@ -89,10 +97,11 @@ def _locked(out: Path) -> Iterator[None]:
 
 
 def _grader_args(args: argparse.Namespace) -> list[str]:
-    """The options every submission's grader gets from the batch's own."""
+    """The options every submission's grader gets from the batch's own options
+    (what the batch sets for the machine itself is :func:`_machine_args`)."""
     extra = []
-    if getattr(args, "worker_memory", None):
-        extra += ["--memory-limit", f"{args.worker_memory / (1 << 30):.3f}"]
+    if args.memory_limit:
+        extra += ["--memory-limit", f"{args.memory_limit:g}"]
     if args.profile:
         extra += ["--profile", args.profile]
     if args.problems:
@@ -102,9 +111,18 @@ def _grader_args(args: argparse.Namespace) -> list[str]:
     return extra
 
 
-def share_budget(jobs: int) -> tuple[int, int]:
-    """(submissions at once, problems at once within each): one budget of worker
-    slots, min(cores, memory slots), shared so that jobs x problems never exceeds it."""
+def _machine_args(args: argparse.Namespace) -> list[str]:
+    """The options the batch sets for this machine (a worker memory limit fitted
+    to its free memory): passed to each grader, never compared on resume."""
+    worker = getattr(args, "worker_memory", None)
+    if worker and not args.memory_limit:
+        return ["--memory-limit", f"{worker / (1 << 30):.3f}"]
+    return []
+
+
+def share_budget(jobs: int) -> int:
+    """Submissions graded at once: ``jobs``, never more than the machine's
+    worker slots, min(cores, memory slots) (each grader runs one worker at a time)."""
     from grader.rubric import load
     from grader.sandbox.limits import worker_slots
     from grader.util import cores
@@ -114,7 +132,7 @@ def share_budget(jobs: int) -> tuple[int, int]:
         print(f"batch: --jobs {jobs} exceeds this machine's {slots} worker slots (cores, memory); "
               f"grading {slots} at a time", file=sys.stderr, flush=True)
         jobs = slots
-    return jobs, max(1, slots // jobs)
+    return jobs
 
 
 def _rubric_memory_gib() -> float:
@@ -128,20 +146,22 @@ def _rubric_memory_gib() -> float:
 
 def _no_verdict(rec: dict[str, Any]) -> bool:
     """Whether a record holds no verdict on its submission: the batch's wall-clock
-    backstop killed its grader, the grader failed, or a problem of it ended in
-    a grader error."""
+    backstop killed its grader, the grader failed, or a problem of it was not
+    graded (a grader error, or not reached)."""
     if rec.get("status") in ("timeout", "grader error"):
         return True
     result = rec.get("result") or {}
-    return any(isinstance(p, dict) and p.get("status") == "grader error" for p in result.get("problems", []))
+    return any(isinstance(p, dict) and p.get("status") in NOT_GRADED_STATUSES for p in result.get("problems", []))
 
 
 def _resume(subs: list[Submission], results: Path, grader_args: list[str],
-            force: bool) -> tuple[dict[str, dict[str, Any]], list[Submission]]:
-    """(the records kept from an earlier run, by id; the submissions still to grade)."""
+            force: bool) -> tuple[dict[str, dict[str, Any]], list[Submission], dict[str, int]]:
+    """(the records kept from an earlier run, by id; the submissions still to
+    grade; the attempts each of those has had on its content already)."""
     records: dict[str, dict[str, Any]] = {}
     todo: list[Submission] = []
-    changed = resubmitted = 0
+    attempts: dict[str, int] = {}
+    changed = resubmitted = given_up = 0
     for s in subs:
         rec = None if force else load_record(results / f"{s.id}.json", s.id)
         if rec is not None and Path(str(rec.get("source", ""))).name != s.path.name:
@@ -150,7 +170,11 @@ def _resume(subs: list[Submission], results: Path, grader_args: list[str],
             rec = None  # resubmitted (or changed) since it was graded: its grade is not this content's
             resubmitted += 1
         if rec is not None and _no_verdict(rec):
-            rec = None  # the machine's or the grader's trouble last time: grade it again
+            if int(rec.get("attempts", 1)) < MAX_ATTEMPTS:  # the machine's or the grader's trouble: again
+                attempts[s.id] = int(rec.get("attempts", 1))
+                rec = None
+            else:
+                given_up += 1
         if rec is None:
             todo.append(s)
         else:
@@ -159,8 +183,10 @@ def _resume(subs: list[Submission], results: Path, grader_args: list[str],
     if records or resubmitted:
         print(f"batch: resuming: {len(records)} of {len(subs)} submissions already have results"
               + (f" ({changed} graded with other options; --force regrades)" if changed else "")
-              + (f"; {resubmitted} changed since graded, regraded" if resubmitted else ""), flush=True)
-    return records, todo
+              + (f"; {resubmitted} changed since graded, regraded" if resubmitted else "")
+              + (f"; {given_up} left with no verdict after {MAX_ATTEMPTS} attempts (--force regrades)"
+                 if given_up else ""), flush=True)
+    return records, todo, attempts
 
 
 def run_batch(args: argparse.Namespace) -> int:
@@ -175,25 +201,26 @@ def run_batch(args: argparse.Namespace) -> int:
     if args.shard:
         i, n = args.shard
         subs = [s for s in subs if shard_index(s.id, n) == i]
-    # All the workers that can run at once (two per grader: a problem's and
-    # the spare) must fit the free memory: cap the per-worker limit, then --jobs.
+    # All the workers that can run at once (one per grader, beside its fork
+    # server) must fit the free memory: cap the per-worker limit, then --jobs.
     configured = int((args.memory_limit or _rubric_memory_gib()) * (1 << 30))
     args.jobs, args.worker_memory, message = plan_jobs(args.jobs, configured)
     if message:
         print(f"batch: {message}", flush=True)
     grader_args = _grader_args(args)
+    machine_args = _machine_args(args)
     with _locked(out):
         results = out / "results"
         results.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(out / "tmp", ignore_errors=True)  # leftovers of a killed run
-        records, todo = _resume(subs, results, grader_args, args.force)
+        records, todo, attempts = _resume(subs, results, grader_args, args.force)
         lock = threading.Lock()
         progress = BatchProgress(len(subs), len(records))
-        jobs, per_grader = share_budget(max(1, args.jobs))
+        jobs = share_budget(max(1, args.jobs))
         try:
             with ThreadPoolExecutor(max_workers=jobs) as pool:
-                futures = {pool.submit(grade_submission, s, out, grader_args, args.timeout, per_grader): s
-                           for s in todo}
+                futures = {pool.submit(grade_submission, s, out, grader_args, args.timeout, machine_args,
+                                       attempts.get(s.id, 0) + 1): s for s in todo}
                 for fut in as_completed(futures):
                     s = futures[fut]
                     try:

@@ -25,7 +25,7 @@ from typing import Any
 
 from grader.instructor.discovery import Submission
 from grader.instructor.precheck import precheck
-from grader.instructor.records import new_record, valid_result
+from grader.instructor.records import NOT_GRADED_STATUSES, new_record, valid_result
 from grader.util import REPO, printable
 
 __all__ = ["GRADER_ENV", "grade_submission", "grader_command"]
@@ -52,15 +52,21 @@ def _last_line(text: str) -> str:
 
 
 def grade_submission(sub: Submission, out: Path, grader_args: Sequence[str], timeout: float,
-                     parallel: int | None = None) -> dict[str, Any]:
+                     machine_args: Sequence[str] = (), attempt: int = 1) -> dict[str, Any]:
     """Grade one submission and return its record (not yet written).
 
     ``out``: the batch's output folder (staged copies go to ``out/staged/<id>``,
     the grader's JSON to ``out/tmp``, removed afterwards); ``timeout``: wall-clock
-    seconds before the grader's process group is killed; ``parallel``: the
-    grader's ``--parallel`` (its share of the batch's worker budget)."""
+    seconds before the grader's process group is killed (the points it had
+    finished stay in the record: the grader writes its JSON as it goes);
+    ``machine_args``: options the batch set for this machine (not recorded);
+    ``attempt``: how many times this content has been graded, this time included.
+    A result with a problem not graded (a grader error, or one the grade did
+    not reach) is the record's status "grader error": no verdict, regraded by
+    a rerun up to the batch's bound."""
     start = time.monotonic()
     record = new_record(sub, list(grader_args))
+    record["attempts"] = attempt
     target, status, reason = precheck(sub.path, out / "staged" / sub.id)
     if target is None:
         record.update(status=status, reason=reason)
@@ -68,8 +74,7 @@ def grade_submission(sub: Submission, out: Path, grader_args: Sequence[str], tim
     tmp = out / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     json_path = tmp / f"{sub.id}.{uuid.uuid4().hex[:8]}.json"
-    cmd = [*grader_command(), str(target), "--json", str(json_path), *grader_args,
-           *(["--parallel", str(parallel)] if parallel else [])]
+    cmd = [*grader_command(), str(target), "--json", str(json_path), *grader_args, *machine_args]
     # -E -s: neither PYTHON* variables nor the user's site change how the supervisor
     # starts (cwd=REPO puts this package on its path); the grader gets the environment.
     proc = subprocess.Popen(
@@ -91,6 +96,10 @@ def grade_submission(sub: Submission, out: Path, grader_args: Sequence[str], tim
     record["grader_exit"] = proc.returncode
     record["stderr_tail"] = printable(_tail(err))
     if record["status"] == "timeout":
+        with contextlib.suppress(OSError, ValueError):  # what it finished before it was stopped
+            partial = json.loads(json_path.read_text())
+            if not valid_result(partial):
+                record.update(score=float(partial["score"]), max_score=float(partial["max_score"]), result=partial)
         json_path.unlink(missing_ok=True)
         return record
     result, problem = None, ""
@@ -109,4 +118,9 @@ def grade_submission(sub: Submission, out: Path, grader_args: Sequence[str], tim
         return record
     record.update(status="graded", score=float(result["score"]), max_score=float(result["max_score"]),
                   result=result)
+    ungraded = [p.get("name", "?") for p in result["problems"]
+                if isinstance(p, dict) and p.get("status") in NOT_GRADED_STATUSES]
+    if ungraded:  # no verdict on those: the rows says so, and a rerun tries again (bounded)
+        record.update(status="grader error", reason=f"not graded: {', '.join(map(str, ungraded))} (a fault of the "
+                                                    "machine or the grader, regraded by a rerun of the batch)")
     return record

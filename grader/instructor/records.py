@@ -3,8 +3,10 @@
 Contract: a record is a JSON object with ``batch_version`` (:data:`RECORD_VERSION`),
 ``id``, ``source``, ``content`` (:func:`content_hash` of the entry when it was
 graded), ``submitters``, ``status`` (one of :data:`STATUSES`), ``reason``,
-``score``, ``max_score``, ``grader_args``, ``wall_time`` and ``result`` (the
-grader's ``--json`` output, only when "graded"). A record that is not complete
+``score``, ``max_score``, ``grader_args``, ``wall_time``, ``attempts`` (how
+many times this content was graded) and ``result`` (the grader's ``--json``
+output: when "graded", and for "grader error" and "timeout" what the grader
+finished). A record that is not complete
 under :func:`record_complete` is treated as missing, so the submission is
 graded again; so is one whose ``content`` is not the entry's now (a
 resubmission under the same name).
@@ -21,14 +23,18 @@ from typing import Any
 
 from grader.instructor.discovery import Submission
 
-__all__ = ["RECORD_VERSION", "STATUSES", "content_hash", "error_record", "load_record", "load_records", "new_record",
-           "record_complete", "valid_result"]
+__all__ = [
+    "NOT_GRADED_STATUSES", "RECORD_VERSION", "STATUSES", "content_hash", "error_record",
+    "load_record", "load_records", "new_record", "record_complete", "valid_result",
+]
 
 RECORD_VERSION = 1
 
 #: What can happen to a submission. Only "graded" carries the grader's JSON.
 #: "rejected": it holds what staging never follows (a symbolic link, a device, a FIFO).
 STATUSES = ("graded", "timeout", "grader error", "bad zip", "no student/", "rejected")
+#: A problem's statuses in a result that are no verdict on it: the record is then "grader error".
+NOT_GRADED_STATUSES = ("grader error", "not graded yet")
 
 
 #: Folders of an entry that hold nothing the grader reads (version control, caches).
