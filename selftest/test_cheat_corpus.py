@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -17,15 +16,16 @@ import pytest
 import torch
 
 from grader.corpus import build_cheat
+from grader.rubric import load
 from grader.sandbox import uidsandbox
 from grader.sandbox.isolation import bwrap_usable
-from grader.worker.main import _ARCH, landlock_abi
+from grader.worker.confine import landlock_abi, seccomp_available
 from selftest.uidmode import locked_checkout, uid_setup
 
 REPO = Path(__file__).resolve().parent.parent
 CHEATS = REPO / "grader" / "corpus" / "cheat"
 BWRAP, WHY = bwrap_usable()
-SECCOMP = sys.platform == "linux" and platform.machine() in _ARCH
+SECCOMP = seccomp_available()
 
 # name: (problems it targets, what it needs to be graded safely here, expected statuses)
 CASES = {
@@ -81,12 +81,39 @@ CASES = {
     "dev_fill": ("precision", "bwrap", "failed"),
     "ptrace_pid1": ("precision", "bwrap", "failed"),
 }
+#: Cheats that are the reference but for one part, hidden by the attack: they
+#: must lose that part's items (named by a public test of each: the item that
+#: holds it) and gain nothing else, and whatever they do is never the
+#: machine's fault (no grader error, no regrade). name: ({problem: [public
+#: tests whose items are lost, or [] for full marks]}, what it needs, "full"
+#: when ./lab test leaves it to LAB_FULL_CORPUS=1).
+ITEM_CASES: dict[str, tuple[dict[str, list[str]], str | None, bool]] = {
+    # Its CPU and memory hidden behind a main thread that ended itself (the process shows as a zombie).
+    "thread_after_exit": ({"precision": ["test_bytes_per_element_matches_element_size"],
+                           "data": ["test_only_the_sampled_windows_are_read"]}, None, False),
+    # A save that makes a marker beside the checkpoint first, then writes `path` in place.
+    "save_marker": ({"training": ["test_a_save_killed_mid_write_leaves_the_previous_checkpoint"]}, None, True),
+    # An atomic save whose temporary file is one folder up: correct, and no reason for a grader error.
+    "temp_above": ({"training": []}, None, True),
+    # Numbers and text it controls (exit status, CPU seconds, a malformed reply quoting its inputs).
+    "number_channels": ({"precision": ["test_bytes_per_element_matches_element_size"]}, None, False),
+    # Paths of the grader's temporary folder in its own exception messages.
+    "paths_in_messages": ({"data": ["test_save_tokens_writes_raw_uint16_by_default"]}, None, False),
+    # Activations kept in a tmpfs of a user and mount namespace of its own.
+    "namespace_offload": ({"training": ["test_checkpointed_forward_holds_fewer_activations"]}, "seccomp", True),
+    # Its own priority lowered and its CPU pinned, so that a wait of its own looks like the machine's.
+    "scheduler_starved": ({"precision": ["test_bytes_per_element_matches_element_size"]}, "seccomp", False),
+    # Activations written over a file an earlier worker made, so the scratch folder does not grow.
+    "storage_prefill": ({"training": ["test_checkpointed_forward_holds_fewer_activations"]}, "bwrap", False),
+}
 #: Folders of the corpus that are not one submission (graded by their own tests below).
 NOT_SUBMISSIONS = {"bad_archives"}
 
 
 def test_every_cheat_has_a_case():
-    assert sorted(p.name for p in CHEATS.iterdir() if p.is_dir() and p.name not in NOT_SUBMISSIONS) == sorted(CASES)
+    assert sorted(p.name for p in CHEATS.iterdir() if p.is_dir() and p.name not in NOT_SUBMISSIONS) == \
+        sorted([*CASES, *ITEM_CASES])
+    assert not set(CASES) & set(ITEM_CASES)
 
 
 def _grade(submission: Path, problems: str, out_dir: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict,
@@ -215,6 +242,55 @@ def test_cheat_gains_nothing(name, isolation, tmp_path):
     if name in ("disk_fill", "deep_scratch", "fallocate_fill"):
         assert "killed by the grader: the scratch folder" in by["precision"]["output"] or \
             by["precision"]["status"] == "timeout", by["precision"]["output"]
+
+
+def _visible(proc: subprocess.CompletedProcess, gradescope: dict, junit: Path) -> str:
+    """Everything a student reads of a grade: the table, Gradescope's results, the JUnit XML."""
+    return proc.stdout + json.dumps(gradescope) + junit.read_text()
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.full] if full else [])
+                                  for n, (_, _, full) in sorted(ITEM_CASES.items())])
+def test_cheat_loses_what_it_targets_and_no_more_is_the_machines(name, tmp_path):
+    targets, needs, _ = ITEM_CASES[name]
+    if needs == "bwrap" and not BWRAP:
+        pytest.skip(f"grading {name} safely needs bubblewrap ({WHY})")
+    if needs == "seccomp" and not SECCOMP:
+        pytest.skip(f"grading {name} needs the seccomp filter (Linux x86_64/aarch64)")
+    out, gs, junit = tmp_path / "result.json", tmp_path / "gradescope.json", tmp_path / "junit.xml"
+    folder = build_cheat(name, tmp_path / "built")
+    proc = subprocess.run(
+        [sys.executable, "-m", "grader", str(folder), "--problems", ",".join(targets), "--profile", "dev",
+         "--json", str(out), "--gradescope", str(gs), "--junit", str(junit), "--call-cpu", "4"],
+        cwd=REPO, capture_output=True, text=True, timeout=1800, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, f"the grader failed on {name}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    result, gradescope = json.loads(out.read_text()), json.loads(gs.read_text())
+    by = {p["name"]: p for p in result["problems"]}
+    rubric = {p.name: p for p in load().problems}
+    for problem, tests in targets.items():
+        p = by[problem]
+        assert p["status"] != "grader error" and not any("regraded" in n for n in result["notes"]), \
+            (p["status"], result["notes"], p["output"][:2000])
+        lost = {i.name for t in tests for i in rubric[problem].items_of(t)}
+        for item in p["items"]:
+            if item["name"] in lost:
+                assert item["score"] == 0, (name, item)
+        if not tests:  # nothing to lose: a correct part, graded as one
+            assert p["score"] == p["max_score"], p["output"][:2000]
+    visible = _visible(proc, gradescope, junit)
+    assert "grader-" not in visible, "a path of the grader's temporary folder reached a student"
+    if name == "number_channels":  # nothing it sent in the hidden checks reaches what students read
+        public = {int(s) for s in re.findall(r"SENT-STATUS (\d+)", by["precision"]["log"])}
+        shown = {int(s) for s in re.findall(r"exited with status (\d+)", visible)}
+        assert shown <= public, (shown, public)
+        assert "LEAKED-TEXT" not in visible and "LEAKED-TEXT" not in json.dumps(by["precision"]["checks"])
+    if name == "paths_in_messages":  # said, with the grader's folder named as such
+        assert "<grader's folder>" in visible, visible[:3000]
+    if name == "scheduler_starved":
+        assert by["precision"]["status"] == "timeout" and "LOWERED" not in by["precision"]["log"], \
+            by["precision"]["log"][:2000]
+    if name == "namespace_offload":
+        assert "PRIVATE TMPFS MOUNTED" not in by["training"]["log"], by["training"]["log"][:2000]
 
 
 def test_hidden_inputs_follow_the_recorded_seed(tmp_path):

@@ -1,0 +1,1 @@
+"""A hostile submission (grader corpus)."""
