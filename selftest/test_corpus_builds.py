@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import pytest
 
-from grader.corpus import build_correct, build_wrong, correct_submissions, wrong_submissions
+from grader.corpus import (
+    REFERENCE_LINE,
+    build_correct,
+    build_wrong,
+    correct_lineage,
+    correct_submissions,
+    wrong_submissions,
+)
 from grader.rubric import load
 from tests.harness import HANDOUT_MODULES
 
@@ -27,3 +34,19 @@ def test_wrong_entry_applies(sub, tmp_path):
 def test_correct_entry_applies(sub, tmp_path):
     assert sub.problem in HANDOUT_MODULES, f"{sub.name}: unknown problem {sub.problem!r}"
     assert (build_correct(sub, tmp_path) / "student").is_dir()
+
+
+def test_correct_lineage_names_every_entry_and_its_first_origin():
+    """Patches are the reference's; a listed entry takes its origin's line
+    (followed to an entry written apart); the others are their own."""
+    lines = correct_lineage()
+    entries = correct_submissions()
+    assert set(lines) == {e.name for e in entries}
+    for e in entries:
+        if e.patches:
+            assert lines[e.name] == REFERENCE_LINE, e.name
+    assert lines["optimizers-slow_per_parameter"] == "optimizers-textbook_loops"
+    assert lines["einops_ops-slow_loops"] == REFERENCE_LINE
+    assert lines["views-from_the_handout"] == "views-from_the_handout"
+    # Every line is the reference or an entry written apart (a folder not listed).
+    assert set(lines.values()) - {REFERENCE_LINE} <= {e.name for e in entries if e.modules and lines[e.name] == e.name}

@@ -14,6 +14,10 @@ segmentations), which must get full marks. It is either a ``.toml`` patch like
 the wrong ones, or a folder of whole modules that replace the reference's.
 
 
+``correct_lineage.toml`` says which correct entries are edited copies of
+another entry or of the reference (:func:`correct_lineage`): the similarity
+report treats what solutions written apart share as expected code.
+
 ``cheat/<name>/`` holds whole hostile submissions (see its README). A cheat
 that needs an otherwise correct module (to show that its attack, not a missing
 function, is what loses the points) has a ``from_reference.toml``: its
@@ -112,6 +116,36 @@ def correct_submissions() -> list[CorrectSubmission]:
             doc = modules[0].read_text().partition('"""')[2].partition("\n")[0] if modules else ""
             out.append(CorrectSubmission(path.name, problem, doc, (), modules))
     return out
+
+
+#: The correct entries that were not written apart, and what each was copied from.
+LINEAGE_FILE = CORPUS / "correct_lineage.toml"
+#: :func:`correct_lineage`'s name for ``reference/``.
+REFERENCE_LINE = "reference"
+
+
+def correct_lineage() -> dict[str, str]:
+    """Each correct entry's line: ``"reference"`` for a ``.toml`` entry (a
+    patch to the reference) and for an entry copied from it, the entry it was
+    copied from (followed to the first one) for one ``correct_lineage.toml``
+    lists, and the entry's own name for one written apart. Two entries (or an
+    entry and the reference) of different lines were written independently.
+    A listed name that is no entry raises ValueError."""
+    entries = {e.name: e for e in correct_submissions()}
+    derived: dict[str, str] = tomllib.loads(LINEAGE_FILE.read_text()).get("derived_from", {})
+    for name, origin in derived.items():
+        if name not in entries or (origin != REFERENCE_LINE and origin not in entries):
+            raise ValueError(f"{LINEAGE_FILE.name}: {name} = {origin!r} names no correct entry")
+    lines = {}
+    for name, entry in entries.items():
+        line, seen = name, {name}
+        while line in derived:
+            line = derived[line]
+            if line in seen:
+                raise ValueError(f"{LINEAGE_FILE.name}: {name} is derived from itself")
+            seen.add(line)
+        lines[name] = REFERENCE_LINE if entry.patches or line == REFERENCE_LINE else line
+    return lines
 
 
 def build_correct(sub: CorrectSubmission, dest: Path) -> Path:
