@@ -12,6 +12,7 @@ from grader.corpus import (
     REFERENCE_LINE,
     build_correct,
     build_wrong,
+    copied_entries,
     correct_lineage,
     correct_submissions,
     wrong_submissions,
@@ -37,16 +38,18 @@ def test_correct_entry_applies(sub, tmp_path):
 
 
 def test_correct_lineage_names_every_entry_and_its_first_origin():
-    """Patches are the reference's; a listed entry takes its origin's line
-    (followed to an entry written apart); the others are their own."""
+    """Patches are the reference's; a listed copy takes its origin's line
+    (followed to an entry written apart); a group of writers is one line; the
+    others are their own."""
     lines = correct_lineage()
     entries = correct_submissions()
     assert set(lines) == {e.name for e in entries}
     for e in entries:
         if e.patches:
             assert lines[e.name] == REFERENCE_LINE, e.name
-    assert lines["optimizers-slow_per_parameter"] == "optimizers-textbook_loops"
+        if e.name.endswith("-from_the_handout"):
+            assert lines[e.name] == "from_the_handout", e.name
+    assert lines["optimizers-slow_per_parameter"] == lines["optimizers-textbook_loops"] == "optimizers-textbook_loops"
     assert lines["einops_ops-slow_loops"] == REFERENCE_LINE
-    assert lines["views-from_the_handout"] == "views-from_the_handout"
-    # Every line is the reference or an entry written apart (a folder not listed).
-    assert set(lines.values()) - {REFERENCE_LINE} <= {e.name for e in entries if e.modules and lines[e.name] == e.name}
+    assert copied_entries() == {e.name for e in entries if e.patches} | {"optimizers-slow_per_parameter",
+                                                                          "einops_ops-slow_loops"}

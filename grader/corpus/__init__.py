@@ -126,26 +126,35 @@ REFERENCE_LINE = "reference"
 
 def correct_lineage() -> dict[str, str]:
     """Each correct entry's line: ``"reference"`` for a ``.toml`` entry (a
-    patch to the reference) and for an entry copied from it, the entry it was
-    copied from (followed to the first one) for one ``correct_lineage.toml``
-    lists, and the entry's own name for one written apart. Two entries (or an
-    entry and the reference) of different lines were written independently.
-    A listed name that is no entry raises ValueError."""
+    patch to the reference) and for an entry copied from it; for an entry
+    ``correct_lineage.toml`` lists as copied, its origin's line; for one of a
+    ``same_writers`` group, the group's name; else the entry's own name. Two
+    entries (or an entry and the reference) of different lines were written
+    independently. A listed name that is no entry raises ValueError."""
     entries = {e.name: e for e in correct_submissions()}
-    derived: dict[str, str] = tomllib.loads(LINEAGE_FILE.read_text()).get("derived_from", {})
-    for name, origin in derived.items():
+    spec = tomllib.loads(LINEAGE_FILE.read_text())
+    derived: dict[str, str] = spec.get("derived_from", {})
+    group = {name: writers for writers, names in spec.get("same_writers", {}).items() for name in names}
+    for name, origin in [*derived.items(), *((n, n) for n in group)]:
         if name not in entries or (origin != REFERENCE_LINE and origin not in entries):
-            raise ValueError(f"{LINEAGE_FILE.name}: {name} = {origin!r} names no correct entry")
+            raise ValueError(f"{LINEAGE_FILE.name}: {name} (from {origin!r}) names no correct entry")
     lines = {}
     for name, entry in entries.items():
-        line, seen = name, {name}
-        while line in derived:
-            line = derived[line]
-            if line in seen:
+        origin, seen = name, {name}
+        while origin in derived:
+            origin = derived[origin]
+            if origin in seen:
                 raise ValueError(f"{LINEAGE_FILE.name}: {name} is derived from itself")
-            seen.add(line)
-        lines[name] = REFERENCE_LINE if entry.patches or line == REFERENCE_LINE else line
+            seen.add(origin)
+        lines[name] = REFERENCE_LINE if entry.patches or origin == REFERENCE_LINE else group.get(origin, origin)
     return lines
+
+
+def copied_entries() -> set[str]:
+    """The correct entries that are edited copies: every ``.toml`` entry (a
+    patch to the reference) and those ``correct_lineage.toml`` derives."""
+    derived = tomllib.loads(LINEAGE_FILE.read_text()).get("derived_from", {})
+    return {e.name for e in correct_submissions() if e.patches or e.name in derived}
 
 
 def build_correct(sub: CorrectSubmission, dest: Path) -> Path:
