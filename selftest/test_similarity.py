@@ -326,3 +326,22 @@ def test_batch_option_writes_the_report(klass, tmp_path, monkeypatch):
     assert batch.main([str(root), "--out", str(out), "--jobs", "1", "--quiet", "--similarity"]) == 0
     assert (out / "gradebook.csv").is_file() and (out / "similarity" / "report.html").is_file()
     assert _score(out / "similarity", "alice", "carol") > 0.8
+
+
+def test_untouched_stubs_and_imports_share_nothing():
+    """Two students who left views as the stub, or who share only their import
+    lines, have no pair (a k-gram across the stub and __init__ used to pair them)."""
+    stub = (REPO / "student" / "views.py").read_text()
+    init = (REPO / "student" / "__init__.py").read_text()
+    stubs_only = [similarity.Source(n, files=similarity.module_units({"__init__": init, "views": stub}))
+                  for n in ("a", "b")]
+    assert similarity.compare(stubs_only, similarity.stubs_of()) == []
+    imports = "import math\nimport os\nfrom collections.abc import (\n    Iterable,\n    Sequence,\n)\n" \
+              "from torch import nn, \\\n    optim\n"
+    own = ["def total(xs):\n    return sum(x * x for x in xs if x > 0)\n",
+           "class Tally:\n    def __init__(self):\n        self.seen = {}\n"]
+    students = [similarity.Source(f"s{i}", files=similarity.module_units({"__init__": "", "views": imports + text}))
+                for i, text in enumerate(own)]
+    assert similarity.compare(students, similarity.stubs_of()) == []
+    blanked = similarity.without_imports(imports + own[0])
+    assert len(blanked) == len(imports + own[0]) and blanked.strip() == own[0].strip()

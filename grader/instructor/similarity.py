@@ -28,11 +28,13 @@ Contract:
   torch, never imported) are one more source for ``optimizers``, named
   ``torch.optim (library)``: a submission that copies torch's optimizers instead
   of delegating to them shows up paired with it.
-* The stubs (``student/<module>.py``) are boilerplate: every fingerprint of a
-  stub is removed before comparing, so the handout's signatures and docstrings
-  never count. The reference (``reference/<module>.py``, when this checkout has
-  it) is compared as one more source, named ``(reference)``: a submission that
-  copies the solutions shows up paired with it.
+* The stubs (``student/<module>.py``, with the stubs' ``__init__.py``) are
+  boilerplate: every fingerprint of a stub is removed before comparing, so the
+  handout's signatures and docstrings never count. Nor do import statements
+  (blanked before tokenizing): the handout says what to import. The reference
+  (``reference/<module>.py``, when this checkout has it) is compared as one
+  more source, named ``(reference)``: a submission that copies the solutions
+  shows up paired with it.
 * A pair's ``similarity`` is the larger of its two sides' shares (the fraction
   of a side's fingerprinted tokens found in the other), so a short file copied
   whole into a longer one ranks high too; both shares are in the CSV.
@@ -55,6 +57,7 @@ import importlib.util
 import io
 import sys
 import tempfile
+import tokenize
 import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -241,11 +244,37 @@ def library_source() -> Source | None:
     return Source(LIBRARY_ID, "", {"optimizers": "\n".join(texts)}) if texts else None
 
 
+def without_imports(text: str) -> str:
+    """``text`` with every import statement blanked to spaces (newlines kept,
+    so offsets into it are offsets into ``text``); ``text`` itself when Python
+    cannot tokenize it. The handout says what to import, and the same imports
+    in the same order are no evidence of copying."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError):  # IndentationError included
+        return text
+    starts = np.cumsum([0, *map(len, text.splitlines(keepends=True))])  # offset of each line (1-based rows)
+    chars = list(text)
+    begin, at_start = None, True
+    for tok in tokens:
+        if tok.type == tokenize.NEWLINE:  # the end of a logical line
+            if begin is not None:
+                for i in range(begin, starts[tok.end[0] - 1] + tok.end[1]):
+                    if chars[i] != "\n":
+                        chars[i] = " "
+            begin, at_start = None, True
+        elif tok.type not in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+            if at_start and tok.type == tokenize.NAME and tok.string in ("import", "from"):
+                begin = int(starts[tok.start[0] - 1] + tok.start[1])
+            at_start = False
+    return "".join(chars)
+
+
 def _fingerprint(name: str, text: str, window: int, boilerplate: np.ndarray | None = None) -> CodeFingerprint:
     from copydetect.detector import CodeFingerprint  # tokenizes with pygments; never imports the code
 
     return CodeFingerprint(name, NOISE, window, boilerplate=boilerplate, language="python",
-                           fp=io.StringIO(text))
+                           fp=io.StringIO(without_imports(text)))  # same offsets: the report marks ``text``
 
 
 def compare_module(module: str, sources: Sequence[Source], stub: str) -> list[Pair]:
@@ -280,8 +309,11 @@ def compare(sources: Sequence[Source], stubs: dict[str, str]) -> list[Pair]:
 
 
 def stubs_of(repo: Path = REPO) -> dict[str, str]:
-    """The handout's stubs by module (their fingerprints never count as shared)."""
-    return {m: t for m in HANDOUT_MODULES if (t := _read(repo / "student" / f"{m}.py")) is not None}
+    """The handout's stubs by module, as :func:`module_units` makes them (each
+    stub with the stubs' ``__init__``): their fingerprints never count as
+    shared, those across the two files included, so that two students who left
+    a module as the stub share nothing in it."""
+    return module_units(_modules(repo / "student")) if (repo / "student").is_dir() else {}
 
 
 # ------------------------------------------------------------------ outputs
