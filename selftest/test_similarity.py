@@ -1,11 +1,11 @@
-"""The class similarity report (grader/instructor/similarity.py) on a small class built here.
+"""The class similarity report (grader/instructor/similarity.py).
 
-The class, all on the handout's ``views`` module:
+A small class built here, all on the handout's ``views`` module:
 
 * ``alice`` and ``bob`` wrote their solutions apart (different loops, helpers,
   checks): their pair must score low;
 * ``carol`` copied alice and renamed every variable, helper and argument check,
-  and rewrote the comments: the pair must score high (copydetect's tokens hide
+  and rewrote the comments: the pair must be flagged (copydetect's tokens hide
   names);
 * ``dave`` copied the reference: he must be flagged against ``(reference)``;
 * ``helen`` copied alice into ``student/_impl.py``, which her ``views.py``
@@ -17,6 +17,9 @@ The class, all on the handout's ``views`` module:
   and a symlink to the reference's precision.py (never followed: staged copies
   hold regular files only), and her module would write a file if it were run
   (the report never runs submission code).
+
+Then what is discounted (expected, common and short shared code, the stubs,
+the imports), each on code written here.
 """
 
 from __future__ import annotations
@@ -223,53 +226,67 @@ def _pairs(out: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO((out / "pairs.csv").read_text())))
 
 
-def _score(out: Path, a: str, b: str, module: str = "views") -> float:
+def _row(out: Path, a: str, b: str, module: str = "views") -> dict[str, str]:
     for row in _pairs(out):
         if row["module"] == module and {row["submission_a"], row["submission_b"]} == {a, b}:
-            return float(row["similarity"])
-    return 0.0  # no shared code at all
+            return row
+    return {"score": "0", "flagged": "0", "raw_similarity": "0"}  # no shared code at all
+
+
+def _score(out: Path, a: str, b: str, module: str = "views") -> float:
+    return float(_row(out, a, b, module)["score"])
+
+
+def _flagged(out: Path, a: str, b: str, module: str = "views") -> bool:
+    return _row(out, a, b, module)["flagged"] == "1"
+
+
+def _submissions(out: Path) -> dict[str, dict[str, str]]:
+    return {r["id"]: r for r in csv.DictReader(io.StringIO((out / "similarity.csv").read_text()))}
 
 
 def test_honest_pair_scores_low(klass):
     out, _ = klass
-    assert _score(out, "alice", "bob") < 0.2
+    assert _score(out, "alice", "bob") < 0.2 and not _flagged(out, "alice", "bob")
+    assert float(_row(out, "alice", "bob")["raw_similarity"]) > 0  # they do share code, all of it discounted
 
 
 def test_renamed_copy_scores_high(klass):
     out, _ = klass
     assert _renamed(ALICE) != ALICE and "_as_int_list" in _renamed(ALICE)
-    assert _score(out, "alice", "carol") > 0.8
+    assert _score(out, "alice", "carol") > 0.8 and _flagged(out, "alice", "carol")
     # The zip holds bob's code: found through the same staging as the batch.
-    assert _score(out, "bob", "frank") > 0.9
+    assert _score(out, "bob", "frank") > 0.9 and _flagged(out, "bob", "frank")
 
 
 def test_copy_of_the_reference_is_flagged(klass):
     out, _ = klass
     assert _score(out, "dave", similarity.REFERENCE_ID) > 0.9
-    rows = {r["id"]: r for r in csv.DictReader(io.StringIO((out / "similarity.csv").read_text()))}
+    rows = _submissions(out)
     assert rows["dave"]["most_similar_to"] == similarity.REFERENCE_ID and rows["dave"]["flagged"] == "1"
-    assert float(rows["dave"]["reference_similarity"]) > 0.9
-    # Below the flag: the reference's views is compared with the _validate.py it
-    # imports, whose argument checks resemble alice's _ints (0.298 measured).
-    assert float(rows["alice"]["reference_similarity"]) < similarity.THRESHOLD
-    assert rows["bob"]["flagged"] == "0" or rows["bob"]["most_similar_to"] == "frank"
+    assert rows["dave"]["flagged_with"] == similarity.REFERENCE_ID
+    assert float(rows["dave"]["reference_score"]) > 0.9
+    # alice's argument checks resemble the reference's _validate.py, which its views imports: below the flag.
+    assert float(rows["alice"]["reference_score"]) < similarity.THRESHOLD
+    assert rows["bob"]["flagged_with"] == "frank"
 
 
 def test_copy_in_a_helper_module_counts_where_it_is_imported(klass):
     out, _ = klass
-    assert _score(out, "alice", "helen") > 0.9
+    assert _score(out, "alice", "helen") > 0.9 and _flagged(out, "alice", "helen")
     assert _score(out, "bob", "helen") < 0.2
 
 
 def test_copy_of_torch_optim_is_flagged(klass):
     out, _ = klass
     assert _score(out, "ivan", similarity.LIBRARY_ID, "optimizers") > 0.9
-    rows = {r["id"]: r for r in csv.DictReader(io.StringIO((out / "similarity.csv").read_text()))}
+    rows = _submissions(out)
     assert rows["ivan"]["most_similar_to"] == similarity.LIBRARY_ID and rows["ivan"]["flagged"] == "1"
-    assert float(rows["ivan"]["library_similarity"]) > 0.9
-    assert float(rows["alice"]["library_similarity"]) == 0.0  # no optimizers: nothing to compare
+    assert float(rows["ivan"]["library_score"]) > 0.9
+    assert float(rows["alice"]["library_score"]) == 0.0  # no optimizers: nothing to compare
     # Optimizers written apart (the reference's) share little with torch's.
-    assert _score(out, similarity.REFERENCE_ID, similarity.LIBRARY_ID, "optimizers") < 0.5
+    assert not _flagged(out, similarity.REFERENCE_ID, similarity.LIBRARY_ID, "optimizers")
+    assert _score(out, similarity.REFERENCE_ID, similarity.LIBRARY_ID, "optimizers") < 0.2
 
 
 def test_module_units_follow_imports():
@@ -293,15 +310,16 @@ def test_symlinks_not_followed_and_nothing_run(klass):
     assert not [r for r in _pairs(out) if r["module"] == "precision"]
 
 
-def test_csv_columns_and_skipped(klass):
+def test_csv_columns_ranking_and_skipped(klass):
     out, _ = klass
     assert (out / "pairs.csv").read_text().splitlines()[0].split(",") == similarity.PAIR_COLUMNS
     rows = list(csv.DictReader(io.StringIO((out / "similarity.csv").read_text())))
     assert list(rows[0]) == similarity.SUBMISSION_COLUMNS
     assert {r["id"] for r in rows} == {"alice", "bob", "carol", "dave", "eve", "frank", "gina", "helen", "ivan"}
     assert next(r for r in rows if r["id"] == "gina")["skipped"]
-    ranked = [float(r["similarity"]) for r in _pairs(out)]
-    assert ranked == sorted(ranked, reverse=True)
+    ranked = [(int(r["flagged"]), float(r["score"])) for r in _pairs(out)]
+    assert ranked == sorted(ranked, reverse=True)  # flagged first, then by score
+    assert (out / "calibration.csv").read_text().splitlines()[0].split(",") == similarity.CALIBRATION_COLUMNS
 
 
 def test_report_escapes_submission_text(klass):
@@ -310,7 +328,7 @@ def test_report_escapes_submission_text(klass):
     assert "<script" not in page.lower()
     assert "&lt;script&gt;alert(&quot;pwned&quot;)&lt;/script&gt;" in page
     assert "script-src 'none'" in page  # and scripts are forbidden by the page itself
-    assert "dave" in page and "(reference)" in page and "<mark>" in page
+    assert "dave" in page and "(reference)" in page and "<mark" in page
 
 
 def test_batch_option_writes_the_report(klass, tmp_path, monkeypatch):
@@ -325,7 +343,98 @@ def test_batch_option_writes_the_report(klass, tmp_path, monkeypatch):
     out = tmp_path / "out"
     assert batch.main([str(root), "--out", str(out), "--jobs", "1", "--quiet", "--similarity"]) == 0
     assert (out / "gradebook.csv").is_file() and (out / "similarity" / "report.html").is_file()
-    assert _score(out / "similarity", "alice", "carol") > 0.8
+    assert _flagged(out / "similarity", "alice", "carol")
+
+
+# ---------------------------------------------------------------- what is discounted, on code written here
+
+#: A function two students share verbatim in the tests below (long enough to count: 259 tokens).
+SHARED = '''
+def checked_window(values, start, length, *, step=1, fill=None):
+    if not isinstance(values, (list, tuple)):
+        raise TypeError(f"values must be a list or a tuple, got {type(values).__name__}")
+    if step <= 0 or length < 0:
+        raise ValueError(f"step must be positive and length non-negative, got {step} and {length}")
+    picked = []
+    position = start
+    while len(picked) < length:
+        if 0 <= position < len(values):
+            picked.append(values[position])
+        elif fill is not None:
+            picked.append(fill)
+        else:
+            raise IndexError(f"position {position} is outside 0..{len(values) - 1} and no fill was given")
+        position += step
+    return tuple(picked)
+'''
+
+#: Code of each student's own, written differently (so that it shares nothing with the others').
+OWN = ['''
+def total(xs):
+    return sum(x * x for x in xs if x > 0)
+''', '''
+class Counter:
+    def __init__(self):
+        self.seen = {}
+
+    def add(self, key):
+        self.seen[key] = self.seen.get(key, 0) + 1
+        return self.seen[key]
+''']
+
+
+def _sources(*texts: str) -> list[similarity.Source]:
+    return [similarity.Source(f"s{i}", files=similarity.module_units({"__init__": "", "views": text}))
+            for i, text in enumerate(texts)]
+
+
+def _solutions(*lines: str) -> list[similarity.Solution]:
+    """A correct solution per line given, each holding SHARED in views (and code of its own)."""
+    return [similarity.Solution(f"sol{i}", line, similarity.module_units({"views": SHARED + OWN[i % 2]}))
+            for i, line in enumerate(lines)]
+
+
+def _compare(sources: list[similarity.Source], solutions: list[similarity.Solution] = (),
+             **settings: int) -> list[similarity.Pair]:
+    stubs = similarity.stubs_of()
+    return similarity.compare(sources, stubs, similarity.fingerprint_corpus(solutions, stubs),
+                              similarity.Settings(**settings))
+
+
+def test_code_two_independent_correct_solutions_share_is_expected():
+    """SHARED in two solutions of different lines is expected code: two students
+    holding it are not flagged for it. In two solutions of one line (an edited
+    copy of the other) it is not: they are flagged."""
+    students = _sources(SHARED + OWN[0], SHARED + OWN[1])
+    (apart,) = _compare(students, _solutions("line-a", "line-b"))
+    assert not apart.flagged and apart.rare_tokens == 0 and apart.score == 0.0
+    assert apart.expected_tokens >= 250 and apart.raw_similarity > 0.5
+    (copied,) = _compare(students, _solutions("line-a", "line-a"))
+    assert copied.flagged and copied.rare_tokens >= 250 and copied.expected_tokens == 0
+    (alone,) = _compare(students)  # no corpus: nothing is expected
+    assert alone.flagged and alone.score == copied.score
+
+
+def test_code_more_than_max_holders_hold_is_common():
+    """Three students holding SHARED: each pair is flagged. Twelve (more than
+    MAX_HOLDERS): it is common code, counted in no pair."""
+    few = _compare(_sources(*[SHARED] * 3))
+    assert len(few) == 3 and all(p.flagged for p in few)
+    many = _compare(_sources(*[SHARED] * (similarity.MAX_HOLDERS + 2)))
+    assert many and not any(p.flagged or p.rare_tokens for p in many)
+    assert all(p.common_tokens >= 250 for p in many)
+    # The limit is a setting (MOSS's -m): raised above the class, the twelve are flagged again.
+    assert all(p.flagged for p in _compare(_sources(*[SHARED] * 12), max_holders=12))
+
+
+def test_a_short_shared_function_is_not_a_case():
+    """A whole module of a few lines in common scores 100% but is not flagged:
+    its rare code is fewer than MIN_TOKENS tokens."""
+    short = SHARED.split("    picked = []")[0]  # the signature and its two checks
+    (pair,) = _compare(_sources(short, short))
+    assert pair.score == 1.0 and 0 < pair.rare_tokens < similarity.MIN_TOKENS and not pair.flagged
+    (pair,) = _compare(_sources(short, short), min_tokens=pair.rare_tokens)
+    assert pair.flagged
 
 
 def test_untouched_stubs_and_imports_share_nothing():
@@ -335,13 +444,22 @@ def test_untouched_stubs_and_imports_share_nothing():
     init = (REPO / "student" / "__init__.py").read_text()
     stubs_only = [similarity.Source(n, files=similarity.module_units({"__init__": init, "views": stub}))
                   for n in ("a", "b")]
-    assert similarity.compare(stubs_only, similarity.stubs_of()) == []
+    assert _compare(stubs_only) == []
     imports = "import math\nimport os\nfrom collections.abc import (\n    Iterable,\n    Sequence,\n)\n" \
               "from torch import nn, \\\n    optim\n"
-    own = ["def total(xs):\n    return sum(x * x for x in xs if x > 0)\n",
-           "class Tally:\n    def __init__(self):\n        self.seen = {}\n"]
-    students = [similarity.Source(f"s{i}", files=similarity.module_units({"__init__": "", "views": imports + text}))
-                for i, text in enumerate(own)]
-    assert similarity.compare(students, similarity.stubs_of()) == []
-    blanked = similarity.without_imports(imports + own[0])
-    assert len(blanked) == len(imports + own[0]) and blanked.strip() == own[0].strip()
+    assert _compare(_sources(imports + OWN[0], imports + OWN[1])) == []
+    blanked = similarity.without_imports(imports + OWN[0])
+    assert len(blanked) == len(imports + OWN[0]) and blanked.strip() == OWN[0].strip()
+
+
+def test_report_shows_evidence_for_a_flagged_pair(klass):
+    """Each flagged pair's section: its regions with the lines on both sides and
+    who else holds them, what was discounted and why, the raw figure."""
+    out, _ = klass
+    page = (out / "report.html").read_text()
+    section = page[page.index(": alice and carol"):]
+    section = section[:section.index("<h2", 1)]
+    assert "region" in section and "these two" in section and "Discounted" in section
+    assert "expected code" in section and "Raw similarity" in section
+    assert '<span class="expected">' in section  # the discounted code is marked apart
+    assert "Measured on the project" in page and "A flag means" in page and "does not mean" in page

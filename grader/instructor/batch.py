@@ -33,8 +33,9 @@ Contract (instructors rely on each point):
   started die with it.
 * ``DIR/summary.md`` and ``DIR/summary.png``: per-problem pass rates and the score
   distribution of the class (also printed as a table). (:mod:`.gradebook`.)
-* ``--similarity``: also ``DIR/similarity/`` (pairs of submissions ranked by shared
-  code per module; :mod:`grader.instructor.similarity`), from the same staged copies.
+* ``--similarity``: also ``DIR/similarity/`` (pairs of submissions ranked by the code
+  only they share, per module; :mod:`grader.instructor.similarity`), from the same
+  staged copies.
 * Classes larger than one machine: ``--shard i/N`` grades a deterministic shard
   (0-based ``i``), ``--slurm N`` writes a Slurm array job grading shard ``i`` per
   array task (:mod:`.slurm`), and ``--merge DIR... --out DIR`` builds one

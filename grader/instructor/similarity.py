@@ -1,9 +1,10 @@
 """Class similarity report: ``python -m grader similarity SUBMISSIONS_DIR --out DIR``.
 
-Pairs of submissions ranked by how much code they share, per handout module,
-for instructors who check for copied work (as Gradescope's similarity or MOSS
+Pairs of submissions ranked by the code only they share, per handout module,
+for instructors who check for copied work (as MOSS or Gradescope's similarity
 do). Also run by ``python -m grader batch ... --similarity`` on the batch's
-submissions (into ``OUT/similarity``).
+submissions (into ``OUT/similarity``). A flag is a reason for a person to read
+the two codes side by side, never a verdict.
 
 Contract:
 
@@ -14,9 +15,10 @@ Contract:
   special files are never followed), the same caps. A submission that cannot
   be graded is listed as skipped, with the reason.
 * Submission code is never imported or run: it is read as text (undecodable
-  bytes replaced) and tokenized by copydetect (pygments' lexer; winnowed
-  k-gram fingerprints, with identifiers, function names and string literals
-  replaced by placeholders, so renaming variables does not hide a copy).
+  bytes replaced) and tokenized by copydetect (pygments' lexer; k-gram
+  fingerprints of the code with comments and white space dropped and
+  identifiers, function names and string literals replaced by placeholders,
+  so renaming, re-commenting or re-formatting does not hide a copy).
 * A module is compared with all the code its import would run: per handout
   module, ``student/<module>.py`` followed by every other module of
   ``student/`` it imports, directly or not, and ``student/__init__.py`` (which
@@ -24,28 +26,42 @@ Contract:
   module imports statically (it may be imported by name) is added to every
   handout module. So a copy moved into ``student/_impl.py`` counts where it is
   used. (Staging refuses anything in ``student/`` but plain modules.)
-* torch.optim's own sources (its optimizer modules, read from the installed
-  torch, never imported) are one more source for ``optimizers``, named
-  ``torch.optim (library)``: a submission that copies torch's optimizers instead
-  of delegating to them shows up paired with it.
-* The stubs (``student/<module>.py``, with the stubs' ``__init__.py``) are
-  boilerplate: every fingerprint of a stub is removed before comparing, so the
-  handout's signatures and docstrings never count. Nor do import statements
-  (blanked before tokenizing): the handout says what to import. The reference
-  (``reference/<module>.py``, when this checkout has it) is compared as one
-  more source, named ``(reference)``: a submission that copies the solutions
-  shows up paired with it.
-* A pair's ``similarity`` is the larger of its two sides' shares (the fraction
-  of a side's fingerprinted tokens found in the other), so a short file copied
-  whole into a longer one ranks high too; both shares are in the CSV.
-* Outputs in ``DIR``: ``pairs.csv`` (every pair sharing any code, ranked),
+* Sources besides the submissions: the reference (``reference/``, when this
+  checkout has it), named ``(reference)``, and, for ``optimizers``,
+  torch.optim's own optimizer modules (read from the installed torch, never
+  imported), named ``torch.optim (library)``: a copy of either pairs with it.
+* What never counts: the stubs (every fingerprint of the stubs' code, the
+  handout's signatures and docstrings); **expected code**, the fingerprints
+  that two correct solutions written apart both hold (the reference and the
+  entries of ``grader/corpus/correct``, by line:
+  :func:`grader.corpus.correct_lineage`): code the contract dictates, which
+  every honest student may write too; **common code**, fingerprints held by
+  more than ``max_holders`` sources (submissions, the reference, the library
+  and the corpus's lines: MOSS's ``-m``); and shared runs shorter than
+  ``MIN_REGION`` tokens (idioms, not passages). What is left of a pair's shared
+  code is its **rare shared code**, in regions (maximal runs of it).
+* A pair's ``score`` is the larger of its two sides' shares of their own code
+  (their code less the stubs', the expected and the common code) that lies in
+  its rare shared regions. It is **flagged** when the score reaches
+  ``threshold`` and the rare shared code holds at least ``min_tokens`` tokens
+  (a whole 40-token function in common is not a case). Tokens are characters
+  of copydetect's filtered code.
+* The threshold's false-flag rate is measured at every run on the project's
+  own honest pairs (:func:`calibrate`): every two correct solutions of
+  different lines, scored as a class of two whose own lines are left out of
+  the expected code (as students whose styles the corpus has never seen). The
+  report's header gives it; ``calibration.csv`` lists the pairs.
+* Outputs in ``DIR``: ``pairs.csv`` (every pair sharing any code, flagged
+  first, then by score; the discounted figures and the raw copydetect ones),
   ``similarity.csv`` (one row per submission for the gradebook: its highest
-  similarity, with whom and in which module, and its similarity to the
-  reference), and ``report.html`` (the ranked pairs, then the flagged pairs'
-  code side by side with the shared parts marked). Everything taken from a
-  submission is HTML-escaped, and the page forbids scripts (a
-  Content-Security-Policy that allows no script source), so nothing from a
-  submission can run in an instructor's browser.
+  score, with whom and in which module, its scores against the reference and
+  the library, whether any pair of it is flagged), ``calibration.csv`` and
+  ``report.html`` (the ranked pairs, then each flagged pair's code side by
+  side: its rare shared regions numbered, with how many sources hold each, and
+  the shared code discounted as expected, common or short marked apart).
+  Everything taken from a submission is HTML-escaped, and the page forbids
+  scripts (a Content-Security-Policy that allows no script source), so nothing
+  from a submission can run in an instructor's browser.
 """
 
 from __future__ import annotations
@@ -59,6 +75,7 @@ import sys
 import tempfile
 import tokenize
 import zipfile
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +83,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from grader.corpus import REFERENCE_LINE, correct_lineage, correct_submissions
 from grader.instructor.discovery import Submission, discover, unpack_export
 from grader.instructor.files import csv_text
 from grader.instructor.precheck import precheck
@@ -89,15 +107,46 @@ NOISE = 25
 #: Winnowing window: 1 keeps every k-gram (copydetect's default guarantee
 #: threshold equals the noise threshold), so every shared run of NOISE is found.
 WINDOW = 1
-#: Pairs at or above this similarity are flagged and shown side by side.
-THRESHOLD = 0.5
 #: A module file larger than this is compared on its first MAX_FILE_BYTES only.
 MAX_FILE_BYTES = 1 << 20
 
-PAIR_COLUMNS = ["rank", "module", "submission_a", "submission_b", "similarity", "similarity_a",
-                "similarity_b", "shared_tokens", "flagged", "submitters_a", "submitters_b"]
-SUBMISSION_COLUMNS = ["id", "submitters", "max_similarity", "most_similar_to", "module",
-                      "reference_similarity", "library_similarity", "flagged", "skipped"]
+#: A shared passage shorter than this many tokens is an idiom (a guard clause,
+#: a loop header), not a region: its rare code is never counted. Measured: 35
+#: or 40 let honest pairs of the corpus reach 0.46 and 0.40, 60 costs copies.
+MIN_REGION = 50
+#: A fingerprint held by more than this many sources is common code, never
+#: counted (MOSS's -m; its default).
+MAX_HOLDERS = 10
+#: Pairs whose score reaches this are flagged (with at least MIN_TOKENS rare
+#: tokens): about twice the highest honest pair of the correct corpus (0.27
+#: when it was set; :func:`calibrate` measures it again at every run), and
+#: below every disguised copy of the selftest's class (0.66 and up).
+THRESHOLD = 0.5
+#: The least rare shared code (tokens) that makes a flag: about five lines.
+MIN_TOKENS = 150
+
+PAIR_COLUMNS = ["rank", "module", "submission_a", "submission_b", "score", "flagged", "share_a", "share_b",
+                "rare_tokens", "own_tokens_a", "own_tokens_b", "expected_tokens", "common_tokens",
+                "short_tokens", "raw_similarity", "raw_similarity_a", "raw_similarity_b", "raw_shared_tokens",
+                "submitters_a", "submitters_b"]
+SUBMISSION_COLUMNS = ["id", "submitters", "max_score", "most_similar_to", "module", "rare_tokens",
+                      "reference_score", "library_score", "flagged", "flagged_with", "raw_max_similarity",
+                      "skipped"]
+CALIBRATION_COLUMNS = ["module", "solution_a", "solution_b", "score", "rare_tokens", "flagged", "raw_similarity"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What counts and what flags (see the module's contract)."""
+
+    threshold: float = THRESHOLD
+    min_tokens: int = MIN_TOKENS
+    max_holders: int = MAX_HOLDERS
+    min_region: int = MIN_REGION
+
+    def flags(self, score: float, rare_tokens: int) -> bool:
+        """Whether a pair with this score and rare shared code is flagged."""
+        return score >= self.threshold and rare_tokens >= self.min_tokens
 
 
 @dataclass
@@ -111,19 +160,72 @@ class Source:
     skipped: str = ""  # why it could not be staged (then ``files`` is empty)
 
 
-@dataclass(eq=False)  # identity: the slices are arrays
+@dataclass(frozen=True)
+class Solution:
+    """A correct solution the project holds (the reference or an entry of the
+    correct corpus): its code per handout module, and its line (solutions of
+    different lines were written apart; :func:`grader.corpus.correct_lineage`)."""
+
+    name: str
+    line: str
+    files: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Region:
+    """One passage of a pair's rare shared code: its number in the pair, its
+    rare tokens and text lines on each side (b's: the passages of b holding its
+    fingerprints; none when only one side's passage is long enough), how many
+    sources hold its fingerprints (fewest, most; the pair included) and which
+    sources besides the pair hold any of them."""
+
+    number: int
+    tokens_a: int
+    tokens_b: int
+    lines_a: tuple[tuple[int, int], ...]
+    lines_b: tuple[tuple[int, int], ...]
+    holders: tuple[int, int]
+    others: tuple[str, ...] = ()
+
+
+@dataclass(eq=False)  # identity: the marks are arrays
 class Pair:
-    """Two sources' shared code in one module: each side's share and where it lies."""
+    """Two sources' shared code in one module, raw and discounted.
+
+    ``share_a`` is the part of a's own code (``own_a`` tokens) in the rare
+    shared regions; ``score`` the larger share; ``rare_tokens``, the
+    ``expected``/``common``/``short`` tokens (shared code discounted, by why)
+    are counted on the side where they are fewer. ``raw_*``: copydetect's
+    figures on all shared code but the stubs' and the imports (``raw_shared_tokens``
+    on a's side). ``marks_a``/``marks_b``: 3 x N
+    (start, end, kind) raw-text spans for the side-by-side view (kinds:
+    :data:`MARK_KINDS`, or a region's number when positive)."""
 
     module: str
     a: str
     b: str
-    similarity: float
-    similarity_a: float
-    similarity_b: float
-    shared_tokens: int
-    slices_a: np.ndarray  # 2 x N start/end offsets of the shared parts in a's text
-    slices_b: np.ndarray
+    score: float
+    share_a: float
+    share_b: float
+    rare_tokens: int
+    own_a: int
+    own_b: int
+    expected_tokens: int
+    common_tokens: int
+    short_tokens: int
+    raw_similarity: float
+    raw_similarity_a: float
+    raw_similarity_b: float
+    raw_shared_tokens: int
+    flagged: bool = False
+    regions: list[Region] = field(default_factory=list)
+    marks_a: np.ndarray = field(default_factory=lambda: np.zeros((3, 0), dtype=np.int64))
+    marks_b: np.ndarray = field(default_factory=lambda: np.zeros((3, 0), dtype=np.int64))
+
+
+#: Kinds of discounted shared code in :attr:`Pair.marks_a` (regions are numbered from 1).
+SHORT, COMMON, EXPECTED = -1, -2, -3
+MARK_KINDS = {SHORT: "short", COMMON: "common", EXPECTED: "expected"}
 
 
 def _people(sub: Submission) -> str:
@@ -244,6 +346,33 @@ def library_source() -> Source | None:
     return Source(LIBRARY_ID, "", {"optimizers": "\n".join(texts)}) if texts else None
 
 
+def correct_solutions(repo: Path = REPO) -> list[Solution]:
+    """The reference and every entry of the correct corpus as solutions, with
+    their lines; [] without ``reference/`` (a checkout without solutions).
+    A ``.toml`` entry is the reference patched; a folder entry is its own
+    modules only (what it imports from the reference is the reference's)."""
+    if not (repo / "reference").is_dir():
+        return []
+    reference = _modules(repo / "reference")
+    out = [Solution(REFERENCE_ID, REFERENCE_LINE, module_units(reference))]
+    lines = correct_lineage()
+    for entry in correct_submissions():
+        if entry.patches:
+            files = dict(reference)
+            for file, find, replace in entry.patches:
+                files[file.removesuffix(".py")] = files[file.removesuffix(".py")].replace(find, replace, 1)
+        else:
+            files = {path.stem: text for path in entry.modules if (text := _read(path)) is not None}
+        out.append(Solution(entry.name, lines[entry.name], module_units(files)))
+    return out
+
+
+def stubs_of(repo: Path = REPO) -> dict[str, str]:
+    """The handout's stubs by module, as :func:`module_units` makes them (each
+    stub with the stubs' ``__init__``): their fingerprints never count."""
+    return module_units(_modules(repo / "student")) if (repo / "student").is_dir() else {}
+
+
 def without_imports(text: str) -> str:
     """``text`` with every import statement blanked to spaces (newlines kept,
     so offsets into it are offsets into ``text``); ``text`` itself when Python
@@ -270,110 +399,491 @@ def without_imports(text: str) -> str:
     return "".join(chars)
 
 
-def _fingerprint(name: str, text: str, window: int, boilerplate: np.ndarray | None = None) -> CodeFingerprint:
+@dataclass(eq=False)
+class Unit:
+    """One source's code in one module, fingerprinted: ``text`` as the report
+    shows it, copydetect's ``fingerprint`` of it with its imports blanked (see
+    :func:`without_imports`; the same offsets), and where every k-gram of the
+    filtered code starts (``starts``, sorted) with the fingerprint starting
+    there (``at``), as arrays for the vectorised lookups below."""
+
+    text: str
+    fingerprint: CodeFingerprint
+    starts: np.ndarray
+    at: np.ndarray
+
+    @property
+    def hashes(self) -> set[int]:
+        return self.fingerprint.hashes
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of the filtered code that its fingerprints cover (the stub's code removed)."""
+        return int(self.fingerprint.token_coverage)
+
+
+def _fingerprint(text: str, boilerplate: np.ndarray | None = None) -> Unit:
     from copydetect.detector import CodeFingerprint  # tokenizes with pygments; never imports the code
 
-    return CodeFingerprint(name, NOISE, window, boilerplate=boilerplate, language="python",
-                           fp=io.StringIO(without_imports(text)))  # same offsets: the report marks ``text``
+    fp = CodeFingerprint("unit.py", NOISE, WINDOW, boilerplate=boilerplate, language="python",
+                         fp=io.StringIO(without_imports(text)))
+    where = sorted((p, h) for h, starts in fp.hash_idx.items() for p in starts)
+    return Unit(text, fp, np.array([p for p, _ in where], dtype=np.int64),
+                np.array([h for _, h in where], dtype=np.int64))
 
 
-def compare_module(module: str, sources: Sequence[Source], stub: str) -> list[Pair]:
-    """Every pair of ``sources`` sharing code in ``module`` (the stub's code removed)."""
-    from copydetect.detector import compare_files
+def _boilerplate(stub: str) -> np.ndarray:
+    return np.unique(np.array(sorted(_fingerprint(stub).hashes), dtype=np.int64))
 
-    boilerplate = np.unique(np.array(sorted(_fingerprint("stub.py", stub, 1).hashes), dtype=np.int64))
-    prints = []
-    for src in sources:
-        text = src.files.get(module)
-        if text is None:
-            continue
-        fp = _fingerprint(f"{src.id}/{module}.py", text, WINDOW, boilerplate)
-        if fp.token_coverage > 0:  # nothing of its own (the stub, or empty): nothing to compare
-            prints.append((src.id, fp))
+
+def _prints(texts: dict[str, str], boilerplate: np.ndarray) -> dict[str, Unit]:
+    """Each text (by name) with code of its own (not only the stub's, not empty), fingerprinted."""
+    prints = {}
+    for name, text in texts.items():
+        unit = _fingerprint(text, boilerplate)
+        if unit.tokens > 0:
+            prints[name] = unit
+    return prints
+
+
+@dataclass
+class Corpus:
+    """The correct solutions, fingerprinted once: per module, each solution's
+    fingerprints (``prints``); per line, every fingerprint its solutions hold
+    in any module (``lines``: an argument check the contract dictates is
+    expected code wherever a student puts it, and a helper module is compared
+    with every module that imports it); each solution's line (``line_of``)."""
+
+    prints: dict[str, dict[str, Unit]]
+    lines: dict[str, set[int]]
+    line_of: dict[str, str]
+
+
+def fingerprint_corpus(solutions: Sequence[Solution], stubs: dict[str, str]) -> Corpus:
+    """:class:`Corpus` of ``solutions`` (each module less its stub)."""
+    prints, lines = {}, {}
+    for module in HANDOUT_MODULES:
+        prints[module] = _prints({s.name: s.files[module] for s in solutions if module in s.files},
+                                 _boilerplate(stubs.get(module, "")))
+        for name, unit in prints[module].items():
+            lines.setdefault(next(s.line for s in solutions if s.name == name), set()).update(unit.hashes)
+    return Corpus(prints, lines, {s.name: s.line for s in solutions})
+
+
+def expected_code(lines: dict[str, set[int]]) -> frozenset[int]:
+    """The fingerprints two or more lines hold: code solutions written apart
+    share, so the contract dictates it."""
+    seen = Counter(h for hashes in lines.values() for h in hashes)
+    return frozenset(h for h, n in seen.items() if n >= 2)
+
+
+def _origin(line: str) -> str:
+    """The source a corpus line counts as when holders are counted (the
+    reference's line is the reference itself)."""
+    return REFERENCE_ID if line == REFERENCE_LINE else f"corpus: {line}"
+
+
+class ModuleIndex:
+    """One module's fingerprints, ready to score pairs: each source's, the
+    expected code, and how many sources hold each fingerprint (the class's
+    sources plus the corpus's lines, the reference's line being the
+    reference; ``origins``: each one's fingerprints). ``own[id]``: the tokens
+    of a source's code that count (less the expected and the common code)."""
+
+    def __init__(self, module: str, prints: dict[str, Unit], lines: dict[str, set[int]],
+                 settings: Settings) -> None:
+        self.module = module
+        self.prints = prints
+        self.settings = settings
+        self.expected = expected_code(lines)
+        origins: dict[str, set[int]] = {sid: set(u.hashes) for sid, u in prints.items()}
+        for line, hashes in lines.items():
+            origins.setdefault(_origin(line), set()).update(hashes)
+        self.origins = origins
+        self.holders = Counter(h for hashes in origins.values() for h in hashes)
+        self.common = frozenset(h for h, n in self.holders.items() if n > settings.max_holders)
+        self.own = {sid: _coverage(u, u.hashes - self.expected - self.common) for sid, u in prints.items()}
+
+
+def _positions(unit: Unit, hashes: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Where ``hashes`` start in ``unit``'s filtered code (sorted), and which starts at each."""
+    mask = np.isin(unit.at, np.fromiter(hashes, dtype=np.int64))
+    return unit.starts[mask], unit.at[mask]
+
+
+def _runs(positions: np.ndarray) -> np.ndarray:
+    """2 x N (start, end) filtered offsets of the runs the k-grams at ``positions`` (sorted) cover."""
+    from copydetect.utils import get_copied_slices
+
+    return np.asarray(get_copied_slices(positions, NOISE), dtype=np.int64).reshape(2, -1)
+
+
+def _covered(unit: Unit, starts: np.ndarray) -> np.ndarray:
+    """covered[i]: how many tokens before filtered offset i the k-grams at
+    ``starts`` cover (copydetect's get_token_coverage as a running count, and
+    vectorised: it is asked for every pair)."""
+    edges = np.zeros(len(unit.fingerprint.filtered_code) + NOISE + 1, dtype=np.int64)
+    np.add.at(edges, starts, 1)
+    np.add.at(edges, starts + NOISE, -1)
+    return np.r_[0, np.cumsum(np.cumsum(edges) > 0)]
+
+
+def _coverage(unit: Unit, hashes: set[int]) -> int:
+    """Tokens of ``unit``'s filtered code that the k-grams of ``hashes`` cover."""
+    return int(_covered(unit, _positions(unit, hashes)[0])[-1]) if hashes else 0
+
+
+def _raw(unit: Unit, offsets: np.ndarray) -> np.ndarray:
+    """Filtered-code offsets as offsets in the raw text (what copydetect's
+    compare_files does to its slices, for any array of offsets)."""
+    out = np.array(offsets, dtype=np.int64)
+    table = np.asarray(unit.fingerprint.offsets)
+    if len(table) and out.size:
+        out = out + table[:, 1][np.clip(np.searchsorted(table[:, 0], out), 0, len(table) - 1)]
+    return out
+
+
+def _line_of(text: str, offset: int) -> int:
+    return text.count("\n", 0, max(int(offset), 0)) + 1
+
+
+@dataclass
+class _Side:
+    """One side of a pair: its shared passages (runs of all the code the two
+    share), the rare code each holds, and where each rare fingerprint starts."""
+
+    unit: Unit
+    runs: np.ndarray  # 2 x N filtered offsets
+    lengths: np.ndarray
+    rare: np.ndarray  # rare tokens per run
+    counted: np.ndarray  # per run: a region (long enough, some rare code)
+    rare_starts: np.ndarray  # sorted filtered offsets where rare fingerprints start
+    rare_hashes: np.ndarray  # the fingerprint starting at each
+    run_of: np.ndarray  # the run each rare start lies in
+
+
+def _side(unit: Unit, shared: set[int], rare: set[int], settings: Settings) -> _Side:
+    """Passages are runs of all shared code, so that expected code inside a
+    copied passage does not cut it into pieces too short to count; each counts
+    for its rare code only."""
+    runs = _runs(_positions(unit, shared)[0])
+    starts, hashes = _positions(unit, rare)
+    covered = _covered(unit, starts)
+    rare_tokens = covered[runs[1]] - covered[runs[0]]
+    lengths = runs[1] - runs[0]
+    run_of = np.searchsorted(runs[0], starts, side="right") - 1
+    return _Side(unit, runs, lengths, rare_tokens, (lengths >= settings.min_region) & (rare_tokens > 0),
+                 starts, hashes, run_of)
+
+
+def _spans(unit: Unit, starts: np.ndarray) -> np.ndarray:
+    """2 x N raw-text spans of the runs of the k-grams starting at ``starts``."""
+    return _raw(unit, _runs(np.sort(starts)))
+
+
+def score_pair(index: ModuleIndex, a: str, b: str, *, detail: bool = False) -> Pair | None:
+    """The pair (a, b) in ``index``'s module; None when they share no code.
+    With ``detail`` (or when it is flagged), its regions and marks for the
+    side-by-side view too."""
+    fa, fb = index.prints[a], index.prints[b]
+    shared = fa.hashes & fb.hashes
+    if not shared:
+        return None
+    expected = shared & index.expected
+    common = (shared - expected) & index.common
+    rare = shared - expected - common
+    s = index.settings
+    sa, sb = _side(fa, shared, rare, s), _side(fb, shared, rare, s)
+    # copydetect's compare_files figures: the shared runs' tokens over each side's fingerprinted tokens
+    raw_tokens = int(sa.lengths.sum())
+    raw_a = min(raw_tokens / fa.tokens, 1.0)
+    raw_b = min(int(sb.lengths.sum()) / fb.tokens, 1.0)
+    counted_a, counted_b = int(sa.rare[sa.counted].sum()), int(sb.rare[sb.counted].sum())
+    share_a = min(counted_a / index.own[a], 1.0) if index.own[a] else 0.0
+    share_b = min(counted_b / index.own[b], 1.0) if index.own[b] else 0.0
+    score, rare_tokens = max(share_a, share_b), min(counted_a, counted_b)
+    pair = Pair(index.module, a, b, score, share_a, share_b, rare_tokens, index.own[a], index.own[b],
+                min(_coverage(fa, expected), _coverage(fb, expected)),
+                min(_coverage(fa, common), _coverage(fb, common)),
+                min(int(sa.rare[~sa.counted].sum()), int(sb.rare[~sb.counted].sum())),
+                max(raw_a, raw_b), raw_a, raw_b, int(raw_tokens), s.flags(score, rare_tokens))
+    if detail or pair.flagged:
+        _detail(pair, index, sa, sb, expected, common)
+    return pair
+
+
+def _detail(pair: Pair, index: ModuleIndex, sa: _Side, sb: _Side, expected: set[int], common: set[int]) -> None:
+    """Number the pair's regions (a's counted runs in order; b's counted runs
+    take the number of the first a-region whose rare fingerprints they hold;
+    one of b's counted runs no a-region reaches is a region of its own), and
+    lay out the marks of both sides."""
+    numbers_a = np.zeros(sa.runs.shape[1], dtype=np.int64)
+    numbers_b = np.zeros(sb.runs.shape[1], dtype=np.int64)
+    runs_of_hash_b: dict[int, set[int]] = {}
+    for h, r in zip(sb.rare_hashes.tolist(), sb.run_of.tolist(), strict=True):
+        runs_of_hash_b.setdefault(h, set()).add(r)
+    text_a, text_b = sa.unit.text, sb.unit.text
+    raw_a, raw_b = _raw(sa.unit, sa.runs), _raw(sb.unit, sb.runs)
+
+    def lines(text: str, raw: np.ndarray, runs: Sequence[int]) -> tuple[tuple[int, int], ...]:
+        return tuple((_line_of(text, raw[0][r]), _line_of(text, raw[1][r] - 1)) for r in runs)
+
+    def region(number: int, hashes: set[int], runs_a: list[int], runs_b: list[int]) -> Region:
+        held = [index.holders[h] for h in hashes]
+        others = () if max(held) <= 2 else tuple(sorted(o for o, mine in index.origins.items()
+                                                        if o not in (pair.a, pair.b) and not mine.isdisjoint(hashes)))
+        return Region(number, int(sa.rare[runs_a].sum()), int(sb.rare[runs_b].sum()), lines(text_a, raw_a, runs_a),
+                      lines(text_b, raw_b, runs_b), (min(held), max(held)), others)
+
+    number = 0
+    for i in np.flatnonzero(sa.counted).tolist():
+        hashes = set(sa.rare_hashes[sa.run_of == i].tolist())
+        runs_b = sorted({r for h in hashes for r in runs_of_hash_b.get(h, ()) if sb.counted[r]})
+        number += 1
+        numbers_a[i] = number
+        numbers_b[[r for r in runs_b if not numbers_b[r]]] = number  # a b-passage keeps its first number
+        pair.regions.append(region(number, hashes, [i], runs_b))
+    for i in np.flatnonzero(sb.counted & (numbers_b == 0)).tolist():  # a region in b only: a's runs too short
+        number += 1
+        numbers_b[i] = number
+        pair.regions.append(region(number, set(sb.rare_hashes[sb.run_of == i].tolist()), [], [i]))
+
+    def marks(side: _Side, numbers: np.ndarray) -> np.ndarray:
+        label = np.where(side.counted, numbers, SHORT)[side.run_of] if side.run_of.size else side.run_of
+        spans = []
+        for kind, starts in [*((k, side.rare_starts[label == k]) for k in np.unique(label).tolist()),
+                             (COMMON, _positions(side.unit, common)[0]),
+                             (EXPECTED, _positions(side.unit, expected)[0])]:
+            sp = _spans(side.unit, starts)
+            spans.append(np.vstack([sp, np.full((1, sp.shape[1]), kind, dtype=np.int64)]))
+        return np.concatenate(spans, axis=1)
+
+    pair.marks_a = marks(sa, numbers_a)
+    pair.marks_b = marks(sb, numbers_b)
+
+
+def module_index(module: str, sources: Sequence[Source], stub: str, corpus: Corpus,
+                 settings: Settings) -> ModuleIndex:
+    """The :class:`ModuleIndex` of ``sources`` in ``module``."""
+    prints = _prints({s.id: s.files[module] for s in sources if module in s.files}, _boilerplate(stub))
+    return ModuleIndex(module, prints, corpus.lines, settings)
+
+
+def _ranked(pairs: list[Pair]) -> list[Pair]:
+    pairs.sort(key=lambda p: (not p.flagged, -p.score, -p.rare_tokens, -p.raw_similarity, p.module, p.a, p.b))
+    return pairs
+
+
+def module_pairs(index: ModuleIndex) -> list[Pair]:
+    """Every pair of ``index``'s sources that shares code."""
+    ids = list(index.prints)
+    return [p for i, a in enumerate(ids) for b in ids[i + 1:] if (p := score_pair(index, a, b)) is not None]
+
+
+def compare(sources: Sequence[Source], stubs: dict[str, str], corpus: Corpus | None = None,
+            settings: Settings = Settings()) -> list[Pair]:
+    """Every pair of ``sources`` sharing code, over all handout modules (one
+    module at a time: only one module's fingerprints are held at once):
+    flagged ones first, then by score. ``corpus`` gives the expected code."""
+    corpus = corpus or Corpus({}, {}, {})
+    return _ranked([p for m in HANDOUT_MODULES for p in module_pairs(module_index(m, sources, stubs.get(m, ""),
+                                                                                 corpus, settings))])
+
+
+@dataclass
+class Calibration:
+    """The honest pairs of the correct corpus, scored as :func:`calibrate` says."""
+
+    pairs: list[Pair]
+    settings: Settings
+
+    @property
+    def flagged(self) -> list[Pair]:
+        return [p for p in self.pairs if p.flagged]
+
+    @property
+    def highest(self) -> Pair | None:
+        return max(self.pairs, key=lambda p: p.score, default=None)
+
+    def summary(self) -> str:
+        """One sentence: how many honest pairs the settings flag, and the highest honest score."""
+        if not self.pairs:
+            return "No false-flag rate measured (this checkout has no correct corpus)."
+        top = self.highest
+        assert top is not None
+        return (f"Measured on the project's correct corpus: {len(self.flagged)} of {len(self.pairs)} honest pairs "
+                f"flagged (false-flag rate {len(self.flagged) / len(self.pairs):.0%}; highest honest score "
+                f"{top.score:.2f}, {top.module}: {top.a} and {top.b}).")
+
+
+def calibrate(corpus: Corpus, library: Unit | None = None, settings: Settings = Settings()) -> Calibration:
+    """Score the honest pairs of the correct solutions: per module, every two
+    of different lines among the reference and the folder entries (a ``.toml``
+    entry is the reference with one change, so it adds no honest pair of its
+    own), and each with ``library`` (torch.optim's fingerprints) in
+    ``optimizers``. Each pair is a class of two whose expected code comes from
+    the other lines only: as if neither style were in the corpus, which is
+    where a real student stands."""
+    entries = {e.name for e in correct_submissions() if e.modules} | {REFERENCE_ID}
     pairs = []
-    for i, (a, fa) in enumerate(prints):
-        for b, fb in prints[i + 1:]:
-            shared, (sa, sb), (sl_a, sl_b) = compare_files(fa, fb)
-            if shared <= 0:
-                continue
-            sa, sb = min(float(sa), 1.0), min(float(sb), 1.0)
-            pairs.append(Pair(module, a, b, max(sa, sb), sa, sb, int(shared), np.asarray(sl_a), np.asarray(sl_b)))
-    return pairs
-
-
-def compare(sources: Sequence[Source], stubs: dict[str, str]) -> list[Pair]:
-    """All pairs over all handout modules, ranked by similarity (highest first)."""
-    pairs = [p for m in HANDOUT_MODULES for p in compare_module(m, sources, stubs.get(m, ""))]
-    pairs.sort(key=lambda p: (-p.similarity, -p.shared_tokens, p.module, p.a, p.b))
-    return pairs
-
-
-def stubs_of(repo: Path = REPO) -> dict[str, str]:
-    """The handout's stubs by module, as :func:`module_units` makes them (each
-    stub with the stubs' ``__init__``): their fingerprints never count as
-    shared, those across the two files included, so that two students who left
-    a module as the stub share nothing in it."""
-    return module_units(_modules(repo / "student")) if (repo / "student").is_dir() else {}
+    for module in HANDOUT_MODULES:
+        prints = {name: u for name, u in corpus.prints.get(module, {}).items() if name in entries}
+        if library is not None and module == "optimizers":
+            prints[LIBRARY_ID] = library
+        names = list(prints)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                mine = {corpus.line_of.get(a, a), corpus.line_of.get(b, b)}
+                if len(mine) < 2:
+                    continue  # one line: not written apart
+                others = {line: hashes for line, hashes in corpus.lines.items() if line not in mine}
+                if (pair := score_pair(ModuleIndex(module, {a: prints[a], b: prints[b]}, others, settings),
+                                       a, b)) is not None:
+                    pairs.append(pair)
+    return Calibration(_ranked(pairs), settings)
 
 
 # ------------------------------------------------------------------ outputs
 
 
-def pairs_csv(pairs: Sequence[Pair], sources: Sequence[Source], threshold: float) -> str:
+def pairs_csv(pairs: Sequence[Pair], sources: Sequence[Source]) -> str:
     """``pairs.csv``: every pair sharing code, ranked (columns: :data:`PAIR_COLUMNS`)."""
     who = {s.id: s.submitters for s in sources}
-    return csv_text(PAIR_COLUMNS, ([rank, p.module, p.a, p.b, f"{p.similarity:.3f}", f"{p.similarity_a:.3f}",
-                                    f"{p.similarity_b:.3f}", p.shared_tokens, int(p.similarity >= threshold),
+    return csv_text(PAIR_COLUMNS, ([rank, p.module, p.a, p.b, f"{p.score:.3f}", int(p.flagged), f"{p.share_a:.3f}",
+                                    f"{p.share_b:.3f}", p.rare_tokens, p.own_a, p.own_b,
+                                    p.expected_tokens, p.common_tokens, p.short_tokens, f"{p.raw_similarity:.3f}",
+                                    f"{p.raw_similarity_a:.3f}", f"{p.raw_similarity_b:.3f}", p.raw_shared_tokens,
                                     who.get(p.a, ""), who.get(p.b, "")] for rank, p in enumerate(pairs, 1)))
 
 
-def submissions_csv(pairs: Sequence[Pair], sources: Sequence[Source], threshold: float) -> str:
+def submissions_csv(pairs: Sequence[Pair], sources: Sequence[Source]) -> str:
     """``similarity.csv``: one row per submission (columns: :data:`SUBMISSION_COLUMNS`)."""
     rows = []
     for s in sources:
         if s.id in (REFERENCE_ID, LIBRARY_ID):
             continue
-        mine = [p for p in pairs if s.id in (p.a, p.b)]  # ranked: the first is the highest
+        mine = [p for p in pairs if s.id in (p.a, p.b)]  # ranked: the first is the most suspicious
         best = mine[0] if mine else None
-        ref = max((p.similarity for p in mine if REFERENCE_ID in (p.a, p.b)), default=0.0)
-        lib = max((p.similarity for p in mine if LIBRARY_ID in (p.a, p.b)), default=0.0)
-        other = "" if best is None else (best.b if best.a == s.id else best.a)
-        rows.append([s.id, s.submitters, f"{best.similarity:.3f}" if best else "0.000", other,
-                     best.module if best else "", f"{ref:.3f}", f"{lib:.3f}",
-                     int(bool(best) and best.similarity >= threshold), s.skipped])
+        ref = max((p.score for p in mine if REFERENCE_ID in (p.a, p.b)), default=0.0)
+        lib = max((p.score for p in mine if LIBRARY_ID in (p.a, p.b)), default=0.0)
+        with_whom = sorted({p.b if p.a == s.id else p.a for p in mine if p.flagged})
+        rows.append([s.id, s.submitters, f"{best.score:.3f}" if best else "0.000",
+                     "" if best is None else (best.b if best.a == s.id else best.a), best.module if best else "",
+                     best.rare_tokens if best else 0, f"{ref:.3f}", f"{lib:.3f}", int(bool(with_whom)),
+                     "; ".join(with_whom), f"{max((p.raw_similarity for p in mine), default=0.0):.3f}", s.skipped])
     return csv_text(SUBMISSION_COLUMNS, rows)
 
 
-def _marked(text: str, slices: np.ndarray) -> str:
-    """``text`` escaped, with the shared parts in <mark> (slices: 2 x N offsets)."""
+def calibration_csv(calibration: Calibration) -> str:
+    """``calibration.csv``: the honest pairs of the correct corpus and their scores."""
+    return csv_text(CALIBRATION_COLUMNS, ([p.module, p.a, p.b, f"{p.score:.3f}", p.rare_tokens, int(p.flagged),
+                                           f"{p.raw_similarity:.3f}"] for p in calibration.pairs))
+
+
+def _marked(text: str, marks: np.ndarray) -> str:
+    """``text`` escaped, its marked spans (3 x N: start, end, kind) wrapped:
+    counted regions in <mark> with their number, discounted shared code in a
+    <span> of its kind. Where spans overlap, a counted region wins, then short,
+    common and expected code."""
+    kind = np.zeros(len(text), dtype=np.int64)
+    order = np.argsort(marks[2], kind="stable") if marks.size else np.zeros(0, dtype=np.int64)
+    for start, end, k in marks[:, order].T.tolist() if marks.size else ():
+        kind[max(start, 0):max(end, 0)] = k  # expected (-3) first, regions (> 0) last
     out, pos = [], 0
-    spans = sorted((int(s), int(e)) for s, e in zip(*slices, strict=True)) if slices.size else []
-    for start, end in spans:
-        start = max(start, pos)
-        if end <= start:
-            continue
-        out += [html.escape(text[pos:start]), "<mark>", html.escape(text[start:end]), "</mark>"]
+    for end in [*np.flatnonzero(np.diff(kind)) + 1, len(text)]:
+        chunk, k = html.escape(text[pos:end]), int(kind[pos]) if pos < len(text) else 0
+        if k > 0:
+            out.append(f'<mark title="region {k}"><b>[{k}]</b>{chunk}</mark>')
+        elif k < 0:
+            out.append(f'<span class="{MARK_KINDS[k]}">{chunk}</span>')
+        else:
+            out.append(chunk)
         pos = end
-    out.append(html.escape(text[pos:]))
     return "".join(out)
 
 
-_STYLE = """body{font-family:sans-serif;margin:1em}table{border-collapse:collapse}
+_STYLE = """body{font-family:sans-serif;margin:1em;max-width:110em}table{border-collapse:collapse}
 td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}.pair{display:flex;gap:1em}
 .pair>div{flex:1;min-width:0}pre{background:#f6f6f6;padding:.5em;overflow-x:auto;font-size:12px}
-mark{background:#ffd27f}"""
+mark{background:#ffd27f}mark b{color:#a40;font-size:10px}.expected{background:#dde8f5;color:#456}
+.common{background:#e6e6e6;color:#555}.short{text-decoration:underline dotted #a40}"""
 
 
-def report_html(pairs: Sequence[Pair], sources: Sequence[Source], threshold: float, top: int) -> str:
+def _header(sources: Sequence[Source], settings: Settings, calibration: Calibration | None) -> str:
+    e = html.escape
+    n = sum(s.id not in (REFERENCE_ID, LIBRARY_ID) for s in sources)
+    extra = ((" and the reference" if any(s.id == REFERENCE_ID for s in sources) else "")
+             + (f" and {e(LIBRARY_ID)} (optimizers)" if any(s.id == LIBRARY_ID for s in sources) else ""))
+    return (
+        f"<p>{n} submissions{extra}; modules: {e(', '.join(HANDOUT_MODULES))}, each with the modules of its "
+        "package it imports. Code is compared as tokens: names, comments, docstrings and layout do not hide a "
+        "copy.</p><p><b>What counts</b> is rare shared code: what the two share in passages of at least "
+        f"{settings.min_region} tokens, less the stubs' code and import statements, less <i>expected code</i> "
+        "(what two correct solutions written apart hold, the reference and the project's correct corpus: code "
+        f"the contract dictates), less <i>common code</i> (what more than {settings.max_holders} sources hold). "
+        "A pair's <b>score</b> is the larger share of either side's own code (its code less the stubs', "
+        "expected and common code) in those passages. <b>Flagged</b>: a score of "
+        f"{settings.threshold:.0%} or more with at least {settings.min_tokens} rare shared tokens (about "
+        f"{settings.min_tokens // 30} lines).</p>"
+        f"<p>{e(calibration.summary()) if calibration else 'False-flag rate not measured.'} Each honest pair "
+        "(two correct solutions written apart) is scored as a class of two whose own styles are left out of "
+        "the expected code; calibration.csv lists them.</p>"
+        "<p><b>A flag means</b> that two submissions share more code than the project has seen honest solutions "
+        "share: a reason to read the marked regions side by side. <b>It does not mean</b> that either copied, "
+        "nor which one: students may have worked together as allowed, used the same outside source, or one "
+        "may have copied the other without the other's knowledge. <b>No flag does not mean no copying</b>: "
+        "code rewritten statement by statement is not found.</p>"
+        '<p>Marks: <mark><b>[n]</b>rare shared region n</mark> <span class="short">shared, shorter than a '
+        'region</span> <span class="common">shared, common in the class</span> <span class="expected">shared, '
+        "expected code</span></p>")
+
+
+def _pair_section(i: int, p: Pair, texts: dict[tuple[str, str], str], settings: Settings) -> str:
+    e = html.escape
+    rows = "".join(
+        f"<tr><td>{r.number}</td><td>{_lines(r.lines_a)}</td><td>{_lines(r.lines_b)}</td>"
+        f"<td>{r.tokens_a} / {r.tokens_b}</td><td>{_held(r)}</td></tr>" for r in p.regions)
+    return (
+        f'<h2 id="pair-{i}">#{i} {e(p.module)}: {e(p.a)} and {e(p.b)} (score {p.score:.0%})</h2>'
+        f"<p>Rare shared code: {p.rare_tokens} tokens in {len(p.regions)} regions, {p.share_a:.0%} of "
+        f"{e(p.a)}'s own code ({p.own_a} tokens) and {p.share_b:.0%} of {e(p.b)}'s ({p.own_b} tokens). "
+        f"<b>Discounted</b>: {p.expected_tokens} tokens of expected code (two correct solutions written apart "
+        f"hold it), {p.common_tokens} of common code (more than {settings.max_holders} sources hold it), "
+        f"{p.short_tokens} in shared passages shorter than {settings.min_region} tokens. Raw similarity (all "
+        f"shared code but the stubs' and the imports, as copydetect counts it): {p.raw_similarity:.0%}.</p>"
+        "<table><tr><th>region</th><th>lines in a</th><th>lines in b</th><th>rare tokens a / b</th>"
+        f"<th>held by (sources)</th></tr>{rows}</table>"
+        f'<div class="pair"><div><h3>a: {e(p.a)}</h3><pre>{_marked(texts.get((p.a, p.module), ""), p.marks_a)}'
+        f'</pre></div><div><h3>b: {e(p.b)}</h3><pre>{_marked(texts.get((p.b, p.module), ""), p.marks_b)}'
+        "</pre></div></div>")
+
+
+def _lines(spans: tuple[tuple[int, int], ...]) -> str:
+    return ", ".join(f"{low}-{high}" if high != low else f"{low}" for low, high in spans)
+
+
+def _held(r: Region) -> str:
+    """Who holds a region's fingerprints: the pair only, or how many others and which (escaped)."""
+    if r.holders[1] <= 2:
+        return "these two only"
+    shown = ", ".join(html.escape(o) for o in r.others[:3]) + (f" and {len(r.others) - 3} more" if len(r.others) > 3
+                                                              else "")
+    return f"these two and {len(r.others)} more: {shown}"
+
+
+def report_html(pairs: Sequence[Pair], sources: Sequence[Source], settings: Settings, top: int,
+                calibration: Calibration | None = None) -> str:
     """The report page. Every string from a submission goes through html.escape."""
     e = html.escape
     texts = {(s.id, m): t for s in sources for m, t in s.files.items()}
-    shown = [p for p in pairs if p.similarity >= threshold][:top]
+    shown = [p for p in pairs if p.flagged][:top]
     skipped = [s for s in sources if s.skipped]
     rows = "".join(
         f"<tr><td>{i}</td><td>{e(p.module)}</td><td>{e(p.a)}</td><td>{e(p.b)}</td>"
-        f"<td>{p.similarity:.0%}</td><td>{p.similarity_a:.0%} / {p.similarity_b:.0%}</td>"
-        f"<td>{p.shared_tokens}</td><td>" + (f'<a href="#pair-{i}">side by side</a>' if p in shown else "")
+        f"<td>{p.score:.0%}</td><td>{p.share_a:.0%} / {p.share_b:.0%}</td>"
+        f"<td>{p.rare_tokens}</td><td>{p.expected_tokens} / {p.common_tokens} / "
+        f"{p.short_tokens}</td><td>{p.raw_similarity:.0%}</td><td>"
+        + (f'<a href="#pair-{i}">side by side</a>' if p in shown else "")
         + "</td></tr>" for i, p in enumerate(pairs[: max(top, len(shown))], 1))
     parts = [
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">",
@@ -381,36 +891,27 @@ def report_html(pairs: Sequence[Pair], sources: Sequence[Source], threshold: flo
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
         "style-src 'unsafe-inline'; script-src 'none'\">",
         f"<title>Similarity report</title><style>{_STYLE}</style></head><body>",
-        f"<h1>Similarity report</h1><p>{sum(s.id not in (REFERENCE_ID, LIBRARY_ID) for s in sources)} submissions"
-        + (" and the reference" if any(s.id == REFERENCE_ID for s in sources) else "")
-        + (f" and {e(LIBRARY_ID)}" if any(s.id == LIBRARY_ID for s in sources) else "")
-        + f"; modules: {e(', '.join(HANDOUT_MODULES))}, each with the modules of its package it imports. "
-        "The stubs' code never counts. "
-        f"Similarity: the larger share of either side's code found in the other "
-        f"(identifiers renamed do not hide a copy). Flagged: at or above {threshold:.0%}.</p>",
+        "<h1>Similarity report</h1>", _header(sources, settings, calibration),
     ]
     if skipped:
         parts.append("<h2>Skipped</h2><ul>" + "".join(f"<li>{e(s.id)}: {e(s.skipped)}</li>" for s in skipped)
                      + "</ul>")
-    parts.append("<h2>Pairs, most similar first</h2><table><tr><th>#</th><th>module</th><th>a</th><th>b</th>"
-                 f"<th>similarity</th><th>a / b</th><th>shared tokens</th><th></th></tr>{rows}</table>")
+    parts.append(f"<h2>Pairs: {len(shown)} flagged, then the rest by score</h2><table><tr><th>#</th><th>module"
+                 "</th><th>a</th><th>b</th><th>score</th><th>share a / b</th><th>rare tokens</th>"
+                 "<th>discounted: expected / common / short</th><th>raw</th><th></th></tr>" + rows + "</table>")
     for i, p in enumerate(pairs, 1):
-        if p not in shown:
-            continue
-        parts.append(
-            f'<h2 id="pair-{i}">#{i} {e(p.module)}: {e(p.a)} and {e(p.b)} ({p.similarity:.0%})</h2>'
-            f'<div class="pair"><div><h3>{e(p.a)} ({p.similarity_a:.0%} shared)</h3>'
-            f"<pre>{_marked(texts.get((p.a, p.module), ''), p.slices_a)}</pre></div>"
-            f"<div><h3>{e(p.b)} ({p.similarity_b:.0%} shared)</h3>"
-            f"<pre>{_marked(texts.get((p.b, p.module), ''), p.slices_b)}</pre></div></div>")
+        if p in shown:
+            parts.append(_pair_section(i, p, texts, settings))
     parts.append("</body></html>\n")
     return "\n".join(parts)
 
 
 def report(root: Path, out: Path, *, exclude: Iterable[Path] = (), with_reference: bool = True,
-           with_library: bool = True, threshold: float = THRESHOLD, top: int = 100,
-           quiet: bool = False) -> list[Pair]:
-    """Stage the submissions in ``root``, compare them, write DIR's three files."""
+           with_library: bool = True, settings: Settings = Settings(), top: int = 100,
+           solutions: Sequence[Solution] | None = None, quiet: bool = False) -> list[Pair]:
+    """Stage the submissions in ``root``, compare them, write DIR's four files.
+    ``solutions``: the correct solutions whose shared code is expected
+    (default: :func:`correct_solutions`)."""
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="similarity-") as tmp:
         root = root.resolve()
@@ -422,16 +923,29 @@ def report(root: Path, out: Path, *, exclude: Iterable[Path] = (), with_referenc
     ref = reference_source() if with_reference else None
     lib = library_source() if with_library else None
     everything = [*sources, *(s for s in (ref, lib) if s is not None)]
-    pairs = compare(everything, stubs_of())
-    write_atomic(out / "pairs.csv", pairs_csv(pairs, everything, threshold))
-    write_atomic(out / "similarity.csv", submissions_csv(pairs, everything, threshold))
-    write_atomic(out / "report.html", report_html(pairs, everything, threshold, top))
+    stubs = stubs_of()
+    corpus = fingerprint_corpus(correct_solutions() if solutions is None else solutions, stubs)
+    pairs: list[Pair] = []
+    library_prints = None
+    for module in HANDOUT_MODULES:  # one module's fingerprints held at a time
+        index = module_index(module, everything, stubs.get(module, ""), corpus, settings)
+        library_prints = index.prints.get(LIBRARY_ID, library_prints)
+        pairs += module_pairs(index)
+    pairs = _ranked(pairs)
+    if library_prints is None and (lib := library_source()) is not None:  # measured with it all the same
+        library_prints = _prints(lib.files, _boilerplate(stubs.get("optimizers", ""))).get("optimizers")
+    calibration = calibrate(corpus, library_prints, settings)
+    write_atomic(out / "pairs.csv", pairs_csv(pairs, everything))
+    write_atomic(out / "similarity.csv", submissions_csv(pairs, everything))
+    write_atomic(out / "calibration.csv", calibration_csv(calibration))
+    write_atomic(out / "report.html", report_html(pairs, everything, settings, top, calibration))
     if not quiet:
-        flagged = [p for p in pairs if p.similarity >= threshold]
-        print(f"similarity: {len(sources)} submissions, {len(pairs)} pairs sharing code, "
-              f"{len(flagged)} at or above {threshold:.0%}; report in {out / 'report.html'}")
+        flagged = [p for p in pairs if p.flagged]
+        print(f"similarity: {len(sources)} submissions, {len(pairs)} pairs sharing code, {len(flagged)} flagged "
+              f"(score >= {settings.threshold:.0%}, >= {settings.min_tokens} rare tokens); report in "
+              f"{out / 'report.html'}\n  {calibration.summary()}")
         for p in flagged[:10]:
-            print(f"  {p.similarity:4.0%}  {p.module:<11} {p.a}  {p.b}")
+            print(f"  {p.score:4.0%}  {p.rare_tokens:6d}  {p.module:<11} {p.a}  {p.b}")
     return pairs
 
 
@@ -441,7 +955,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("submissions", type=Path, help="folder of submissions (or an export zip), as for batch")
     p.add_argument("--out", type=Path, default=Path("similarity-out"), help="output folder")
     p.add_argument("--threshold", type=float, default=THRESHOLD,
-                   help=f"flag pairs at or above this similarity, 0..1 (default: {THRESHOLD})")
+                   help=f"flag pairs whose score (share of own code in rare shared regions) reaches this, 0..1 "
+                        f"(default: {THRESHOLD})")
+    p.add_argument("--min-tokens", type=int, default=MIN_TOKENS,
+                   help=f"and whose rare shared code holds at least this many tokens (default: {MIN_TOKENS})")
+    p.add_argument("--max-holders", type=int, default=MAX_HOLDERS,
+                   help=f"code held by more than this many sources is common, never counted (default: "
+                        f"{MAX_HOLDERS}, as MOSS's -m)")
     p.add_argument("--top", type=int, default=100, help="pairs listed in the report (default: 100)")
     p.add_argument("--no-reference", action="store_true", help="do not compare with reference/")
     p.add_argument("--no-library", action="store_true", help="do not compare optimizers with torch.optim's sources")
@@ -457,8 +977,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"{args.submissions} does not exist")
     if not 0 <= args.threshold <= 1:
         parser.error("--threshold is a fraction between 0 and 1")
+    if args.min_tokens < 0 or args.max_holders < 2:
+        parser.error("--min-tokens is at least 0 and --max-holders at least 2 (a pair holds its own code)")
+    settings = Settings(threshold=args.threshold, min_tokens=args.min_tokens, max_holders=args.max_holders)
     report(args.submissions, args.out.resolve(), with_reference=not args.no_reference,
-           with_library=not args.no_library, threshold=args.threshold, top=args.top, quiet=args.quiet)
+           with_library=not args.no_library, settings=settings, top=args.top, quiet=args.quiet)
     return 0
 
 
