@@ -19,7 +19,10 @@ A small class built here, all on the handout's ``views`` module:
   (the report never runs submission code).
 
 Then what is discounted (expected, common and short shared code, the stubs,
-the imports), each on code written here.
+the imports), each on code written here; and a class made of the project's
+correct corpus (selftest/similarity_class.py), where no honest pair may be
+flagged and every disguised copy must be, with the false-flag rate the report
+and the docs state.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ import pytest
 from grader import __main__ as entry
 from grader.instructor import batch, similarity
 from grader.instructor.grading import GRADER_ENV
+from selftest.similarity_class import build_class, student_lines
+from tests.harness import HANDOUT_MODULES
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -463,3 +468,86 @@ def test_report_shows_evidence_for_a_flagged_pair(klass):
     assert "expected code" in section and "Raw similarity" in section
     assert '<span class="expected">' in section  # the discounted code is marked apart
     assert "Measured on the project" in page and "A flag means" in page and "does not mean" in page
+
+
+# ---------------------------------------------------------------- a class made of the correct corpus
+
+#: The class's two runs: with the whole corpus as expected code (as instructors run it), and with the
+#: honest students' own lines left out of it (students whose styles the corpus has never seen).
+RUNS = ("corpus", "unseen")
+
+
+@pytest.fixture(scope="module")
+def corpus_class(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[list[str]], dict[str, Path]]:
+    """The class of selftest/similarity_class.py: one honest student per line of
+    the correct corpus written apart (the reference's line is ``(reference)``
+    itself; the corpus's edited copies are no student), a disguised copy of two
+    of them and a copy of the reference. Honest students never hold the same
+    file; see that module for how the whole submissions are made."""
+    root = tmp_path_factory.mktemp("corpus-class")
+    honest, copies = build_class(root)
+    outs = {run: root.parent / f"corpus-class-{run}" for run in RUNS}
+    similarity.report(root, outs["corpus"], quiet=True)
+    unseen = [s for s in similarity.correct_solutions() if s.line not in student_lines()]
+    similarity.report(root, outs["unseen"], solutions=unseen, quiet=True)
+    return root, [honest, *[list(c) for c in copies]], outs
+
+
+def _copied_modules(root: Path, original: str) -> set[str]:
+    """The modules ``original`` (a student of the class, or the reference) wrote: what a copy of it copied."""
+    if original == similarity.REFERENCE_ID:
+        return set(HANDOUT_MODULES)
+    return {m for m in HANDOUT_MODULES
+            if (root / original / "student" / f"{m}.py").read_text() != (REPO / "student" / f"{m}.py").read_text()}
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_corpus_class_flags_every_copy_and_no_honest_pair(corpus_class, run):
+    """Flagged: exactly the copies with what they copied, in every module it
+    wrote. No pair of honest students, nor of either with the reference or
+    torch.optim, nor of a copy with a solution it did not copy."""
+    root, (honest, *copies), outs = corpus_class
+    rows = _pairs(outs[run])
+    assert {frozenset((r["submission_a"], r["submission_b"])) for r in rows if r["flagged"] == "1"} \
+        == {frozenset(c) for c in copies}
+    for copy, original in copies:
+        for module in _copied_modules(root, original):
+            assert _flagged(outs[run], copy, original, module), (run, copy, module, _row(outs[run], copy, original,
+                                                                                        module))
+    assert set(honest) == {"from_the_handout", "textbook_loops"}  # what the docs' figures were measured on
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_corpus_class_scores_honest_pairs_far_below_copies(corpus_class, run):
+    """The highest score of a pair that is no copy, and the lowest of a copy in
+    a module it copied, each at least 0.1 from the threshold (measured: 0.10
+    and 0.66 with the corpus, 0.30 and 0.72 without the students' lines)."""
+    root, (_, *copies), outs = corpus_class
+    copied = {(frozenset(c), m) for c in copies for m in _copied_modules(root, c[1])}
+    scores: dict[bool, list[float]] = {True: [], False: []}
+    for r in _pairs(outs[run]):
+        key = (frozenset((r["submission_a"], r["submission_b"])), r["module"])
+        scores[key in copied].append(float(r["score"]))
+    assert max(scores[False]) <= similarity.THRESHOLD - 0.1
+    assert min(scores[True]) >= similarity.THRESHOLD + 0.1 and len(scores[True]) == len(copied)
+
+
+def test_corpus_class_pairs_the_reference_copy_with_the_reference(corpus_class):
+    _, _, outs = corpus_class
+    row = _submissions(outs["corpus"])["copy_of_reference"]
+    assert row["most_similar_to"] == similarity.REFERENCE_ID and row["flagged_with"] == similarity.REFERENCE_ID
+    assert float(row["reference_score"]) > 0.9
+
+
+def test_false_flag_rate_is_measured_reported_and_documented(corpus_class):
+    """calibration.csv: every handout module has honest pairs, none flagged;
+    the report's header and docs/instructors.md give the same figures."""
+    _, _, outs = corpus_class
+    rows = list(csv.DictReader(io.StringIO((outs["corpus"] / "calibration.csv").read_text())))
+    assert {r["module"] for r in rows} == set(HANDOUT_MODULES)
+    assert not [r for r in rows if r["flagged"] == "1"]
+    top = max(float(r["score"]) for r in rows)
+    figure = f"0 of {len(rows)} honest pairs flagged"
+    assert figure in (outs["corpus"] / "report.html").read_text()
+    docs = " ".join((REPO / "docs" / "instructors.md").read_text().split())  # wrapped lines joined
+    assert figure in docs and f"highest honest score {top:.2f}" in docs, (figure, top)
