@@ -74,7 +74,7 @@ from pathlib import Path
 from types import FunctionType, ModuleType
 from typing import Any, Protocol
 
-from tests import wire
+from tests import handout_problems, wire
 
 __all__ = [
     "HANDOUT_MODULES", "Impl", "ImplBase", "Interrupted", "Modules", "NotImplementedYet",
@@ -84,15 +84,9 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parent.parent
 
-#: The handout's modules, in handout order; each is one graded problem.
-HANDOUT_MODULES = (
-    "precision", "views", "memory",       # §1
-    "einops_ops",                           # §2
-    "flops", "model",                       # §3
-    "optimizers",                           # §4
-    "data",                                 # §5
-    "training",                             # §6
-)
+#: The handout's modules, in handout order; each is one graded problem. Read
+#: from the rubric (tests/__init__.py: :func:`tests.handout_problems`), never restated.
+HANDOUT_MODULES = tuple(handout_problems(REPO))
 
 
 #: The message of an untouched stub: ``NotImplementedError("<name>: see handout §N")``.

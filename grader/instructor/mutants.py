@@ -65,12 +65,13 @@ from pathlib import Path
 from grader import rubric
 from grader.corpus import WrongSubmission
 from grader.util import REPO, tomllib
+from tests import handout_problems
 
 EQUIVALENT_FILE = REPO / "grader" / "corpus" / "equivalent_mutants.toml"
 CUDA_ONLY_FILE = REPO / "grader" / "corpus" / "cuda_only_mutants.toml"
 
-#: The handout problems whose reference module is mutated (their public tests kill).
-PROBLEMS = ("precision", "views", "memory", "einops_ops", "flops", "model", "optimizers", "data", "training")
+#: The handout problems whose reference module is mutated (their public tests kill): the rubric's list.
+PROBLEMS = tuple(handout_problems())
 
 #: cosmic-ray's core operators used by default: one replacement per operator kind
 #: (each binary operator by its usual confusion rather than by all ten others),

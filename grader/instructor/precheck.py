@@ -17,7 +17,7 @@ from pathlib import Path
 from grader.instructor.discovery import IGNORED, entry_kind
 from grader.sandbox.scratch import remove_tree
 from grader.sandbox.workcopy import MAX_BYTES
-from tests.harness import HANDOUT_MODULES
+from tests import handout_problems
 
 __all__ = ["precheck"]
 
@@ -88,7 +88,7 @@ def _precheck(path: Path, staging: Path | None) -> tuple[Path | None, str, str]:
         if ok:
             return zips[0], "graded", ""
         return None, "bad zip" if reason.startswith("bad zip") else "no student/", f"{zips[0].name}: {reason}"
-    loose = [p for p in entries if p.suffix == ".py" and p.stem in HANDOUT_MODULES]
+    loose = [p for p in entries if p.suffix == ".py" and p.stem in handout_problems()]
     if loose and staging is not None:
         odd = [p.name for p in entries if p.suffix == ".py" and kinds[p.name] != "file"]
         if odd:

@@ -90,7 +90,10 @@ from grader.instructor.precheck import precheck
 from grader.sandbox.submission import locate
 from grader.sandbox.workcopy import SubmissionError, is_plain_module, make_working_copy
 from grader.util import REPO, write_atomic
-from tests.harness import HANDOUT_MODULES
+from tests import handout_problems
+
+#: The handout's modules, in handout order (the rubric's list).
+HANDOUT_MODULES = tuple(handout_problems())
 
 if TYPE_CHECKING:
     from copydetect.detector import CodeFingerprint
