@@ -1,10 +1,11 @@
 """``python -m grader``: grade a submission, or run an instructor workflow.
 
-``python -m grader batch|release|gradescope|similarity|mutants|calibrate ...``
-dispatch to ``main(argv)`` of ``grader.instructor.batch``, ``.release``,
-``.bundle``, ``.similarity``, ``.mutants`` and ``.calibrate`` (absent from the
+``python -m grader NAME ...`` for a workflow of :data:`grader.cli.WORKFLOWS`
+(batch, similarity, release, gradescope, calibrate, mutants) dispatches
+to ``main(argv)`` of its module in ``grader.instructor`` (absent from the
 student release: then the command says so); anything else grades one
-submission (see grader/cli.py).
+submission (see grader/cli.py). Nothing heavy is imported before a workflow
+has parsed its arguments, so ``--help`` and argument errors answer at once.
 """
 
 from __future__ import annotations
@@ -12,15 +13,13 @@ from __future__ import annotations
 import importlib
 import sys
 
-_WORKFLOWS = {"batch": "grader.instructor.batch", "release": "grader.instructor.release",
-              "gradescope": "grader.instructor.gradescope", "similarity": "grader.instructor.similarity",
-              "mutants": "grader.instructor.mutants", "calibrate": "grader.instructor.calibrate"}
+from grader.cli import WORKFLOWS
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in _WORKFLOWS:
-        name = _WORKFLOWS[argv[0]]
+    if argv and argv[0] in WORKFLOWS:
+        name = WORKFLOWS[argv[0]][0]
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as e:

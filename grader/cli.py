@@ -27,12 +27,27 @@ from pathlib import Path
 
 from grader.util import PROFILES
 
-#: What ``--help`` says (plain text: argparse prints it as it is).
+#: The instructor workflows, ``python -m grader NAME ...``: the module whose
+#: ``main(argv)`` runs each (grader/__main__.py dispatches), and what it does.
+WORKFLOWS = {
+    "batch": ("grader.instructor.batch", "grade a whole class: gradebook, results, class summary"),
+    "similarity": ("grader.instructor.similarity", "the class similarity report (copied work)"),
+    "release": ("grader.instructor.release", "build the student repository (no reference, no hidden checks)"),
+    "gradescope": ("grader.instructor.gradescope", "build the Gradescope autograder bundle"),
+    "calibrate": ("grader.instructor.calibrate", "measure the reference's cost for the budgets (grader/budgets.toml)"),
+    "mutants": ("grader.instructor.mutants", "mutation testing: what the public tests catch"),
+}
+
+#: What ``--help`` says (argparse reflows it; the epilog keeps its lines).
 DESCRIPTION = "Grade one submission (a folder or zip holding student/) and print a score table per problem."
-EPILOG = ("Exit code: 0 when grading completed, whatever the score; 2 for bad arguments (a SUBMISSION that does "
-          "not exist among them); 1 when the grader could not run. Each problem's start and finish are shown on "
-          "stderr as it grades; the table goes to stdout. "
-          "Also: python -m grader batch|release|gradescope|similarity|mutants ... (instructors).")
+EPILOG = "\n".join([
+    "Exit code: 0 when grading completed, whatever the score; 2 for bad arguments (a SUBMISSION that does not",
+    "exist among them); 1 when the grader could not run. Each problem's start and finish are shown on stderr as",
+    "it grades; the table goes to stdout.",
+    "",
+    "Instructor commands (python -m grader NAME --help for each; absent from the student release):",
+    *(f"  {name:<11} {what}" for name, (_, what) in WORKFLOWS.items()),
+])
 
 
 def _env_int(name: str) -> int | None:
@@ -46,7 +61,8 @@ def _env_int(name: str) -> int | None:
 
 def parser() -> argparse.ArgumentParser:
     """The command line's parser (building it imports nothing of the pipeline)."""
-    ap = argparse.ArgumentParser(prog="python -m grader", description=DESCRIPTION, epilog=EPILOG)
+    ap = argparse.ArgumentParser(prog="python -m grader", description=DESCRIPTION, epilog=EPILOG,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("submission", nargs="?", default=None,
                     help="a folder or zip holding student/ (default: this repository's student/)")
     ap.add_argument("--json", metavar="FILE", help="write the full results as JSON (see grader/report/render.py)")
