@@ -1,7 +1,7 @@
 """``python -m grader``: grade a submission, or run an instructor workflow.
 
 ``python -m grader NAME ...`` for a workflow of :data:`grader.cli.WORKFLOWS`
-(batch, similarity, release, gradescope, calibrate, mutants) dispatches
+(batch, similarity, release, gradescope, calibrate, mutants, check) dispatches
 to ``main(argv)`` of its module in ``grader.instructor`` (absent from the
 student release: then the command says so); anything else grades one
 submission (see grader/cli.py). Nothing heavy is imported before a workflow

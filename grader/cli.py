@@ -36,6 +36,7 @@ WORKFLOWS = {
     "gradescope": ("grader.instructor.gradescope", "build the Gradescope autograder bundle"),
     "calibrate": ("grader.instructor.calibrate", "measure the reference's cost for the budgets (grader/budgets.toml)"),
     "mutants": ("grader.instructor.mutants", "mutation testing: what the public tests catch"),
+    "check": ("grader.instructor.check", "every place a change to the assignment still needs (docs/authoring.md)"),
 }
 
 #: What ``--help`` says (argparse reflows it; the epilog keeps its lines).

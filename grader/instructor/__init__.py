@@ -9,7 +9,9 @@
 * ``release``: the student repository (:mod:`.release`);
 * ``gradescope``: the Gradescope autograder bundle (:mod:`.gradescope`);
 * ``similarity``: the class similarity report (:mod:`.similarity`);
-* ``mutants``: mutation testing of the public tests (:mod:`.mutants`).
+* ``mutants``: mutation testing of the public tests (:mod:`.mutants`);
+* ``calibrate``: the reference's cost, for the budgets (:mod:`.calibrate`);
+* ``check``: every place a change to the assignment still needs (:mod:`.check`).
 
 Their templates (Slurm, Gradescope, the release's README and CI) live in
 ``templates/``. The release leaves this whole package out, and nothing in the
