@@ -6,6 +6,8 @@ unnoticed until it is sampled. Building is cheap: every entry, every run."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from grader.corpus import (
@@ -53,3 +55,16 @@ def test_correct_lineage_names_every_entry_and_its_first_origin():
     assert lines["einops_ops-slow_loops"] == REFERENCE_LINE
     assert copied_entries() == {e.name for e in entries if e.patches} | {"optimizers-slow_per_parameter",
                                                                           "einops_ops-slow_loops"}
+
+
+def test_a_whole_module_lacking_a_stubbed_function_names_the_file_to_extend(tmp_path):
+    """A function added to the assignment after a correct entry's whole module
+    was written: building the entry names that module, instead of the corpus
+    run failing minutes later with "module has no attribute"."""
+    entry = next(s for s in correct_submissions() if s.name == "precision-from_the_handout")
+    old = entry.modules[0]
+    short = tmp_path / "precision-from_the_handout" / "precision.py"
+    short.parent.mkdir()
+    short.write_text(old.read_text().replace("def tensor_bytes(", "def _tensor_bytes_gone("))
+    with pytest.raises(ValueError, match=r"precision\.py: extend it with tensor_bytes"):
+        build_correct(dataclasses.replace(entry, modules=(short,)), tmp_path / "built")

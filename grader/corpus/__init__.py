@@ -27,6 +27,7 @@ folder's ``student/`` files laid over it (:func:`build_cheat`).
 
 from __future__ import annotations
 
+import ast
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,7 +159,21 @@ def copied_entries() -> set[str]:
 
 
 def build_correct(sub: CorrectSubmission, dest: Path) -> Path:
-    """Write the submission folder (holding ``student/``) under ``dest``; return it."""
+    """Write the submission folder (holding ``student/``) under ``dest``; return it.
+
+    A whole module of the entry replaces the reference's, so it must define
+    every function its stub has: ValueError names the module to extend when a
+    function was added to the assignment after it was written."""
+    from grader.instructor.check import stubs_of  # the stubs' functions, read from the source
+
+    for module in sub.modules:
+        stub = REPO / "student" / module.name
+        have = {n.name for n in ast.parse(module.read_text()).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        lacking = [n for n in stubs_of(ast.parse(stub.read_text())) if n not in have] if stub.is_file() else []
+        if lacking:
+            where = module.relative_to(REPO) if module.is_relative_to(REPO) else module
+            raise ValueError(f"{where}: extend it with {', '.join(lacking)} (student/{module.name} "
+                             "stubs them, and this whole module replaces the reference's)")
     folder = build_wrong(WrongSubmission(sub.name, sub.problem, sub.description, sub.patches), dest)
     for module in sub.modules:
         shutil.copyfile(module, folder / "student" / module.name)
