@@ -19,7 +19,7 @@ from grader.cli import WORKFLOWS
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in WORKFLOWS:
-        name = WORKFLOWS[argv[0]][0]
+        name = f"grader.instructor.{argv[0]}"
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as e:

@@ -27,16 +27,17 @@ from pathlib import Path
 
 from grader.util import PROFILES
 
-#: The instructor workflows, ``python -m grader NAME ...``: the module whose
-#: ``main(argv)`` runs each (grader/__main__.py dispatches), and what it does.
+#: The instructor workflows, ``python -m grader NAME ...``, and what each does;
+#: ``main(argv)`` of grader/instructor/NAME.py runs it (grader/__main__.py
+#: dispatches; the student release has no such folder).
 WORKFLOWS = {
-    "batch": ("grader.instructor.batch", "grade a whole class: gradebook, results, class summary"),
-    "similarity": ("grader.instructor.similarity", "the class similarity report (copied work)"),
-    "release": ("grader.instructor.release", "build the student repository (no reference, no hidden checks)"),
-    "gradescope": ("grader.instructor.gradescope", "build the Gradescope autograder bundle"),
-    "calibrate": ("grader.instructor.calibrate", "measure the reference's cost for the budgets (grader/budgets.toml)"),
-    "mutants": ("grader.instructor.mutants", "mutation testing: what the public tests catch"),
-    "check": ("grader.instructor.check", "every place a change to the assignment still needs (docs/authoring.md)"),
+    "batch": "grade a whole class: gradebook, results, class summary",
+    "similarity": "the class similarity report (copied work)",
+    "release": "build the student repository (no reference, no hidden checks)",
+    "gradescope": "build the Gradescope autograder bundle",
+    "calibrate": "measure the reference's cost for the budgets (grader/budgets.toml)",
+    "mutants": "mutation testing: what the public tests catch",
+    "check": "every place a change to the assignment still needs (docs/authoring.md)",
 }
 
 #: What ``--help`` says (argparse reflows it; the epilog keeps its lines).
@@ -47,7 +48,7 @@ EPILOG = "\n".join([
     "it grades; the table goes to stdout.",
     "",
     "Instructor commands (python -m grader NAME --help for each; absent from the student release):",
-    *(f"  {name:<11} {what}" for name, (_, what) in WORKFLOWS.items()),
+    *(f"  {name:<11} {what}" for name, what in WORKFLOWS.items()),
 ])
 
 
