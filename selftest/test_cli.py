@@ -9,6 +9,9 @@ the test is what makes it fast: torch and the pipeline are not imported.
 
 from __future__ import annotations
 
+import functools
+import glob
+import http.server
 import io
 import json
 import os
@@ -16,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -100,35 +104,90 @@ exec "$REAL_PYTHON" "$@"
 """
 
 
-def test_lab_setup_says_what_it_installs(tmp_path):
-    """A fresh set-up names the packages (torch with its pin) and where they go,
-    on stderr; pip itself stays quiet (-q) and nothing reaches stdout."""
+def _fake_setup(tmp_path: Path, system: str, **env: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """``./lab setup`` in a fresh clone of the files it reads, with a python3 whose
+    venv logs pip's arguments instead of installing (``uname`` says ``system``; a
+    stand-in ``bwrap`` keeps it from installing bubblewrap); (the run, pip's calls)."""
     repo = tmp_path / "clone"
     repo.mkdir()
     for name in ("lab", "pyproject.toml", "constraints.txt"):
         shutil.copy2(REPO / name, repo / name)
     fake = tmp_path / "bin"
     fake.mkdir()
-    (fake / "python3").write_text(FAKE_PYTHON)
-    (fake / "python3").chmod(0o755)
-    (fake / "uname").write_text("#!/bin/sh\necho Darwin\n")  # skips the bubblewrap install (it may apt-get)
-    (fake / "uname").chmod(0o755)
+    for name, text in (("python3", FAKE_PYTHON), ("uname", f"#!/bin/sh\necho {system}\n"), ("bwrap", "#!/bin/sh\n"),
+                       ("nvidia-smi", "#!/bin/sh\nexit 9\n")):  # no CUDA device here, whatever the machine
+        (fake / name).write_text(text)
+        (fake / name).chmod(0o755)
     log = tmp_path / "pip.log"
-    env = {**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}", "PYTHON": str(fake / "python3"),
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("LAB_")}, **env,
+           "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}", "PYTHON": str(fake / "python3"),
            "REAL_PYTHON": sys.executable, "PIP_LOG": str(log)}
     proc = subprocess.run([str(repo / "lab"), "setup"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=120)
+    return proc, (log.read_text().splitlines() if log.is_file() else [])
+
+
+def test_lab_setup_says_what_it_installs(tmp_path):
+    """A fresh set-up names the packages, each with its version in the lock, and
+    where they go, on stderr; pip itself stays quiet (-q) and nothing reaches stdout."""
+    proc, pips = _fake_setup(tmp_path, "Darwin")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""
     pin = next(line.strip() for line in (REPO / "constraints.txt").read_text().splitlines()
                if line.startswith("torch=="))
     installing = [line for line in proc.stderr.splitlines() if line.startswith("lab: installing ")]
     assert len(installing) == 1, proc.stderr
-    assert installing[0].startswith(f"lab: installing {pin}, numpy, einops, ") and " into .venv (" in installing[0]
-    assert "matplotlib" not in installing[0]  # no reference/: a student's checkout, no instructor extras
-    pips = log.read_text().splitlines()
+    assert installing[0].startswith(f"lab: installing {pin}, numpy==") and " into .venv (" in installing[0]
+    listed = installing[0].removeprefix("lab: installing ").partition(" into ")[0].split(", ")
+    assert all("==" in name for name in listed), f"not pinned by the lock: {listed}"
+    assert "matplotlib" not in installing[0]  # no selftest/: a student's checkout, no instructor extras
     assert any("install -q -c constraints.txt -r .venv/requirements.txt" in p for p in pips), pips
-    assert (repo / ".venv" / ".lab-stamp").is_file()
+    assert "lab: asking for PyPI's torch (on macOS" in proc.stderr
+    assert (tmp_path / "clone" / ".venv" / ".lab-stamp").is_file()
+
+
+@pytest.fixture
+def cpu_index(tmp_path):
+    """A package index on loopback that holds a torch/ page (it serves files only)."""
+    root = tmp_path / "index"
+    (root / "torch").mkdir(parents=True)
+    (root / "torch" / "index.html").write_text("<html></html>")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.skipif(bool(glob.glob("/dev/nvidia[0-9]*")), reason="this machine has a CUDA device")
+def test_lab_setup_asks_for_the_cpu_build_without_a_cuda_device(tmp_path, cpu_index):
+    proc, pips = _fake_setup(tmp_path, "Linux", LAB_TORCH_CPU_INDEX=cpu_index)
+    assert proc.returncode == 0, proc.stderr
+    assert "no CUDA device here: asking for torch's CPU build (LAB_TORCH=cuda ./lab setup" in proc.stderr
+    install = [p for p in pips if " install -q " in p and "-c constraints.txt" in p]
+    assert len(install) == 1 and f"--extra-index-url {cpu_index}" in install[0], pips
+    assert "lab: installed torch " in proc.stderr  # what it installed, read back from torch itself
+
+
+def test_lab_setup_says_when_the_cpu_build_cannot_be_reached(tmp_path):
+    proc, pips = _fake_setup(tmp_path, "Linux", LAB_TORCH_CPU_INDEX="http://127.0.0.1:9")  # the discard port
+    assert proc.returncode == 0, proc.stderr
+    assert "http://127.0.0.1:9 cannot be reached from here" in proc.stderr
+    assert not any("--extra-index-url" in p for p in pips), pips
+
+
+def test_lab_setup_asks_for_the_cuda_build_when_told(tmp_path, cpu_index):
+    proc, pips = _fake_setup(tmp_path, "Linux", LAB_TORCH="cuda", LAB_TORCH_CPU_INDEX=cpu_index)
+    assert proc.returncode == 0, proc.stderr
+    assert "asking for PyPI's torch, the CUDA build (LAB_TORCH=cpu ./lab setup" in proc.stderr
+    assert not any("--extra-index-url" in p for p in pips), pips
+
+
+def test_lab_setup_refuses_an_unknown_build(tmp_path):
+    proc, _ = _fake_setup(tmp_path, "Linux", LAB_TORCH="rocm")
+    assert proc.returncode == 2 and "LAB_TORCH must be cpu, cuda or auto" in proc.stderr
 
 
 # ------------------------------------------------------------------ progress

@@ -283,9 +283,12 @@ def _borrow_venv(repo: Path) -> None:
     (venv / "bin" / "python").symlink_to(Path(sys.executable))
     (venv / "pyvenv.cfg").write_text((here / "pyvenv.cfg").read_text())
     (venv / "lib").symlink_to(here / "lib")
-    stamp = subprocess.run("cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1", shell=True, cwd=repo,
-                           capture_output=True, text=True, check=True).stdout
-    (venv / ".lab-stamp").write_text(stamp)
+    files = subprocess.run("cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1",
+                           shell=True, cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+    # The torch build ./lab asks for on this machine: the one it set this venv up with.
+    ours = here / ".lab-stamp"
+    build = ours.read_text().strip().partition(" torch=")[2] if ours.is_file() else ""
+    (venv / ".lab-stamp").write_text(f"{files} torch={build or 'cpu'}\n")
 
 
 def test_ci_workflow_runs_ci_run_and_uploads_its_json(release_dir):

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder image
 # (Ubuntu; the bundle is unpacked in /autograder/source). It installs Python, the
-# grader's dependencies at the versions the course tested (constraints.txt; CPU
-# wheels of torch: Gradescope has no GPU) and bubblewrap for the worker sandbox,
+# grader's dependencies at the versions of the lock (constraints.txt: every
+# package pinned; CPU wheels of torch: Gradescope has no GPU) and bubblewrap for the worker sandbox,
 # locks the checkout for the uid isolation, and fails the build when the worker
 # (which runs student code) could be isolated neither way.
 # The grader needs at least 1 CPU and 1 GiB of memory (the reference is measured
