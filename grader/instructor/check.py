@@ -6,8 +6,9 @@ checks what the selftests would otherwise find minutes later, each finding
 naming the file to change and what to change there:
 
 * the rubric's problems (grader/rubric.toml, the one list of problems) each have
-  their check files, a stub ``student/<m>.py`` and a reference ``reference/<m>.py``,
-  a handout section and a row of the handout's table, and an entry
+  their check files (and every check file belongs to one), a stub
+  ``student/<m>.py`` and a reference ``reference/<m>.py``, a handout section and
+  a row of the handout's table, and an entry
   ``grader/corpus/correct/<m>-from_the_handout/<m>.py``;
 * a stub and its reference define the same public functions and classes, with
   the same parameters (names, kinds, defaults), and each stub says
@@ -406,6 +407,11 @@ def check(root: Path = REPO) -> Findings:
         f.need(stub.stem.startswith("_") or stub.stem in modules,
                f"student/{stub.name}: a stub no rubric problem grades (add the problem to grader/rubric.toml, or "
                "remove the stub)")
+    listed = {c for p in rubric.problems for c in p.files}
+    for path in [*sorted((root / "tests").glob("test_*.py")), *sorted((root / "grader" / "hidden").glob("test_*.py"))]:
+        file = path.relative_to(root).as_posix()
+        f.need(file in listed, f"{file}: no problem's files in grader/rubric.toml list it (its checks would never be "
+                               "graded): add it to its problem's files, or remove it with a retired problem")
     _check_markers(root, modules, f)
     _check_corpus(rubric, root, f)
     _check_budgets(rubric, root, f)
