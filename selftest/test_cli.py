@@ -109,8 +109,8 @@ def _fake_setup(tmp_path: Path, system: str, **env: str) -> tuple[subprocess.Com
     venv logs pip's arguments instead of installing (``uname`` says ``system``; a
     stand-in ``bwrap`` keeps it from installing bubblewrap); (the run, pip's calls)."""
     repo = tmp_path / "clone"
-    repo.mkdir()
-    for name in ("lab", "pyproject.toml", "constraints.txt"):
+    (repo / "tests").mkdir(parents=True)
+    for name in ("lab", "pyproject.toml", "constraints.txt", "tests/impl_option.py"):
         shutil.copy2(REPO / name, repo / name)
     fake = tmp_path / "bin"
     fake.mkdir()
