@@ -301,10 +301,12 @@ def _check_tests(problem: rubric_module.Problem, root: Path, stubbed: Sequence[s
                 names.add(ptest)
     if problem.gpu and not public:  # its items name the public tests its hidden checks extend
         names |= {t for tests in hidden.values() for t in tests}
+    where = next((c for c in problem.files if not rubric_module.is_hidden(c)), "grader/rubric.toml")
     for item in problem.items:
         for pattern in item.checks:
             f.need(any(fnmatchcase(n, pattern) for n in names),
-                   f"grader/rubric.toml: {problem.name}, item {item.name!r}: the pattern {pattern!r} matches no test")
+                   f"{where}: no test matches the pattern {pattern!r} of {problem.name}'s item {item.name!r} in "
+                   "grader/rubric.toml: add the test, or fix the pattern")
     text = "\n".join(texts)
     for name in stubbed:
         # impl.<m>.<name>(...) in a test, modules.<m>.<name> in a scenario, or the
