@@ -33,6 +33,15 @@ def test_tensor_bytes_matches_measured_storage(impl, shape, dtype):
     assert got == measured, f"tensor_bytes({shape}, {dtype}): expected {measured}, got {got!r}"
 
 
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_tensor_bytes_of_every_dtype(impl, dtype):
+    """Every dtype of bytes_per_element's list, each time (the property above
+    draws a few of them per run)."""
+    measured = torch.empty((3, 5), dtype=dtype).untyped_storage().nbytes()
+    got = impl.precision.tensor_bytes((3, 5), dtype)
+    assert got == measured, f"tensor_bytes((3, 5), {dtype}): expected {measured}, got {got!r}"
+
+
 def test_tensor_bytes_worked_examples(impl):
     assert impl.precision.tensor_bytes((4, 8), torch.float32) == 128
     # GPT-3's feed-forward matrix in fp32: 2304 MiB.
