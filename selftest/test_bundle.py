@@ -60,6 +60,8 @@ tests = [{{"name": n, "score": 5.0 if ok else 0.0, "max_score": 5.0, "status": "
           "output": sub, "visibility": "visible"}} for n in ("precision", "views")]
 json.dump({{"score": sum(t["score"] for t in tests), "execution_time": 0.1, "output": " ".join(args),
            "tests": tests}}, open(out, "w"))
+if os.environ.get("FAKE_KILLED_AFTER_WRITING"):  # stopped midway, its results.json as it last wrote it
+    sys.exit(137)
 PYEOF
 fi
 exec {python} "$@"
@@ -186,6 +188,15 @@ def test_run_autograder_reports_a_grader_failure(tmp_path, bundle_zip, fake_pyth
     root = autograder_layout(tmp_path / "autograder", bundle_zip, _submission(tmp_path, "folder"))
     results = run_autograder(root, fake_python, FAKE_CRASH="1")
     assert results["score"] == 0 and "exit code 7" in results["output"], results
+
+
+def test_run_autograder_keeps_what_a_grader_stopped_midway_finished(tmp_path, bundle_zip, fake_python):
+    """A grader stopped midway (out of memory, say) leaves results.json as it
+    last wrote it: run_autograder keeps its points and says why it is partial."""
+    root = autograder_layout(tmp_path / "autograder", bundle_zip, _submission(tmp_path, "folder"))
+    results = run_autograder(root, fake_python, FAKE_KILLED_AFTER_WRITING="1")
+    assert results["score"] == 10 and len(results["tests"]) == 2, results
+    assert "stopped before it finished (exit code 137)" in results["output"], results["output"]
 
 
 @pytest.mark.timeout(1200)
