@@ -294,9 +294,10 @@ def test_cheat_loses_what_it_targets_and_no_more_is_the_machines(name, tmp_path)
 
 
 def test_hidden_inputs_follow_the_recorded_seed(tmp_path):
-    """Hidden checks draw from the run's seed, recorded in --json: the same seed
-    replays the same inputs, another seed draws others (a leak is not replayable).
-    The submission prints what it is called with, to the instructors' log."""
+    """Hidden checks draw from the run's seed, recorded in --json for
+    instructors: the same seed replays the same inputs, another seed draws
+    others (a leak is not replayable). The submission prints what it is called
+    with, to the instructors' log of its hidden checks."""
     sub = tmp_path / "sub" / "student"
     sub.mkdir(parents=True)
     (sub / "__init__.py").write_text("")
@@ -306,9 +307,9 @@ def test_hidden_inputs_follow_the_recorded_seed(tmp_path):
     logs = {}
     for run, seed in (("a", "1"), ("b", "1"), ("c", "2")):
         (tmp_path / run).mkdir()
-        _, result, gradescope = _grade(sub.parent, "precision", tmp_path / run, "--seed", seed)
+        _, result, gradescope = _grade(sub.parent, "precision", tmp_path / run, "--seed", seed, "--reveal-hidden")
         assert result["seed"] == int(seed) and "seed" not in json.dumps(gradescope).lower()
-        logs[run] = result["problems"][0]["log"]
+        logs[run] = result["problems"][0]["hidden_log"]
     assert logs["a"] and logs["a"] == logs["b"], "the same seed did not replay the same inputs"
     assert logs["a"] != logs["c"], "another seed drew the same hidden inputs"
 

@@ -6,7 +6,7 @@ The ``--json`` schema (stable; other tools build on it)::
     {"submission": str, "score": float, "max_score": float,
      "gpu_points_not_run": float, "execution_time": float, "sandbox": str,
      "profile": str, "checks": str, "notes": [str], "error": str,
-     "points_without_checks": float, "seed": int,
+     "points_without_checks": float, "speed": float,
      "problems": [{"name": str, "section": str, "score": float,
                    "max_score": float, "status": str, "visibility": str,
                    "output": str, "log": str, "time": float, "cpu": float, "not_counted": float,
@@ -46,8 +46,14 @@ and ``points_without_checks`` sum them. So the items' scores and maxima add up
 to their problem's, and the problems' to the top-level ``score`` and
 ``max_score``, in this file as in Gradescope's results.json and the JUnit XML
 (whose testsuite carries ``score`` and ``max_score`` properties). Hidden checks' messages are withheld unless revealed.
-``log`` is the submission's own (capped) output, for instructors; it is never
-copied into the Gradescope output (it could echo hidden inputs).
+``log`` is the submission's own (capped) output in its public checks, for
+instructors; it is never copied into the Gradescope output. With ``reveal``
+(``--reveal-hidden``) the document also holds what only instructors may see,
+as it could carry a hidden input: each problem's ``hidden_log``,
+``hidden_time``, ``hidden_cpu`` and ``peak_bytes``, a hidden check's
+``duration`` and ``cpu``, and the run's ``seed``, ``operator_notes`` (about
+the machine), ``wall_time``, ``engine_cpu``, ``calibration_cpu`` and
+``costs`` (each trusted process's :class:`grader.protocol.Cost`).
 ``time`` (per problem) and ``duration`` (per check) are seconds measured by the
 trusted pytest process, worker start-up included in a problem's first check;
 ``cpu`` (per problem and check) the CPU seconds its workers used (read from
