@@ -410,10 +410,10 @@ class RemoteImpl(ImplBase):
                           **kwargs: Any) -> tuple[Any, int]:
         if self.problem is not None:
             self._fresh()
+        self._request({"op": "prepare"})  # its memory from now on is what a fresh process's would be
         if warm_up is not None:  # harness code only: the implementation is first imported by the measured call
-            self._request({"op": "scenario", "name": scenario_name(warm_up), "args": (), "kwargs": {},
-                           "measure": True})
-        req = {"op": "scenario", "name": scenario_name(fn), "args": args, "kwargs": kwargs, "measure": True}
+            self._request({"op": "scenario", "name": scenario_name(warm_up), "args": (), "kwargs": {}})
+        req = {"op": "scenario", "name": scenario_name(fn), "args": args, "kwargs": kwargs}
         return self._request(req, measure=True)
 
     def _refuse(self, st: ProblemState) -> None:
@@ -500,7 +500,8 @@ class RemoteImpl(ImplBase):
                 st.fault = st.fault or ("the machine ran out of memory while a worker held no more than the "
                                         f"{self._sandbox.limits.growth_bytes >> 20} MiB it is promised")
                 raise GraderFault(f"{self.problem}: not graded: {st.fault}") from None
-            shown = CRASHED if self.hidden else f"{_describe(req)}: {e}"
+            # (the grader's own reasons for killing it, the scratch folder's caps, are fixed words)
+            shown = CRASHED if self.hidden and not worker.killed_for else f"{_describe(req)}: {e}"
             self._crashed(st, shown)
             raise type(e)(f"{self.problem}: {shown}") from None
         value = self._unpack(reply, req)
@@ -534,4 +535,6 @@ class RemoteImpl(ImplBase):
 def _describe(req: dict[str, Any]) -> str:
     if req.get("op") == "scenario":
         return f"scenario {req.get('name')}"
+    if req.get("op") == "prepare":
+        return "readying a worker for a measured call"
     return f"{req.get('module')}.{req.get('function')}"
