@@ -34,7 +34,7 @@ def test_the_worker_sees_no_repository_no_host_and_no_network(impl, tmp_path):
     listing = impl.precision.tensor_bytes("list", str(REPO))
     assert "reference" not in listing and "grader" not in listing, listing
     assert impl.precision.tensor_bytes("list", "/submission") == [
-        "_grader_confine.py", "_grader_seal.py", "_grader_worker.py", "student", "tests"]
+        "_grader_confine.py", "_grader_seal.py", "_grader_worker.py", "grader", "student", "tests"]
     assert "reference" not in impl.precision.tensor_bytes("list", "/proc/1/cwd/..")
     assert impl.precision.tensor_bytes("net").startswith("refused")
     assert max(impl.precision.tensor_bytes("pids")) < 100  # its own PID namespace

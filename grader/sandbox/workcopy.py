@@ -4,11 +4,12 @@
 ``student/`` (its plain modules, regular files only, capped by :data:`MAX_FILES`
 and :data:`MAX_BYTES`; symlinks never followed), the public
 harness the worker needs (``tests/__init__.py``, ``tests/wire.py``,
-``tests/harness.py``, ``tests/memwatch.py``, ``tests/scenarios/``) and the worker script
-(:data:`WORKER_SCRIPT`, a copy of grader/worker/main.py, with
-:data:`CONFINE_MODULE` and :data:`SEAL_MODULE`, of grader/worker/confine.py and
-seal.py): nothing of
-``reference/`` or of ``grader/hidden``.
+``tests/harness.py``, ``tests/memwatch.py``, ``tests/scenarios/``), the rubric
+(``grader/rubric.toml``, which names the handout's modules, as the student
+release ships it) and the worker script (:data:`WORKER_SCRIPT`, a copy of
+grader/worker/main.py, with :data:`CONFINE_MODULE` and :data:`SEAL_MODULE`, of
+grader/worker/confine.py and seal.py): nothing of ``reference/`` or of
+``grader/hidden``.
 
 What Python imports from the working copy must be what the trusted side reads
 (the sources of :attr:`grader.sandbox.remote.RemoteImpl`, the similarity report): so
@@ -94,6 +95,8 @@ def make_working_copy(student: Path, dest: Path) -> Path:
         shutil.copyfile(src, dest / "student" / src.name, follow_symlinks=False)
     if not (dest / "student" / "__init__.py").is_file():
         (dest / "student" / "__init__.py").write_text("")
+    (dest / "grader").mkdir(exist_ok=True)  # the handout's modules, as the trusted side reads them (tests/__init__.py)
+    shutil.copyfile(REPO / "grader" / "rubric.toml", dest / "grader" / "rubric.toml")
     tests = dest / "tests"
     (tests / "scenarios").mkdir(parents=True, exist_ok=True)
     for name in ("__init__.py", "wire.py", "harness.py", "memwatch.py"):
