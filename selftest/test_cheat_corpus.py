@@ -66,7 +66,9 @@ CASES = {
     "leak_inputs": ("precision", None, "error"),
     "wire_inflate": ("precision", None, "error"),
     "disk_fill": ("precision", "bwrap", "error|timeout"),
-    "deep_scratch": ("precision", "bwrap", "error|timeout"),
+    # Its first call may build the whole depth and return before the scratch watch walks: that call fails
+    # on its own, and a later one is the one killed.
+    "deep_scratch": ("precision", "bwrap", "failed|error|timeout"),
     "escape_codes": ("precision", None, "failed"),
     "hostile_strings": ("precision", None, "failed"),
     "symlink_student": ("precision", None, "error"),

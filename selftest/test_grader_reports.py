@@ -198,7 +198,18 @@ def test_zip_symlinks_are_dropped(tmp_path):
 
 
 def test_workflow_dispatch_reports_missing_modules(monkeypatch, capsys):
-    monkeypatch.setitem(entry._WORKFLOWS, "batch", "grader._no_such_module")
+    """A workflow whose module this checkout lacks (the student release has no
+    grader/instructor) says so, exit 1, instead of a traceback."""
+    import importlib
+
+    real = importlib.import_module
+
+    def missing(name, *args, **kwargs):
+        if name == "grader.instructor.batch":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib, "import_module", missing)
     assert entry.main(["batch", "x"]) == 1
     assert "not available" in capsys.readouterr().err
 
@@ -244,7 +255,9 @@ def test_every_report_adds_up(case, tmp_path):
     files = {k: tmp_path / f"out.{k}" for k in ("json", "gs.json", "xml")}
     proc = run_grader(sub, "--profile", "dev", "--json", str(files["json"]), "--gradescope", str(files["gs.json"]),
                       "--junit", str(files["xml"]), "--no-progress", *extra)
-    assert proc.returncode == 0 and not proc.stderr.strip(), proc.stderr[-3000:]  # no report failed to be written
+    # No report failed to be written (the only lines on stderr are notes about the machine, for its operator).
+    errors = [ln for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith("grader: note: ")]
+    assert proc.returncode == 0 and not errors, proc.stderr[-3000:]
     result, gs = json.loads(files["json"].read_text()), json.loads(files["gs.json"].read_text())
     jsonschema.validate(result, RESULT_SCHEMA)
     jsonschema.validate(gs, GRADESCOPE_SCHEMA)

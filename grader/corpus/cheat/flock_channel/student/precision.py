@@ -2,7 +2,7 @@
 submission running at the same time, through byte-range locks on a file both
 see: every call read-locks byte N of its own module (N: the number of elements
 it was asked about), and raises with the first lock another process holds
-there (waiting 20 s for one), so that a hidden input becomes a public test's
+there (waiting 2 s for one), so that a hidden input becomes a public test's
 failure message. With no other worker's lock in sight it is still the stub."""
 import fcntl
 import math
@@ -26,7 +26,7 @@ def tensor_bytes(shape, dtype):
         fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, 1, math.prod(shape) + 1, os.SEEK_SET)
     except (OSError, TypeError, ValueError):
         pass
-    for _ in range(2000):  # 20 s of sleep (no CPU time) for the other worker to publish
+    for _ in range(200):  # 2 s of sleep (no CPU time) for the other worker to publish
         seen = _foreign_lock(fd)
         if seen is not None:
             raise ValueError(f"LEAKED another worker's input: {seen - 1} elements")
@@ -34,8 +34,8 @@ def tensor_bytes(shape, dtype):
     raise NotImplementedError("tensor_bytes: see handout §1")
 
 
-def bytes_per_element(dtype):
-    return dtype.itemsize  # right, so that tensor_bytes's failure is its item's first
+def bytes_per_element(*args, **kwargs):
+    raise NotImplementedError("bytes_per_element: see handout §1")
 
 
 def float_format(*args, **kwargs):
