@@ -7,6 +7,7 @@ docstring states the ``--json`` schema these records are written as).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from grader.protocol import Cost, Failure
@@ -41,7 +42,7 @@ UNFINISHED_TEXT = ("not graded yet: the grade had not finished this problem's ch
 __all__ = [
     "GRADER_ERROR", "NEEDS_GPU", "NOT_COUNTED", "NOT_GRADED", "NOT_RUN", "NO_CHECKS_YET", "UNFINISHED",
     "UNFINISHED_TEXT", "Check", "GradeResult",
-    "ItemResult", "ProblemResult", "failure_text", "fmt", "item_text",
+    "ItemResult", "ProblemResult", "failure_text", "fmt", "item_text", "stub_of",
 ]
 
 
@@ -158,12 +159,28 @@ def failure_text(f: Failure) -> str:
     return "\n".join(lines)
 
 
+#: The message of a check that reached an untouched stub (tests.harness.NotImplementedYet).
+_STUB_FAILURE = re.compile(r"NotImplementedYet: ([\w.]+) is not implemented yet: see handout §([\w.]+)")
+
+
+def stub_of(f: Failure | None) -> tuple[str, str] | None:
+    """``(function, section)`` when failure ``f`` is a call reaching an
+    untouched stub (no input could have passed: it reads as one line), else None."""
+    found = _STUB_FAILURE.match(f.message) if f is not None else None
+    return (found.group(1), found.group(2)) if found else None
+
+
 def item_text(i: ItemResult) -> str:
-    """One item's result as text: its score, then its first failure or why it earned nothing."""
+    """One item's result as text: its score, then its first failure or why it
+    earned nothing; one line when that failure is an untouched stub."""
     if i.status in NOT_COUNTED:
         head = f"[{NEEDS_GPU if i.status == NOT_RUN_GPU else NO_CHECKS_YET}] {i.name} ({fmt(i.not_counted)} points)"
         return "\n".join([head, *(f"  {ln}" for ln in i.note.splitlines())])
     head = f"[{fmt(i.score)}/{fmt(i.max_score)}] {i.name}: {i.status}"
+    stub = stub_of(i.failure) if not i.note else None
+    if stub is not None:
+        what = "not implemented yet" if stub[0] == i.name else f"{stub[0]} is not implemented yet"
+        return f"[{fmt(i.score)}/{fmt(i.max_score)}] {i.name}: {what} (handout §{stub[1]})"
     if i.status == PASSED and not i.note:
         return f"{head} ({i.checks} checks)"
     if i.failure is not None:

@@ -1,7 +1,8 @@
 """A student's first correct function shows in the grade: the stubs with only
 the handout's first function (``bytes_per_element``) filled in earn that
 function's item, graded as the course grades (public and hidden checks), and
-nothing else; the untouched stubs earn nothing."""
+nothing else; the untouched stubs earn nothing, and their grade is short to
+read (each stub named once, as pytest folds them)."""
 
 from __future__ import annotations
 
@@ -31,13 +32,16 @@ FIRST_FUNCTION = '''
 '''
 
 
-def _grade(folder: Path, tmp_path: Path) -> dict:
+#: What ./lab grade may print on the untouched stubs: the table and what to do next fit one screen.
+STUB_GRADE_LINES = 60
+
+
+def _grade(folder: Path, tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     out = tmp_path / f"{folder.name}.json"
-    proc = subprocess.run([sys.executable, "-m", "grader", str(folder), "--problems", "precision", "--json", str(out),
-                           "--profile", "dev", "--no-progress", "-q"], cwd=REPO, capture_output=True, text=True,
-                          timeout=900)
+    proc = subprocess.run([sys.executable, "-m", "grader", str(folder), "--json", str(out), "--no-progress", *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return next(p for p in json.loads(out.read_text())["problems"] if p["name"] == "precision")
+    return proc, json.loads(out.read_text())
 
 
 @pytest.mark.timeout(1200)
@@ -52,9 +56,16 @@ def test_the_first_function_earns_its_item(tmp_path):
     assert text.count(stub) == 1
     module.write_text(text.replace(stub, FIRST_FUNCTION))
 
-    nothing = _grade(stubs, tmp_path)
-    assert nothing["score"] == 0, nothing["items"]
-    graded = _grade(first, tmp_path)
+    proc, nothing = _grade(stubs, tmp_path)  # the whole grade, as ./lab grade runs it
+    assert nothing["score"] == 0, nothing["problems"]
+    # On a terminal the progress display adds one line per problem and phase (public, hidden checks).
+    shown = len(proc.stdout.splitlines()) + 2 * len(nothing["problems"])
+    assert shown <= STUB_GRADE_LINES, proc.stdout
+    for p in nothing["problems"]:
+        if p["status"] != "not run on a GPU":  # every stub named in its row, none in a block of its own
+            assert f"{p['name']}: " not in proc.stdout.split("\nscore ")[1], proc.stdout
+    _, graded = _grade(first, tmp_path, "--problems", "precision", "--profile", "dev", "-q")
+    graded = next(p for p in graded["problems"] if p["name"] == "precision")
     items = {i["name"]: i for i in graded["items"]}
     item = load().problem("precision").items_of("test_bytes_per_element_matches_element_size")[0]
     assert items[item.name]["score"] == item.points > 0, items[item.name]

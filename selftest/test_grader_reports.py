@@ -321,7 +321,8 @@ def test_every_report_adds_up(case, tmp_path):
     if case == "reference":
         assert total == most > 0 and all(t["status"] == "passed" for t in gs["tests"])
     if case == "stubs":  # what failed, and the command the student runs in their checkout
-        assert "NotImplementedYet: bytes_per_element is not implemented yet" in proc.stdout
+        assert "not implemented yet: bytes_per_element, tensor_bytes," in proc.stdout
+        assert "bytes_per_element: not implemented yet (handout §1.1)" in gs["tests"][0]["output"]
         reproduce = [i["failure"]["reproduce"] for p in result["problems"] for i in p["items"] if i["failure"]]
         assert reproduce and all(re.fullmatch(r"pytest tests/test_\w+\.py::test_\w+", r) for r in reproduce), \
             reproduce

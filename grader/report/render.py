@@ -73,6 +73,7 @@ from typing import Any, TextIO
 
 from grader.protocol import Failure
 from grader.results import (
+    FAILED,
     GRADER_ERROR,
     NEEDS_GPU,
     NO_CHECKS,
@@ -84,6 +85,7 @@ from grader.results import (
     ItemResult,
     ProblemResult,
     item_text,
+    stub_of,
 )
 from grader.results import fmt as _fmt
 from grader.rubric import function_name
@@ -262,6 +264,9 @@ def _reason(f: Failure | None, note: str) -> str:
     extends and the kind of input."""
     if f is None:
         return note.splitlines()[0] if note else ""
+    stub = stub_of(f)
+    if stub is not None:  # no input matters: which stub, not which test
+        return f"{stub[0]} is not implemented yet (handout §{stub[1]})"
     test = function_name(f.test) + (f"[{f.test.split('[', 1)[1]}" if "[" in f.test else "")
     if f.hidden and not f.message:
         what = f"a hidden check failed: {function_name(f.test)}"
@@ -271,6 +276,17 @@ def _reason(f: Failure | None, note: str) -> str:
         return f"{what}; inputs: {kind}" if kind else what
     message = next((ln for ln in f.message.splitlines() if ln.strip()), "").removeprefix("AssertionError: ")
     return f"{message} (in {test})" if message else f"failed: {test}"
+
+
+def _only_stubs(p: ProblemResult) -> dict[str, str]:
+    """The stubs a problem's every lost item failed on (function: handout
+    section, in item order), when it earned nothing and that is all there is to
+    say of it (its row names them: no details to print); else {}."""
+    failed = [i for i in p.items if i.score < i.max_score and i.status not in NOT_COUNTED]
+    stubs = [None if i.note else stub_of(i.failure) for i in failed]
+    if p.status != FAILED or p.score or not failed or None in stubs:
+        return {}
+    return {s[0]: s[1] for s in stubs if s is not None}
 
 
 #: How many lines the first-failure column may take per row.
@@ -301,6 +317,9 @@ def table(r: GradeResult, *, details: bool = True, width: int = 110) -> str:
                 first = p.output.splitlines()[0] if p.output else GRADER_ERROR
             elif 0 < p.score < p.max_score:  # the item rows below say why
                 first = "lost: " + "; ".join(i.name for i in failed)
+            elif stubs := _only_stubs(p):
+                sections = ", ".join(f"§{s}" for s in dict.fromkeys(stubs.values()))
+                first = f"not implemented yet: {', '.join(stubs)} (handout {sections})"
             elif failed:
                 first = _reason(failed[0].failure, failed[0].note)
             elif p.output:
@@ -325,7 +344,7 @@ def table(r: GradeResult, *, details: bool = True, width: int = 110) -> str:
     lines.append(summary(r))
     if details and not unreadable(r):
         for p in r.problems:
-            if p.status not in (PASSED, *NOT_COUNTED) and p.output:
+            if p.status not in (PASSED, *NOT_COUNTED) and p.output and not _only_stubs(p):
                 lines += ["", f"== {p.name}: {p.status}, {_fmt(p.score)}/{_fmt(p.max_score)}", p.output]
     return "\n".join(lines) + "\n"
 
