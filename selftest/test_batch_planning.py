@@ -1,17 +1,19 @@
 """How a batch is spread: deterministic shards, a Slurm array job whose merged
-shards equal one batch, merges that refuse conflicting shards, and --jobs and
-the per-worker memory fitted to the cores and free memory.
+shards equal one batch, merges that refuse conflicting shards, a GPU batch of
+the GPU problem merged into a CPU batch, a problem not run shown as such,
+and --jobs and the per-worker memory fitted to the cores and free memory.
 
 The fake grader and the submission builders are in selftest/batching.py."""
 
 from __future__ import annotations
 
+import csv
 import os
 import subprocess
 
 import pytest
 
-from grader.instructor import batch, discovery, files
+from grader.instructor import batch, discovery, files, gradebook
 from selftest.batching import (
     fake_grader_fixture,  # noqa: F401 (the fixture fake_grader)
     read_gradebook,
@@ -58,6 +60,64 @@ def test_merge_refuses_conflicting_shards(tmp_path):
         files.write_json_atomic(tmp_path / d / "results" / "a.json", {**rec, "reason": reason})
     with pytest.raises(SystemExit, match="graded in both"):
         batch.main(["--merge", str(tmp_path / "s0"), str(tmp_path / "s1"), "--out", str(tmp_path / "m")])
+
+
+def _problem(name: str, score: float, points: float, status: str) -> dict:
+    if status == "not run on a GPU":
+        return {"name": name, "score": 0.0, "max_score": 0.0, "status": status, "not_counted": points, "items": []}
+    return {"name": name, "score": score, "max_score": points, "status": status, "not_counted": 0.0, "items": []}
+
+
+def _record(sub_id: str, content: str, *problems: dict) -> dict:
+    score, most = sum(p["score"] for p in problems), sum(p["max_score"] for p in problems)
+    result = {"score": score, "max_score": most, "problems": list(problems), "gpu_points_not_run": sum(
+        p["not_counted"] for p in problems if p["status"] == "not run on a GPU")}
+    return {"batch_version": 1, "id": sub_id, "source": sub_id, "content": content, "submitters": [],
+            "status": "graded", "reason": "", "score": score, "max_score": most, "grader_args": [],
+            "wall_time": 1.0, "result": result}
+
+
+def test_a_problem_not_run_is_shown_as_not_run(tmp_path):
+    """The GPU problem on a CPU machine: "not run" in the gradebook's cell, the
+    summary's pass rate and mean, and the plot; never 0 or 0%."""
+    records = [_record(s, s, _problem("precision", score, 10, status), _problem("mfu", 0, 5, "not run on a GPU"))
+               for s, score, status in (("alice", 10, "passed"), ("bob", 4, "failed"))]
+    rows = {r["id"]: r for r in csv.DictReader(gradebook.gradebook_csv(records).splitlines())}
+    assert rows["alice"]["mfu"] == rows["bob"]["mfu"] == "not run" and rows["bob"]["precision"] == "4"
+    summary = gradebook.write_outputs(tmp_path, records, quiet=True)
+    by = {p["name"]: p for p in summary["problems"]}
+    assert by["mfu"]["pass_rate"] is None and by["mfu"]["mean_score"] is None
+    assert by["precision"]["pass_rate"] == 0.5 and by["precision"]["mean_score"] == 7
+    assert "| mfu | 5 | not run | not run |" in (tmp_path / "summary.md").read_text()
+    assert (tmp_path / "summary.png").stat().st_size > 0
+
+
+def test_a_gpu_batch_of_the_gpu_problem_merges_into_the_cpu_batch(tmp_path):
+    """``batch --merge CPU_OUT GPU_OUT``: each submission takes the GPU's result
+    for the problem the CPU batch did not run, and its totals add up again; two
+    gradings of another content, or of one problem with two results, are refused."""
+    cpu = [_record(s, s, _problem("precision", 10, 10, "passed"), _problem("mfu", 0, 5, "not run on a GPU"))
+           for s in ("alice", "bob")]
+    gpu = [_record("alice", "alice", _problem("mfu", 5, 5, "passed")),
+           _record("bob", "bob", _problem("mfu", 0, 5, "failed"))]
+    for d, recs in (("cpu", cpu), ("gpu", gpu)):
+        for rec in recs:
+            files.write_json_atomic(tmp_path / d / "results" / f"{rec['id']}.json", rec)
+    assert batch.main(["--merge", str(tmp_path / "cpu"), str(tmp_path / "gpu"), "--out", str(tmp_path / "m"),
+                       "--quiet"]) == 0
+    rows = read_gradebook(tmp_path / "m")
+    assert (rows["alice"]["score"], rows["alice"]["max_score"], rows["alice"]["mfu"]) == ("15", "15", "5")
+    assert (rows["bob"]["score"], rows["bob"]["max_score"], rows["bob"]["mfu"]) == ("10", "15", "0")
+    assert rows["alice"]["gpu_points_not_run"] == "0"
+
+    files.write_json_atomic(tmp_path / "gpu" / "results" / "bob.json",
+                            _record("bob", "bob-resubmitted", _problem("mfu", 5, 5, "passed")))
+    with pytest.raises(SystemExit, match="do not combine"):
+        batch.main(["--merge", str(tmp_path / "cpu"), str(tmp_path / "gpu"), "--out", str(tmp_path / "m2")])
+    files.write_json_atomic(tmp_path / "gpu" / "results" / "bob.json",
+                            _record("bob", "bob", _problem("precision", 3, 10, "failed")))
+    with pytest.raises(SystemExit, match="do not combine"):
+        batch.main(["--merge", str(tmp_path / "cpu"), str(tmp_path / "gpu"), "--out", str(tmp_path / "m3")])
 
 
 def test_jobs_and_worker_memory_fit_the_free_memory(monkeypatch):

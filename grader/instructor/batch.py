@@ -40,6 +40,9 @@ Contract (instructors rely on each point):
   (0-based ``i``), ``--slurm N`` writes a Slurm array job grading shard ``i`` per
   array task (:mod:`.slurm`), and ``--merge DIR... --out DIR`` builds one
   gradebook from the shards.
+* The GPU problem graded elsewhere: a batch of ``--problems mfu`` on a GPU
+  machine, merged with the CPU batch (``--merge CPU_OUT GPU_OUT --out DIR``),
+  gives each submission the GPU's result for it and the CPU's for the rest.
 
 ``LAB_GRADER_CMD`` (environment; a shell-quoted command) replaces
 ``python -m grader`` for every submission; the project's tests use it to
@@ -68,7 +71,14 @@ from grader.instructor.discovery import Submission, discover, parse_shard, shard
 from grader.instructor.files import write_json_atomic
 from grader.instructor.gradebook import gradebook_csv, write_outputs
 from grader.instructor.grading import grade_submission
-from grader.instructor.records import NOT_GRADED_STATUSES, content_hash, error_record, load_record, load_records
+from grader.instructor.records import (
+    NOT_GRADED_STATUSES,
+    combine_records,
+    content_hash,
+    error_record,
+    load_record,
+    load_records,
+)
 from grader.instructor.slurm import write_slurm
 from grader.report.progress import BatchProgress
 from grader.sandbox.limits import plan_jobs
@@ -247,8 +257,11 @@ def run_batch(args: argparse.Namespace) -> int:
 
 
 def run_merge(args: argparse.Namespace) -> int:
-    """One gradebook from shard output folders; a submission graded in two shards
-    (shards made from different inputs) is an error, not a silent pick."""
+    """One gradebook from several output folders: the shards of one class, or a
+    CPU batch and a GPU batch of the GPU problem alone (a submission graded in
+    both combines: :func:`.records.combine_records`). A submission graded in
+    two folders that do not combine (shards made from different inputs) is an
+    error, not a silent pick."""
     out: Path = args.out.resolve()
     merged: dict[str, dict[str, Any]] = {}
     origin: dict[str, Path] = {}
@@ -257,7 +270,12 @@ def run_merge(args: argparse.Namespace) -> int:
             raise SystemExit(f"batch --merge: {d} has no results/ folder")
         for sub_id, rec in load_records(d).items():
             if sub_id in merged and merged[sub_id] != rec:
-                raise SystemExit(f"batch --merge: {sub_id} was graded in both {origin[sub_id]} and {d}")
+                both = combine_records(merged[sub_id], rec)
+                if both is None:
+                    raise SystemExit(f"batch --merge: {sub_id} was graded in both {origin[sub_id]} and {d}, and the "
+                                     "two do not combine (another content, not both graded, or a problem graded "
+                                     "in both with different results)")
+                rec = both
             merged[sub_id], origin[sub_id] = rec, d
     with _locked(out):
         for sub_id, rec in merged.items():

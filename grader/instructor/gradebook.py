@@ -2,8 +2,11 @@
 
 Contract: every record is one gradebook row (who, what happened and why, total
 and per-problem scores), sorted by id; pass rates count every submission,
-including those that could not be graded (they did not pass). Files are
-written atomically (:mod:`.files`), so a reader never sees half a gradebook.
+including those that could not be graded (they did not pass), except those
+where the problem was not run (it needs a GPU the machine lacked): a problem
+run for nobody shows "not run", never 0% or 0, in the gradebook, the summary
+and its plot. Files are written atomically (:mod:`.files`), so a reader never
+sees half a gradebook.
 """
 
 from __future__ import annotations
@@ -15,10 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from grader.instructor.files import csv_text
-from grader.instructor.records import STATUSES
+from grader.instructor.records import NOT_COUNTED_STATUSES, STATUSES
 from grader.util import write_atomic
 
-__all__ = ["class_summary", "gradebook_csv", "print_summary", "summary_markdown", "summary_png", "write_outputs"]
+__all__ = ["NOT_RUN_CELL", "class_summary", "gradebook_csv", "print_summary", "summary_markdown", "summary_png",
+           "write_outputs"]
+
+#: A cell of a problem that was not run for that submission (it needs a GPU), where a score would be.
+NOT_RUN_CELL = "not run"
 
 
 def _problem_names(records: Iterable[dict[str, Any]]) -> list[str]:
@@ -50,7 +57,8 @@ def gradebook_csv(records: Sequence[dict[str, Any]]) -> str:
     for rec in sorted(records, key=lambda r: r["id"]):
         people = rec.get("submitters") or []
         result = rec.get("result") or {}
-        per = {p.get("name"): p.get("score", 0.0) for p in result.get("problems", [])}
+        per = {p.get("name"): NOT_RUN_CELL if p.get("status") in NOT_COUNTED_STATUSES else _fmt(p.get("score", 0.0))
+               for p in result.get("problems", [])}
         rows.append([
             rec["id"],
             "; ".join(p.get("name", "") for p in people),
@@ -60,7 +68,7 @@ def gradebook_csv(records: Sequence[dict[str, Any]]) -> str:
             _fmt(rec.get("score", 0.0)),
             _fmt(rec.get("max_score") if rec["status"] == "graded" else class_max),
             _fmt(result.get("gpu_points_not_run", 0.0)),
-            *[_fmt(per.get(name, 0.0)) for name in problems],
+            *[per.get(name, "0") for name in problems],
             _fmt(rec.get("wall_time")), rec.get("source", ""),
         ])
     return csv_text(["id", "name", "sid", "email", "status", "reason", "score", "max_score",
@@ -79,9 +87,11 @@ def class_summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
             counts[p.get("status", "?")] = counts.get(p.get("status", "?"), 0) + 1
         # a problem's worth, where it counted or not (max_score 0 and not_counted its points: needs a GPU)
         max_score = max((p.get("max_score", 0.0) + p.get("not_counted", 0.0) for p in entries), default=0.0)
-        mean = sum(p.get("score", 0.0) for p in entries) / n if n else 0.0
+        # over the submissions it was run for (or could not be graded at all): None when run for none
+        over = n - sum(counts.get(s, 0) for s in NOT_COUNTED_STATUSES)
+        mean = sum(p.get("score", 0.0) for p in entries) / over if over > 0 else None
         problems.append({"name": name, "max_score": max_score, "mean_score": mean,
-                         "pass_rate": counts.get("passed", 0) / n if n else 0.0, "counts": counts})
+                         "pass_rate": counts.get("passed", 0) / over if over > 0 else None, "counts": counts})
     scores = [float(r.get("score", 0.0)) for r in records]
     return {
         "submissions": n, "statuses": statuses, "problems": problems, "scores": scores,
@@ -102,12 +112,21 @@ def summary_markdown(summary: dict[str, Any]) -> str:
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for p in s["problems"]:
         c = p["counts"]
-        lines.append(f"| {p['name']} | {p['max_score']:g} | {p['mean_score']:.2f} | {100 * p['pass_rate']:.0f}% | "
+        lines.append(f"| {p['name']} | {p['max_score']:g} | {_mean(p)} | {_rate(p)} | "
                      f"{c.get('passed', 0)} | {c.get('failed', 0)} | {c.get('error', 0)} | {c.get('timeout', 0)} | "
                      f"{c.get('not run on a GPU', 0)} |")
-    lines += ["", "Pass rates count every submission, including those that could not be graded.",
+    lines += ["", "Pass rates count every submission, including those that could not be graded, except those a "
+              "problem was not run for (it needs a GPU): \"not run\" when it ran for none.",
               "", "![pass rates and scores](summary.png)", ""]
     return "\n".join(lines)
+
+
+def _rate(p: dict[str, Any]) -> str:
+    return NOT_RUN_CELL if p["pass_rate"] is None else f"{100 * p['pass_rate']:.0f}%"
+
+
+def _mean(p: dict[str, Any]) -> str:
+    return NOT_RUN_CELL if p["mean_score"] is None else f"{p['mean_score']:.2f}"
 
 
 def summary_png(summary: dict[str, Any], path: Path) -> None:
@@ -119,10 +138,12 @@ def summary_png(summary: dict[str, Any], path: Path) -> None:
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     names = [p["name"] for p in summary["problems"]]
-    rates = [100 * p["pass_rate"] for p in summary["problems"]]
-    bars = ax1.barh(names[::-1], rates[::-1], color="#4C72B0")
-    for bar, rate in zip(bars, rates[::-1], strict=True):
-        ax1.text(min(rate + 1, 92), bar.get_y() + bar.get_height() / 2, f"{rate:.0f}%", va="center")
+    rates = [None if p["pass_rate"] is None else 100 * p["pass_rate"] for p in summary["problems"]]
+    bars = ax1.barh(names[::-1], [r or 0.0 for r in rates[::-1]], color="#4C72B0")
+    for bar, rate in zip(bars, rates[::-1], strict=True):  # a problem run for nobody: no bar, and says so
+        ax1.text(1 if rate is None else min(rate + 1, 92), bar.get_y() + bar.get_height() / 2,
+                 NOT_RUN_CELL if rate is None else f"{rate:.0f}%", va="center",
+                 color="#777777" if rate is None else "black")
     ax1.set_xlim(0, 100)
     ax1.set_xlabel("submissions passing (%)")
     ax1.set_title(f"Pass rate per problem ({summary['submissions']} submissions)")
@@ -151,7 +172,7 @@ def print_summary(summary: dict[str, Any]) -> None:
         table.add_column(col, justify="left" if col == "problem" else "right")
     for p in summary["problems"]:
         c = p["counts"]
-        table.add_row(p["name"], f"{p['max_score']:g}", f"{p['mean_score']:.2f}", f"{100 * p['pass_rate']:.0f}%",
+        table.add_row(p["name"], f"{p['max_score']:g}", _mean(p), _rate(p),
                       *(str(c.get(k, 0)) for k in ("passed", "failed", "error", "timeout")))
     Console().print(table)
     other = {k: v for k, v in summary["statuses"].items() if k != "graded" and v}

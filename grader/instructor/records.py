@@ -24,8 +24,8 @@ from typing import Any
 from grader.instructor.discovery import Submission
 
 __all__ = [
-    "NOT_GRADED_STATUSES", "RECORD_VERSION", "STATUSES", "content_hash", "error_record",
-    "load_record", "load_records", "new_record", "record_complete", "valid_result",
+    "NOT_COUNTED_STATUSES", "NOT_GRADED_STATUSES", "RECORD_VERSION", "STATUSES", "combine_records", "content_hash",
+    "error_record", "load_record", "load_records", "new_record", "record_complete", "valid_result",
 ]
 
 RECORD_VERSION = 1
@@ -35,6 +35,11 @@ RECORD_VERSION = 1
 STATUSES = ("graded", "timeout", "grader error", "bad zip", "no student/", "rejected")
 #: A problem's statuses in a result that are no verdict on it: the record is then "grader error".
 NOT_GRADED_STATUSES = ("grader error", "not graded yet")
+#: A problem's statuses whose points are left out of every total (grader.results.NOT_COUNTED):
+#: the gradebook shows them as not run, never as 0.
+NOT_COUNTED_STATUSES = ("not run on a GPU", "no checks")
+#: A problem's status when it needs a GPU the grading machine lacked.
+NOT_RUN_GPU = "not run on a GPU"
 
 
 #: Folders of an entry that hold nothing the grader reads (version control, caches).
@@ -140,3 +145,33 @@ def load_records(out: Path) -> dict[str, dict[str, Any]]:
         if rec is not None:
             records[rec["id"]] = rec
     return records
+
+
+def combine_records(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
+    """One record from two gradings of the same content that split its
+    problems: typically a CPU batch (the GPU problem "not run on a GPU") and a
+    GPU batch of that problem alone (``--problems mfu`` on a GPU machine). A
+    problem graded in one and not run in the other takes the graded result; the
+    totals are summed again. None when they do not combine: another content,
+    not both graded, or a problem graded in both with different results."""
+    if a.get("content") != b.get("content") or a["status"] != "graded" or b["status"] != "graded":
+        return None
+    problems: dict[str, dict[str, Any]] = {}
+    for p in [*a["result"]["problems"], *b["result"]["problems"]]:
+        name = p.get("name")
+        have = problems.get(name)
+        if have is None or have.get("status") == NOT_RUN_GPU:
+            problems[name] = p
+        elif p.get("status") != NOT_RUN_GPU and p != have:
+            return None
+    chosen = list(problems.values())
+    score = sum(p.get("score", 0.0) for p in chosen)
+    max_score = sum(p.get("max_score", 0.0) for p in chosen)
+    not_run = sum(p.get("not_counted", 0.0) for p in chosen if p.get("status") == NOT_RUN_GPU) + sum(
+        i.get("not_counted", 0.0) for p in chosen if p.get("status") != NOT_RUN_GPU
+        for i in p.get("items", []) if i.get("status") == NOT_RUN_GPU)
+    result = {**a["result"], "problems": chosen, "score": score, "max_score": max_score,
+              "gpu_points_not_run": not_run}
+    return {**a, "score": score, "max_score": max_score, "result": result,
+            "wall_time": a.get("wall_time", 0.0) + b.get("wall_time", 0.0),
+            "grader_args": [*a.get("grader_args", []), "+", *b.get("grader_args", [])]}
