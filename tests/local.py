@@ -131,8 +131,8 @@ def _child_main(which: str, in_fd: int, out_fd: int) -> None:
     return_freed_memory()
     impl = LocalImpl(which)
     wire.write_frame(out_fd, wire.encode({"hello": os.getpid()}))
-    while (head := wire.read_exact(in_fd, wire.FRAME.size)) is not None:
-        body = wire.read_exact(in_fd, wire.FRAME.unpack(head)[0])
+    while (head := wire.read_exact(in_fd, wire.LENGTH.size)) is not None:
+        body = wire.read_exact(in_fd, wire.LENGTH.unpack(head)[0])
         if body is None:
             return
         req = wire.decode(body)
@@ -186,8 +186,8 @@ class _Child:
         while not self.readable(max(deadline - time.monotonic(), 0.0)):
             if time.monotonic() >= deadline:
                 raise TimeoutError("the child process did not answer in time")
-        head = wire.read_exact(self.rep_r, wire.FRAME.size)
-        body = None if head is None else wire.read_exact(self.rep_r, wire.FRAME.unpack(head)[0])
+        head = wire.read_exact(self.rep_r, wire.LENGTH.size)
+        body = None if head is None else wire.read_exact(self.rep_r, wire.LENGTH.unpack(head)[0])
         if body is None:
             raise RuntimeError(f"the child process died (exit status {self.proc.wait()})")
         return wire.decode(body)

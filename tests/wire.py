@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["FRAME", "MAPPED_ERRORS", "MAX_MESSAGE_BYTES", "FrameTooLarge", "Record", "WireError", "decode", "encode",
+__all__ = ["LENGTH", "MAPPED_ERRORS", "MAX_MESSAGE_BYTES", "FrameTooLarge", "Record", "WireError", "decode", "encode",
            "read_exact", "read_frame", "write_frame"]
 
 MAX_DEPTH = 64
@@ -41,7 +41,9 @@ MAX_LOGICAL_BYTES = 4 << 30
 #: otherwise make whoever compares it allocate the full size.
 LOGICAL_PER_BYTE = 16
 LOGICAL_ALLOWANCE = 64 << 20
-_HEADER = struct.Struct("<Q")
+#: A length prefix, one unsigned 64-bit little-endian integer: of a message's
+#: JSON header (inside :func:`encode`'s bytes) and of a frame on a pipe.
+LENGTH = struct.Struct("<Q")
 
 _DTYPES: dict[str, torch.dtype] = {
     str(d).removeprefix("torch."): d
@@ -214,10 +216,10 @@ def encode(obj: Any) -> bytes:
     header = enc.enc(obj, 0)
     sizes = [len(b) for b in enc.buffers]
     head = json.dumps({"v": header, "sizes": sizes}, allow_nan=False).encode()
-    total = _HEADER.size + len(head) + sum(sizes)
+    total = LENGTH.size + len(head) + sum(sizes)
     if total > MAX_MESSAGE_BYTES:
         raise WireError(f"message of {total} bytes exceeds the {MAX_MESSAGE_BYTES} byte limit")
-    return b"".join([_HEADER.pack(len(head)), head, *enc.buffers])
+    return b"".join([LENGTH.pack(len(head)), head, *enc.buffers])
 
 
 # --------------------------------------------------------------------------- decode
@@ -365,14 +367,14 @@ def _hashable_key(k: Any) -> bool:
 def decode(data: bytes | bytearray | memoryview) -> Any:
     """Rebuild a value from :func:`encode`'s bytes; raise :class:`WireError` if malformed."""
     view = memoryview(data)
-    if len(view) < _HEADER.size:
+    if len(view) < LENGTH.size:
         raise WireError("malformed message: too short")
-    (hlen,) = _HEADER.unpack(view[: _HEADER.size])
-    end = _HEADER.size + hlen
+    (hlen,) = LENGTH.unpack(view[: LENGTH.size])
+    end = LENGTH.size + hlen
     if end > len(view):
         raise WireError("malformed message: header past the end")
     try:
-        head = json.loads(bytes(view[_HEADER.size : end]))
+        head = json.loads(bytes(view[LENGTH.size : end]))
     except (ValueError, UnicodeDecodeError) as e:
         raise WireError(f"malformed message: {e}") from None
     if type(head) is not dict or "v" not in head or type(head.get("sizes")) is not list:
@@ -399,9 +401,6 @@ MAPPED_ERRORS = (
     "FileNotFoundError", "OSError", "LookupError", "ArithmeticError",
 )
 
-#: Length prefix of a frame on a pipe: one unsigned 64-bit little-endian integer.
-FRAME = struct.Struct("<Q")
-
 
 class FrameTooLarge(WireError):
     """A frame announced more bytes than the reader accepts."""
@@ -418,7 +417,7 @@ def write_frame(fd: int, data: bytes, wait: Callable[[], None] | None = None) ->
     ``wait()`` is called before each write and returns once ``fd`` is writable
     or raises (e.g. on a deadline); a write the pipe refuses is retried.
     """
-    view = memoryview(FRAME.pack(len(data)) + data)
+    view = memoryview(LENGTH.pack(len(data)) + data)
     while view:
         if wait is not None:
             wait()
@@ -449,10 +448,10 @@ def read_frame(fd: int, limit: int | None = None, wait: Callable[[], None] | Non
     the middle of a frame). Raises :class:`FrameTooLarge`, before reading the
     body, when the frame announces more than ``limit`` bytes. ``wait``: as
     for :func:`read_exact`."""
-    head = read_exact(fd, FRAME.size, wait)
+    head = read_exact(fd, LENGTH.size, wait)
     if head is None:
         return None
-    (n,) = FRAME.unpack(head)
+    (n,) = LENGTH.unpack(head)
     if limit is not None and n > limit:
         raise FrameTooLarge(n, limit)
     return read_exact(fd, n, wait)
