@@ -1,5 +1,5 @@
-"""Shared by the sandbox selftests (test_sandbox*.py): a small hostile student
-module (``PRECISION``) whose functions misbehave on request, its working copy
+"""Shared by the sandbox selftests (test_sandbox*.py): small hostile student
+modules (``PRECISION``, ``MODEL``) whose functions misbehave on request, its working copy
 and a scratch folder (fixture ``work``), RemoteImpl workers on them
 (``make_impl``, fixture ``impl``), the bubblewrap skip marker, and the
 worker's processes inside its sandbox, seen from outside.
@@ -195,12 +195,32 @@ def tensor_bytes(what, arg=None):
 '''
 
 
+#: A handout module whose ``raise_error`` raises on request (the scenario
+#: ``tests.scenarios.model.construct`` calls it): a builtin, a subclass of one,
+#: a class with no builtin base but Exception.
+MODEL = '''
+class MyError(ValueError):
+    pass
+
+class Refused(Exception):
+    pass
+
+def raise_error(kind):
+    if kind == "permission":
+        raise PermissionError(13, "Permission denied", "/forbidden")
+    if kind == "subclass":
+        raise MyError("bad dtype")
+    raise Refused("no entry")
+'''
+
+
 @pytest.fixture(scope="module", name="work")
 def work_fixture(tmp_path_factory):
     root = tmp_path_factory.mktemp("sandbox")
     (root / "sub" / "student").mkdir(parents=True)
     (root / "sub" / "student" / "__init__.py").write_text("")
     (root / "sub" / "student" / "precision.py").write_text(textwrap.dedent(PRECISION))
+    (root / "sub" / "student" / "model.py").write_text(MODEL)
     scratch = root / "scratch"
     scratch.mkdir()
     return make_working_copy(root / "sub" / "student", root / "work"), scratch

@@ -1,19 +1,27 @@
 """The trust boundary, call by call: RemoteImpl against a small hostile module
 in a real worker: values and views cross as data, exceptions are mapped to
-their nearest builtin, crashes and protocol garbage are worker errors (never
-a value, never the submission's output), output is captured and capped, and
-the wire format refuses inflated views.
+their nearest builtin (as in LocalImpl's child process; a forged name builds
+nothing else), crashes and protocol garbage are worker errors (never a value,
+never the submission's output), output is captured and capped, and the wire
+format refuses inflated views.
 
 The hostile module and the fixtures are in selftest/sandboxing.py."""
 
 from __future__ import annotations
 
+import builtins
+import sys
+
 import pytest
 import torch
 
-from grader.sandbox.client import ProtocolError, RemoteError, WorkerCrashed, WorkerError
+from grader.sandbox.client import ProtocolError, WorkerCrashed, WorkerError
 from grader.sandbox.remote import CRASHED
 from selftest.sandboxing import impl_fixture, make_impl, work_fixture  # noqa: F401 (the fixtures impl and work)
+from tests import wire
+from tests.local import LocalImpl
+from tests.scenarios import model as model_scenarios
+from tests.wire import RemoteError
 
 
 def test_values_and_views_cross_as_data(impl):
@@ -26,11 +34,40 @@ def test_builtin_exceptions_are_reraised_by_their_nearest_builtin(impl):
     with pytest.raises(ValueError, match="bad dtype") as e:
         impl.precision.bytes_per_element("value")
     assert type(e.value) is ValueError  # never the submission's own class
-    with pytest.raises(RemoteError, match="AssertionError: student assert"):
+    with pytest.raises(AssertionError, match="student assert") as assertion:
         impl.precision.bytes_per_element("assert")
+    assert assertion.value.remote_type == "AssertionError"
     with pytest.raises(RemoteError, match="SystemExit"):
         impl.precision.bytes_per_element("exit")
     assert impl.precision.bytes_per_element("ok") == 4  # the same worker carries on
+
+
+def test_an_error_is_the_same_exception_locally_and_when_graded(impl, work):
+    """A student's ``pytest`` (LocalImpl's child process) and the grader's
+    worker raise the same exception for the same error, by one rule
+    (tests.wire.BUILTIN_ERRORS): a builtin as itself, a subclass as its
+    nearest builtin, a class with no builtin base but Exception as RemoteError."""
+    cases = {"permission": PermissionError, "subclass": ValueError, "own": RemoteError}
+    saved = {name: m for name, m in sys.modules.items() if name == "student" or name.startswith("student.")}
+    path = list(sys.path)
+    try:
+        local = LocalImpl(str(work[0].parent / "sub"))  # (imports the hostile package as student here)
+        for kind, expected in cases.items():
+            errors = []
+            for run in (local.fresh_scenario, impl.scenario):
+                with pytest.raises(expected) as e:
+                    run(model_scenarios.construct, "raise_error", [kind])
+                errors.append(e.value)
+            here, graded = errors
+            assert type(here) is type(graded) is expected, (kind, errors)
+            assert str(here).splitlines()[0] == str(graded).splitlines()[0], (kind, errors)
+            assert here.remote_type == graded.remote_type, (kind, errors)  # type: ignore[attr-defined]
+    finally:
+        for name in [n for n in sys.modules if n == "student" or n.startswith("student.")]:
+            del sys.modules[name]
+        sys.modules.update(saved)
+        sys.path[:] = path
+    assert str(graded).startswith("Refused: no entry"), graded
 
 
 @pytest.mark.parametrize("kind", ["object", "subclass"])
@@ -96,6 +133,30 @@ def test_output_is_captured_and_capped(work):
         impl.close()
     st = impl.states["precision"]
     assert len(st.log) <= 64 << 10 and st.log_dropped > 0
+
+
+def test_a_forged_error_reply_builds_nothing_but_a_builtin():
+    """What an error reply names picks a class from a fixed table of builtins
+    (tests.wire.BUILTIN_ERRORS) or none: no other name, no BaseException that
+    would stop the trusted pytest, no StopIteration that would end a loop."""
+    def raised(kind):
+        reply = {"ok": False, "type": kind, "original": "Forged", "message": "m", "traceback": ""}
+        with pytest.raises(Exception) as e:
+            wire.reply_value(reply)
+        return e.value
+
+    for kind in ("os.system", "builtins.PermissionError", "__import__", "RemoteError", "Exception", "BaseException",
+                 "SystemExit", "KeyboardInterrupt", "GeneratorExit", "StopIteration", "StopAsyncIteration",
+                 "ExceptionGroup", "UnicodeDecodeError", "IOError", "WireError", "NotImplementedYet"):
+        e = raised(kind)
+        assert type(e) is RemoteError and e.remote_type == "Forged", (kind, e)
+    for kind in ("PermissionError", "ValueError", "KeyError", "MemoryError", "SyntaxError"):
+        e = raised(kind)
+        assert type(e).__name__ == kind and type(e) is getattr(builtins, kind), (kind, e)
+    with pytest.raises(wire.MalformedReply):
+        wire.reply_value({"ok": False, "type": "ValueError", "message": 3})
+    assert wire.error_name(StopIteration()) == wire.error_name(SystemExit()) == "RemoteError"
+    assert wire.error_name(PermissionError()) == "PermissionError"
 
 
 def test_wire_refuses_views_bigger_than_what_crossed():

@@ -1,21 +1,19 @@
 """LocalImpl: the implementation imported into this process (students' ``pytest``),
 and the child process its fresh, interrupted and measured scenarios run in.
 
-The child speaks the worker's frame protocol (:mod:`tests.wire` frames of
-``{"name", "args", "kwargs"}`` requests and ``{"ok", ...}`` replies), so a
-scenario meets the same data locally as in the grader's sandboxed worker.
+The child speaks the worker's protocol (:mod:`tests.wire`'s request loop,
+replies and their decoding), so a scenario meets the same data, and its
+errors raise the same exceptions, locally as in the grader's sandboxed worker.
 """
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import os
 import select
 import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -121,29 +119,25 @@ class LocalImpl(ImplBase):
 
 # --------------------------------------------------------------------------- the child process
 
-def _builtin_base(e: BaseException) -> str:
-    return next((c.__name__ for c in type(e).__mro__ if issubclass(c, Exception)
-                 and getattr(builtins, c.__name__, None) is c), "RuntimeError")
+class _Scenarios:
+    """What the child answers: LocalImpl's scenarios, ``{"op": "scenario",
+    "name", "args", "kwargs"}`` requests (:func:`tests.wire.serve`)."""
+
+    def __init__(self, impl: LocalImpl) -> None:
+        self.impl = impl
+
+    def answer(self, req: Any) -> bytes:
+        try:
+            fn = resolve_scenario(req["name"])
+            return wire.value_reply(fn(self.impl.modules, *req["args"], **req["kwargs"]), fn.__qualname__)
+        except BaseException as e:  # reported to the parent, which raises it as the grader would
+            return wire.error_reply(e, skip=__file__)
 
 
 def _child_main(which: str, in_fd: int, out_fd: int) -> None:
     """The child of :class:`_Child`: LocalImpl's scenarios, one request per frame."""
     return_freed_memory()
-    impl = LocalImpl(which)
-    wire.write_frame(out_fd, wire.encode({"hello": os.getpid()}))
-    while (head := wire.read_exact(in_fd, wire.FRAME.size)) is not None:
-        body = wire.read_exact(in_fd, wire.FRAME.unpack(head)[0])
-        if body is None:
-            return
-        req = wire.decode(body)
-        try:
-            fn = resolve_scenario(req["name"])
-            reply = wire.encode({"ok": True, "value": fn(impl.modules, *req["args"], **req["kwargs"])})
-        except BaseException as e:  # reported to the parent, which re-raises it
-            reply = wire.encode({"ok": False, "type": _builtin_base(e), "original": type(e).__qualname__,
-                                 "message": str(e)[:20_000],
-                                 "traceback": "".join(traceback.format_exception(e))[-20_000:]})
-        wire.write_frame(out_fd, reply)
+    wire.serve(in_fd, out_fd, _Scenarios(LocalImpl(which)), hello=os.getpid())
 
 
 class _Child:
@@ -183,11 +177,12 @@ class _Child:
         return bool(select.select([self.rep_r], [], [], timeout)[0])
 
     def _frame(self, deadline: float) -> Any:
-        while not self.readable(max(deadline - time.monotonic(), 0.0)):
-            if time.monotonic() >= deadline:
-                raise TimeoutError("the child process did not answer in time")
-        head = wire.read_exact(self.rep_r, wire.FRAME.size)
-        body = None if head is None else wire.read_exact(self.rep_r, wire.FRAME.unpack(head)[0])
+        def wait() -> None:
+            while not self.readable(max(deadline - time.monotonic(), 0.0)):
+                if time.monotonic() >= deadline:
+                    raise TimeoutError("the child process did not answer in time")
+
+        body = wire.read_frame(self.rep_r, wait=wait)
         if body is None:
             raise RuntimeError(f"the child process died (exit status {self.proc.wait()})")
         return wire.decode(body)
@@ -199,13 +194,10 @@ class _Child:
 
     def send(self, name: str, args: Any, kwargs: Any) -> None:
         self.wait_ready(time.monotonic() + 600)
-        wire.write_frame(self.req_w, wire.encode({"name": name, "args": args, "kwargs": kwargs}))
+        wire.write_frame(self.req_w, wire.encode({"op": "scenario", "name": name, "args": args, "kwargs": kwargs}))
 
     def reply(self, deadline: float) -> Any:
         self.wait_ready(deadline)
         rep = self._frame(deadline)
-        if rep["ok"]:
-            return rep["value"]
-        cls = getattr(builtins, rep["type"], RuntimeError)
         with stubs_fail_fast():
-            raise cls(f"{rep['message']}\n\nin the child process ({rep['original']}):\n{rep['traceback']}")
+            return wire.reply_value(rep)

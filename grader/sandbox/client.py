@@ -10,10 +10,11 @@ pid on this side and its start time (a pidfd where the kernel has one): it
 is never this process's child, so its exit is read from ``/proc``.
 
 Each worker's output is drained into a capped log; requests and replies are
-:mod:`tests.wire` frames exchanged under deadlines. :func:`decode_reply` and
-:func:`reply_value` turn a reply into a value or the exception the worker
-named (a builtin of :data:`tests.wire.MAPPED_ERRORS`, else
-:class:`RemoteError`).
+:mod:`tests.wire` frames exchanged under deadlines. :func:`decode_reply`
+decodes a reply (a worker whose reply does not decode is killed);
+:func:`tests.wire.reply_value` turns it into a value or the exception the
+worker named (a builtin of :data:`tests.wire.BUILTIN_ERRORS`, else
+:class:`tests.wire.RemoteError`), as in a student's ``pytest``.
 
 Every wait on a worker is bounded by a :class:`Limit`: the CPU seconds its
 process tree may use (read from outside by its :class:`grader.sandbox.meter.Meter`)
@@ -29,7 +30,6 @@ builds the per-problem lifecycle on top of this.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import fcntl
 import json
@@ -57,12 +57,9 @@ from grader.worker.main import ServerConfig, WorkerConfig
 from tests import wire
 from tests.memwatch import process_tree
 
-__all__ = ["FORKS", "ForkServer", "GraderFault", "KilledForMemory", "Limit", "MalformedReply", "NotRun",
-           "OutOfTime", "ProtocolError", "RemoteError", "Worker", "WorkerCrashed", "WorkerError", "WorkerTimeout",
-           "decode_reply", "oom_kills", "reply_value"]
+__all__ = ["FORKS", "ForkServer", "GraderFault", "KilledForMemory", "Limit", "NotRun", "OutOfTime",
+           "ProtocolError", "Worker", "WorkerCrashed", "WorkerError", "WorkerTimeout", "decode_reply", "oom_kills"]
 
-#: Exceptions re-raised as themselves (the one table: tests.wire.MAPPED_ERRORS).
-_BUILTIN = {name: getattr(builtins, name) for name in wire.MAPPED_ERRORS}
 #: Whether workers are forked from a server that imported torch once (Linux):
 #: elsewhere a fork after importing torch is not safe, and each worker is a process of its own.
 FORKS = sys.platform == "linux"
@@ -148,14 +145,6 @@ class OutOfTime(WorkerTimeout):
     def __init__(self, message: str, *, cpu: bool, limit: Limit) -> None:
         super().__init__(message)
         self.cpu, self.limit = cpu, limit
-
-
-class RemoteError(Exception):
-    """An exception raised by the submission that is not one of the mapped builtins."""
-
-    def __init__(self, message: str, remote_type: str = "") -> None:
-        super().__init__(message)
-        self.remote_type = remote_type
 
 
 def _ended(code: int | None) -> str:
@@ -645,34 +634,3 @@ def decode_reply(data: bytes, worker: Worker) -> Any:
         worker.note(f"malformed reply: {type(e).__name__}: {str(e)[:300]}")
         worker.kill()
         raise ProtocolError("the worker's reply was not well-formed data") from None
-
-
-class MalformedReply(Exception):
-    """A decoded reply that is not a reply (the caller turns it into a ProtocolError)."""
-
-
-def reply_value(reply: Any) -> Any:
-    """The value of a decoded reply ``{"ok": True, "value": ...}``; for an
-    error reply, raises the builtin the worker named (one of
-    :data:`tests.wire.MAPPED_ERRORS`) or :class:`RemoteError`, with the
-    submission's message and traceback (capped). Raises MalformedReply for
-    anything else."""
-    if type(reply) is not dict or type(reply.get("ok")) is not bool:
-        raise MalformedReply("the worker's reply is not a reply")
-    if reply["ok"]:
-        if set(reply) != {"ok", "value"}:
-            raise MalformedReply("the worker's reply has unexpected fields")
-        return reply["value"]
-    kind, message = reply.get("type"), reply.get("message")
-    original, tb = reply.get("original", ""), reply.get("traceback", "")
-    if not all(type(v) is str for v in (kind, message, original, tb)):
-        raise MalformedReply("the worker's error reply is malformed")
-    message, tb = message[:5000], tb[-5000:]
-    cls = _BUILTIN.get(kind)
-    if kind == "NotData":
-        raise RemoteError(message, "NotData")
-    if cls is None:
-        raise RemoteError(f"{original}: {message}\n\nin the submission:\n{tb}", original)
-    if cls is KeyError:
-        raise KeyError(message)
-    raise cls(f"{message}\n\nraised in the submission ({original}):\n{tb}" if tb else message)

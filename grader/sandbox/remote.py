@@ -9,7 +9,8 @@ a fresh one wherever a check asks for a process that has run nothing before
 (:meth:`fresh_scenario` and the like). One fork server lives at a time: the
 plain one, then, for the problems whose workers must not see torch.optim
 (:data:`SEALED_OPTIM_PROBLEMS`, which the plugin runs last), a sealed one.
-Requests and replies are :mod:`tests.wire` frames (decoded by :mod:`grader.sandbox.client`).
+Requests and replies are :mod:`tests.wire` frames (read by :mod:`grader.sandbox.client`, turned into
+values or exceptions by :func:`tests.wire.reply_value`).
 
 Each problem's CPU budget and each call's CPU limit (read from outside by
 :mod:`grader.sandbox.meter`, budgets from :mod:`grader.sandbox.budgets`), the
@@ -42,7 +43,6 @@ from grader.sandbox.client import (
     GraderFault,
     KilledForMemory,
     Limit,
-    MalformedReply,
     NotRun,
     OutOfTime,
     ProtocolError,
@@ -51,7 +51,6 @@ from grader.sandbox.client import (
     WorkerError,
     WorkerTimeout,
     decode_reply,
-    reply_value,
 )
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import LOG_CAP
@@ -527,8 +526,8 @@ class RemoteImpl(ImplBase):
     def _unpack(self, reply: Any, req: dict[str, Any]) -> Any:
         try:
             with stubs_fail_fast():  # an untouched stub fails its check at once, as in a student's pytest
-                return reply_value(reply)
-        except MalformedReply as e:
+                return wire.reply_value(reply)
+        except wire.MalformedReply as e:
             raise self._garbage(req, str(e)) from None
 
 

@@ -34,13 +34,14 @@ killed with its fork server, its output on the output descriptor, rlimits,
 Landlock where asked, then the seccomp filter, mandatory where the platform
 has one: :mod:`grader.worker.confine`), writes a hello frame, and answers
 requests until its request pipe closes. Protocol (the one home of the request
-and reply fields): :mod:`tests.wire` frames of :func:`tests.wire.encode`
-bytes; the first frame a worker writes is a hello (``{"hello": ...}``); then,
-for each request ``{"op": "call", "module", "function", "args", "kwargs"}`` or
+fields): :mod:`tests.wire` frames of :func:`tests.wire.encode` bytes, in
+:func:`tests.wire.serve`'s loop (LocalImpl's child process runs the same);
+the first frame a worker writes is a hello (``{"hello": ...}``); then, for
+each request ``{"op": "call", "module", "function", "args", "kwargs"}`` or
 ``{"op": "scenario", "name", "args", "kwargs"}`` (or ``{"op": "prepare"}``
-before calls whose memory is measured: :meth:`_Harness.answer`) it answers ``{"ok": True,
-"value": ...}`` or ``{"ok": False, "type", "message", "traceback"}``
-(``type``: the nearest of ``tests.wire.MAPPED_ERRORS``, else "RemoteError").
+before calls whose memory is measured: :meth:`_Harness.answer`) it answers
+with :func:`tests.wire.value_reply` or :func:`tests.wire.error_reply` (the
+reply fields, and which exception each error becomes on the trusted side).
 A worker of an unsealed server answers no optimizers request (why: see
 grader/README.md, "The trust boundary").
 """
@@ -55,7 +56,6 @@ import os
 import socket
 import stat
 import sys
-import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -132,23 +132,6 @@ class WorkerConfig:
 
 
 # ----------------------------------------------------------------------------- what a worker answers
-def _error(e: BaseException) -> dict[str, Any]:
-    import builtins
-
-    from tests.wire import MAPPED_ERRORS
-
-    # The nearest builtin base class the trusted side knows (a subclass of
-    # ValueError passes ``pytest.raises(ValueError)`` locally, so here too).
-    name = next((c.__name__ for c in type(e).__mro__
-                 if c.__name__ in MAPPED_ERRORS and getattr(builtins, c.__name__, None) is c), "RemoteError")
-    tb_obj = e.__traceback__
-    while tb_obj is not None and tb_obj.tb_frame.f_code.co_filename == __file__:
-        tb_obj = tb_obj.tb_next  # the worker's own frames are noise to students
-    tb = "".join(traceback.format_exception(type(e), e, tb_obj))
-    return {"ok": False, "type": name, "original": type(e).__qualname__,
-            "message": str(e)[:20_000], "traceback": tb[-20_000:]}
-
-
 def _about_optimizers(req: dict[str, Any]) -> bool:
     """Whether a request runs the submission's optimizers."""
     if req.get("op") == "call":
@@ -230,14 +213,9 @@ class _Harness:
                     raise ValueError(f"not a scenario: {req['name']!r}")
                 where = fn.__qualname__
                 value = fn(self.modules, *args, **kwargs)
-            try:
-                return wire.encode({"ok": True, "value": value})
-            except wire.WireError as e:
-                return wire.encode({"ok": False, "type": "NotData", "original": "WireError",
-                                    "message": f"{where} returned something that is not data: {e}",
-                                    "traceback": ""})
+            return wire.value_reply(value, where)
         except BaseException as e:  # the submission's error, whatever it is, is data
-            return wire.encode(_error(e))
+            return wire.error_reply(e, skip=__file__)
 
 
 def _map_cached_pages() -> None:
@@ -328,15 +306,10 @@ def _work(harness: _Harness, server: ServerConfig, config: WorkerConfig, in_fd: 
         # (graders often run as root), so without the filter nothing would.
         os.write(2, b"grader worker: the seccomp filter could not be installed; refusing to run\n")
         os._exit(EXIT_NO_SECCOMP)
-    wire, torch = harness.wire, harness.torch
-    wire.write_frame(out_fd, wire.encode({"hello": {
+    torch = harness.torch
+    harness.wire.serve(in_fd, out_fd, harness, hello={
         "seccomp": seccomp, "python": sys.version.split()[0], "torch": str(torch.__version__),
-        "cuda": bool(torch.cuda.is_available()) if server.cuda else False}}))
-    while True:
-        body = wire.read_frame(in_fd)
-        if body is None:
-            return
-        wire.write_frame(out_fd, harness.answer(wire.decode(body)))
+        "cuda": bool(torch.cuda.is_available()) if server.cuda else False})
 
 
 # ----------------------------------------------------------------------------- the fork server
