@@ -53,7 +53,7 @@ class Check:
     message: str = ""
     example: str = ""
     hidden: bool = False
-    gpu: bool = False
+    gpu_marked: bool = False  # it has the gpu marker (it needs CUDA)
     exceptions: list[str] = field(default_factory=list)
     duration: float = 0.0  # seconds, setup to teardown, on the trusted side's clock
     cpu: float = 0.0  # CPU seconds the problem's workers used meanwhile (read from outside)
