@@ -86,6 +86,7 @@ def score_problem(p: Problem, files: Sequence[str], outcome: RunResults, cuda: b
         res.peak_bytes = state.peak_bytes
     res.cpu = round(public.cpu_used, 3) if public is not None else 0.0
     res.hidden_cpu = round(hidden.cpu_used, 3) if hidden is not None else 0.0
+    res.workers = sum(r.workers for r in (public, hidden) if r is not None)
     res.not_run = sum(c.outcome == NOT_RUN for c in checks)
     if collect_errors:
         why = f"{NOT_GRADED} (the grader could not load its checks):\n" + "\n".join(collect_errors)[:3000]
