@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader import rubric as rubric_mod
-from grader.groups import Planned, base_plan, phases, problem_results, run_phase
+from grader.groups import Budgets, ProblemFiles, group_template, phases, problem_results, run_phase
 from grader.protocol import COLLECT_ERROR, RunResults
 from grader.report.progress import GradeProgress
 from grader.results import ERROR, GRADER_ERROR, UNFINISHED, UNFINISHED_TEXT, GradeResult
@@ -103,19 +103,25 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
     calibration = time.process_time() - began
     settings = rub.settings
     configured = int((opts.memory_limit_gib or settings.memory_limit_gib) * (1 << 30))
+    # Each problem's check files and budget, found once: every phase and report uses these
+    # (the RLIMIT_CPU below is set before the sandbox says whether hidden checks may run).
+    check_files = {p.name: tuple(p.check_files(REPO, public_only=public_only)) for p in selected}
+    cpu_budgets = Budgets(profile, costs, slowdown=settings.slowdown, floor=settings.budget_floor, speed=speed,
+                          override=opts.cpu_budget)
     # RLIMIT_CPU is a worker's own last line, above any budget it may serve.
-    most = max(opts.cpu_budget or 0.0, *(
-        budgets.problem_budget(p.check_files(REPO, public_only=public_only), profile, costs,
-                               slowdown=settings.slowdown, floor=settings.budget_floor, speed=speed,
-                               fixed=p.cpu_budget)[0] for p in selected))
+    most = max(opts.cpu_budget or 0.0, *(cpu_budgets.of(p, check_files[p.name])[0] for p in selected))
     limits = Limits(memory_bytes=fitted_memory_limit(configured),
                     cpu_seconds=int(most + settings.start_cpu * speed + 60),
-                    growth_bytes=int(settings.worker_memory_mib * (1 << 20)))
+                    growth_bytes=int(settings.worker_memory_mib * (1 << 20)),
+                    call_cpu=float(opts.call_cpu or settings.call_cpu * speed),
+                    start_cpu=float(settings.start_cpu * speed), wall_factor=float(settings.wall_factor))
     sandbox = Sandbox(limits=limits, gpu=cuda, want=opts.sandbox)
     # Hidden checks never run where the submission could read them: without
     # filesystem isolation (an explicit --sandbox rlimits) only the public ones.
     unisolated = sandbox.mode == "rlimits" and not public_only
     public_only = public_only or unisolated
+    if unisolated:
+        check_files = {name: tuple(f for f in files if not is_hidden(f)) for name, files in check_files.items()}
     seed = opts.seed if opts.seed is not None else secrets.randbits(32)
     result = GradeResult(submission=str(path), profile=profile, sandbox=sandbox.describe(), seed=seed, reveal=reveal,
                          speed=round(speed, 3), calibration_cpu=round(calibration, 3))
@@ -132,8 +138,8 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
             f"this machine has {memory_available() >> 20} MiB of memory free, and a grade may need {needed >> 20} "
             f"MiB (a worker is promised {limits.growth_bytes >> 20} MiB): a worker the kernel kills for memory "
             "is a grader error here, not the submission's (docs/instructors.md: the memory to give a grader)")
-    unmeasured = [p.name for p in selected if not p.gpu and p.cpu_budget is None and any(
-        costs.file(profile, f) is None for f in p.check_files(REPO, public_only=public_only))]
+    unmeasured = [p.name for p in selected if not p.gpu and p.cpu_budget is None
+                  and cpu_budgets.of(p, check_files[p.name])[2]]
     if unmeasured:  # (names problems, never check files: the hidden ones' names are not the students')
         result.operator_notes.append(
             f"no measured reference cost for some checks of {', '.join(unmeasured)} in the {profile} profile: their "
@@ -162,11 +168,9 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
             result.error = printable(why)[:1000]
             result.problems = [unavailable(p, ERROR, f"not graded: {result.error}", cuda) for p in selected]
             return total(result, time.monotonic() - start)
-        plan = base_plan(path, work, profile, sandbox, call_cpu=float(opts.call_cpu or settings.call_cpu * speed),
-                         start_cpu=float(settings.start_cpu * speed), wall_factor=float(settings.wall_factor),
-                         seed=seed)
-        grading = _Grading(opts, result, selected, cuda, public_only, reveal, start)
-        all_phases = phases(rub, selected, public_only=public_only, cuda=cuda)
+        template = group_template(path, work, profile, sandbox, seed=seed)
+        grading = _Grading(opts, result, selected, check_files, cuda, reveal, start)
+        all_phases = phases(selected, check_files, cuda=cuda)
         grading.expect([({p.name for p, _ in part}, any(is_hidden(f) for _, files in part for f in files))
                         for part in all_phases])
         for index, part in enumerate(all_phases):
@@ -175,12 +179,11 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
                 result.execution_time = round(time.monotonic() - start, 3)
                 grading.frozen_time = True
 
-            def attempt(part: list[Planned], parallel: int | None, where: Path, hidden: bool = hidden,
+            def attempt(part: list[ProblemFiles], parallel: int | None, where: Path, hidden: bool = hidden,
                         index: int = index) -> dict[str, RunResults]:
                 outcomes, errors, costs_ = run_phase(
-                    rub, part, plan, hidden=hidden, parallel=parallel, cpu_budget=opts.cpu_budget, costs=costs,
-                    speed=speed, run=where, progress=opts.progress,
-                    on_problem=lambda name, res: grading.arrived(index, name, res))
+                    part, template, cpu_budgets, hidden=hidden, parallel=parallel, run=where,
+                    progress=opts.progress, on_problem=lambda name, res: grading.arrived(index, name, res))
                 result.notes.extend(e for e in errors if e not in result.notes)
                 result.costs.extend(costs_)
                 for name, res in outcomes.items():
@@ -188,9 +191,9 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
                 return outcomes
 
             first = attempt(part, opts.parallel, run / f"phase-{index}")
-            faulty = [(p, files) for p, files in part if _grader_error(first.get(p.name, RunResults()), p.name)]
+            faulty = [pf for pf in part if _grader_error(first.get(pf.problem.name, RunResults()), pf.problem.name)]
             if faulty:
-                names = [p.name for p, _ in faulty]
+                names = [pf.problem.name for pf in faulty]
                 if opts.progress is not None:
                     opts.progress.note(f"regrading {', '.join(names)} alone, after a grader error")
                 again = attempt(faulty, 1, run / f"phase-{index}-regrade")
@@ -239,9 +242,10 @@ class _Grading:
     threads): each problem is scored once its last phase has sent its
     results, and the reports are rewritten after each."""
 
-    def __init__(self, opts: Options, result: GradeResult, selected: list[rubric_mod.Problem], cuda: bool,
-                 public_only: bool, reveal: bool, start: float) -> None:
-        self.opts, self.result, self.cuda, self.public_only, self.reveal = opts, result, cuda, public_only, reveal
+    def __init__(self, opts: Options, result: GradeResult, selected: list[rubric_mod.Problem],
+                 check_files: dict[str, tuple[str, ...]], cuda: bool, reveal: bool, start: float) -> None:
+        self.opts, self.result, self.cuda, self.reveal = opts, result, cuda, reveal
+        self.check_files = check_files
         self.start = start
         self.problems = {p.name: p for p in selected}
         self.phases: dict[str, set[int]] = {}  # each problem's phases
@@ -274,9 +278,9 @@ class _Grading:
     def _score(self, name: str) -> None:
         p = self.problems[name]
         parts = [self.parts[name][i] for i in sorted(self.parts[name])]
-        merged = problem_results(name, list(p.check_files(REPO, public_only=self.public_only)), parts)
+        merged = problem_results(name, self.check_files[name], parts)
         records = {i in self.hidden: r for i, part in self.parts[name].items() if (r := part.problems.get(name))}
-        res = score_problem(p, merged, self.cuda, self.public_only, self.reveal, public=records.get(False),
+        res = score_problem(p, self.check_files[name], merged, self.cuda, self.reveal, public=records.get(False),
                             hidden=records.get(True))
         res.time = round(sum(c.duration for c in res.checks if not c.hidden), 3)
         res.hidden_time = round(sum(c.duration for c in res.checks if c.hidden), 3)

@@ -8,7 +8,7 @@ files, memory slots of :func:`grader.sandbox.limits.worker_slots`) or the reques
 number. Expected times (the reference's wall-clock seconds per check file in
 ``grader/budgets.toml``) only balance the groups; they never decide a verdict.
 
-**Running.** Each group gets its own :class:`grader.protocol.Plan`, results pipe and
+**Running.** Each group gets its own :class:`grader.protocol.GroupSpec`, results pipe and
 scratch folder; its pytest process loads :mod:`grader.plugin`, which routes
 the tests' calls to one sandboxed worker per problem and writes
 :class:`grader.protocol.RunResults` back over the pipe. Each problem's CPU
@@ -28,13 +28,14 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
-from grader.protocol import PLAN_ENV, CheckOutcome, Cost, Plan, ProblemPlan, RunResults, SandboxSpec, WorkerRecord
+from grader.protocol import PLAN_ENV, CheckOutcome, Cost, GroupSpec, ProblemSpec, RunResults, SandboxSpec, WorkerRecord
 from grader.report.progress import GradeProgress
-from grader.rubric import Problem, Rubric, is_hidden
+from grader.rubric import Problem, is_hidden
 from grader.sandbox.budgets import Costs, problem_budget
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import LOG_CAP, worker_slots
@@ -45,12 +46,46 @@ from grader.util import REPO, memory_available
 #: The expected seconds of a check file ``budgets.toml`` has no figure for.
 UNMEASURED_FILE_SECONDS = 10.0
 
-#: A problem with the check files it is planned to run (those that exist).
-Planned = tuple[Problem, list[str]]
+class ProblemFiles(NamedTuple):
+    """A problem with check files of it to run (those that exist): all of
+    them, a phase's (public or hidden), or, where a problem alone outweighs a
+    group's fair share, some of them (what the groups are made of)."""
 
-#: What the groups are made of: a problem with some of its check files (all of
-#: them, unless the problem alone outweighs a group's fair share).
-Unit = tuple[Problem, tuple[str, ...]]
+    problem: Problem
+    files: tuple[str, ...]
+
+
+@dataclass
+class Budgets:
+    """How this grade sets a problem's CPU budget on this machine
+    (:func:`grader.sandbox.budgets.problem_budget` with the rubric's settings),
+    each figure computed once per problem and set of files. ``override``
+    (``--cpu-budget``, CPU seconds as given) replaces every problem's budget."""
+
+    profile: str
+    costs: Costs
+    slowdown: float
+    floor: float
+    speed: float
+    override: float | None = None
+    _known: dict[tuple[str, tuple[str, ...]], tuple[float, float, list[str]]] = field(
+        default_factory=dict, init=False, repr=False)
+
+    def of(self, p: Problem, files: Sequence[str]) -> tuple[float, float, list[str]]:
+        """(the budget the rubric gives ``p``'s ``files``, the reference's CPU,
+        the files without a measured cost), ``override`` aside."""
+        key = (p.name, tuple(files))
+        if key not in self._known:
+            self._known[key] = problem_budget(tuple(files), self.profile, self.costs, slowdown=self.slowdown,
+                                              floor=self.floor, speed=self.speed, fixed=p.cpu_budget)
+        return self._known[key]
+
+    def spec(self, p: Problem, files: Sequence[str]) -> ProblemSpec:
+        """What a trusted pytest process runs of ``p``: its ``files`` and their budget."""
+        budget, reference, _ = self.of(p, files)
+        if self.override is not None:
+            budget = self.override
+        return ProblemSpec(p.name, round(budget, 3), tuple(files), round(reference, 3), gpu_lock=p.gpu)
 
 
 def file_cost(f: str, costs: Costs, profile: str) -> float:
@@ -59,7 +94,8 @@ def file_cost(f: str, costs: Costs, profile: str) -> float:
     return c.seconds if c is not None else UNMEASURED_FILE_SECONDS
 
 
-def units_of(planned: list[Planned], k: int, costs: Costs, profile: str) -> list[Unit]:
+def units_of(planned: Sequence[tuple[Problem, Sequence[str]]], k: int, costs: Costs,
+             profile: str) -> list[ProblemFiles]:
     """Whole problems (one worker each), except that a problem heavier than
     1/k of the total is split into its files (a second worker start is cheaper
     than one group waiting on it) when they are all public or all hidden.
@@ -70,13 +106,13 @@ def units_of(planned: list[Planned], k: int, costs: Costs, profile: str) -> list
     a worker that sees hidden inputs beside one whose answers reach students'
     failure messages."""
     total = sum(file_cost(f, costs, profile) for _, files in planned for f in files)
-    out: list[Unit] = []
+    out: list[ProblemFiles] = []
     for p, files in planned:
         one_kind = len({is_hidden(f) for f in files}) == 1
         if k > 1 and len(files) > 1 and one_kind and sum(file_cost(f, costs, profile) for f in files) > total / k:
-            out += [(p, (f,)) for f in files]
+            out += [ProblemFiles(p, (f,)) for f in files]
         else:
-            out.append((p, tuple(files)))
+            out.append(ProblemFiles(p, tuple(files)))
     return out
 
 
@@ -90,84 +126,75 @@ def parallelism(n_units: int, memory_bytes: int, requested: int | None = None) -
     return max(1, min(want, n_units, worker_slots(memory_bytes)))
 
 
-def partition(units: list[Unit], k: int, costs: Costs, profile: str) -> list[list[Unit]]:
+def partition(units: list[ProblemFiles], k: int, costs: Costs, profile: str) -> list[list[ProblemFiles]]:
     """``units`` in ``k`` groups of about equal expected time (longest first,
     each to the lightest group). Within a group, the rubric's order is kept."""
-    groups: list[list[Unit]] = [[] for _ in range(max(1, k))]
+    groups: list[list[ProblemFiles]] = [[] for _ in range(max(1, k))]
     load = [0.0] * len(groups)
 
-    def cost(u: Unit) -> float:
-        return sum(file_cost(f, costs, profile) for f in u[1])
+    def cost(u: ProblemFiles) -> float:
+        return sum(file_cost(f, costs, profile) for f in u.files)
 
     for u in sorted(units, key=lambda u: -cost(u)):  # stable: ties keep the rubric's order
         i = min(range(len(groups)), key=lambda j: (load[j], j))
         groups[i].append(u)
         load[i] += cost(u)
     order = {(p.name, f): i for i, (p, f) in enumerate(units)}
-    return [sorted(g, key=lambda u: order[(u[0].name, u[1])]) for g in groups if g]
+    return [sorted(g, key=lambda u: order[(u.problem.name, u.files)]) for g in groups if g]
 
 
-def group_plans(group: list[Unit]) -> list[Planned]:
+def group_problems(group: list[ProblemFiles]) -> list[ProblemFiles]:
     """One group's problems, each with its files in the group (a problem split
     into several units of the same group gets them back together)."""
-    plan: dict[str, Planned] = {}
+    joined: dict[str, ProblemFiles] = {}
     for p, fs in group:
-        plan.setdefault(p.name, (p, []))[1].extend(fs)
-    return list(plan.values())
+        joined[p.name] = ProblemFiles(p, joined[p.name].files + fs if p.name in joined else fs)
+    return list(joined.values())
 
 
 #: Called with each problem's results as its trusted process sends them (from a reader thread).
 OnProblem = Callable[[str, RunResults], None]
 
 
-def phases(rub: Rubric, selected: list[Problem], *, public_only: bool, cuda: bool) -> list[list[Planned]]:
+def phases(selected: list[Problem], check_files: dict[str, tuple[str, ...]], *,
+           cuda: bool) -> list[list[ProblemFiles]]:
     """The run's phases (:func:`by_phase`) of the selected problems' existing
-    check files, each in the order its trusted process runs them: the
+    check files (``check_files``: each problem's), each in the order its trusted process runs them: the
     rubric's, except that the problems whose workers need a sealed fork
     server (:data:`grader.sandbox.optimseal.SEALED_OPTIM_PROBLEMS`) come last, so
     that a phase starts one fork server of each kind at most. A GPU problem
     without CUDA is left out (it is "not run on a GPU")."""
-    planned = [(p, p.check_files(REPO, public_only=public_only)) for p in selected]
-    planned = [(p, files) for p, files in planned if files and not (p.gpu and not cuda)]
-    planned.sort(key=lambda pf: pf[0].name in SEALED_OPTIM_PROBLEMS)  # stable: the rubric's order otherwise
+    planned = [ProblemFiles(p, check_files[p.name]) for p in selected]
+    planned = [pf for pf in planned if pf.files and not (pf.problem.gpu and not cuda)]
+    planned.sort(key=lambda pf: pf.problem.name in SEALED_OPTIM_PROBLEMS)  # stable: the rubric's order otherwise
     return by_phase(planned)
 
 
-def run_phase(rub: Rubric, part: list[Planned], plan: Plan, *, hidden: bool, parallel: int | None,
-              cpu_budget: float | None, costs: Costs, speed: float, run: Path,
-              progress: GradeProgress | None = None,
+def run_phase(part: list[ProblemFiles], template: GroupSpec, budgets: Budgets, *, hidden: bool,
+              parallel: int | None, run: Path, progress: GradeProgress | None = None,
               on_problem: OnProblem | None = None) -> tuple[dict[str, RunResults], list[str], list[Cost]]:
     """Run one phase's check files (``part``) in K concurrent trusted pytest
     processes (K = 1 unless ``parallel`` asks for more and the machine has
     room); return each problem's results (a problem absent was not run), the
     processes' errors and their costs.
 
-    ``plan`` is the run's plan without problems (each process gets its own copy
-    with its problems, scratch folder and pipe); ``hidden``: the phase's files
-    are hidden checks; ``cpu_budget`` overrides every problem's budget (CPU
-    seconds, as given); ``costs`` and ``speed`` are the reference's measured
-    costs and this machine's speed (grader/sandbox/budgets.py); ``run`` is the
-    phase's folder; ``progress``, when given, is told which process holds
-    which problem and fed its events; ``on_problem``, when given, gets each
+    ``template`` is the run's group spec without problems (each process gets
+    its own copy with its problems, scratch folder and pipe); ``budgets``
+    sets each problem's budget for the files a process runs; ``hidden``: the
+    phase's files are hidden checks; ``run`` is the phase's folder;
+    ``progress``, when given, is told which process holds which problem and
+    fed its events; ``on_problem``, when given, gets each
     problem's results as they come (from a reader thread; a problem split
     over processes comes once per process).
     """
     if not part:
         return {}, [], []
-    k = parallelism(sum(len(files) for _, files in part), plan.sandbox.limits.memory_bytes, parallel)
-    groups = partition(units_of(part, k, costs, plan.profile), k, costs, plan.profile)
+    k = parallelism(sum(len(files) for _, files in part), template.sandbox.limits.memory_bytes, parallel)
+    groups = partition(units_of(part, k, budgets.costs, template.profile), k, budgets.costs, template.profile)
     results: list[RunResults] = [RunResults() for _ in groups]
     failures: list[BaseException] = []
-    s = rub.settings
     if progress is not None:
-        progress.plan([[p.name for p, _ in group_plans(g)] for g in groups], "hidden checks" if hidden else "")
-
-    def planned_problem(p: Problem, files: list[str]) -> ProblemPlan:
-        budget, reference, _ = problem_budget(files, plan.profile, costs, slowdown=s.slowdown, floor=s.budget_floor,
-                                              speed=speed, fixed=p.cpu_budget)
-        if cpu_budget is not None:
-            budget = cpu_budget
-        return ProblemPlan(p.name, round(budget, 3), tuple(files), round(reference, 3), p.gpu)
+        progress.assign([[p.name for p, _ in group_problems(g)] for g in groups], "hidden checks" if hidden else "")
 
     held = [{p.name for p, _ in g} for g in groups]
     whole = {p.name for p, _ in part if sum(p.name in h for h in held) == 1}  # the problems not split
@@ -177,9 +204,9 @@ def run_phase(rub: Rubric, part: list[Planned], plan: Plan, *, hidden: bool, par
             on_problem(name, res)
 
     def one(i: int) -> None:
-        problems = tuple(planned_problem(p, files) for p, files in group_plans(groups[i]))
+        problems = tuple(budgets.spec(p, files) for p, files in group_problems(groups[i]))
         try:
-            results[i] = run_pytest(rub, replace(plan, hidden=hidden), problems, run / f"{GROUP_PREFIX}{i}",
+            results[i] = run_pytest(replace(template, hidden=hidden), problems, run / f"{GROUP_PREFIX}{i}",
                                     progress=(lambda line: progress.event(i, line)) if progress else None,
                                     on_problem=arrived)
         except BaseException as e:  # re-raised below, in the caller's thread
@@ -204,7 +231,7 @@ def run_phase(rub: Rubric, part: list[Planned], plan: Plan, *, hidden: bool, par
     return per_problem, [r.error for r in results if r.error], [r.cost for r in results if r.cost is not None]
 
 
-def by_phase(planned: list[Planned]) -> list[list[Planned]]:
+def by_phase(planned: list[ProblemFiles]) -> list[list[ProblemFiles]]:
     """The run's phases: every problem's public check files, then every
     problem's hidden ones (one phase where there is one kind only).
 
@@ -215,12 +242,12 @@ def by_phase(planned: list[Planned]) -> list[list[Planned]]:
     a visible message. Nothing of the hidden phase reaches a student-visible
     field, and the engine regrades a phase's grader errors before the next
     phase starts (public checks never run after hidden ones)."""
-    public = [(p, [f for f in files if not is_hidden(f)]) for p, files in planned]
-    hidden = [(p, [f for f in files if is_hidden(f)]) for p, files in planned]
-    return [part for part in ([(p, f) for p, f in public if f], [(p, f) for p, f in hidden if f]) if part]
+    public = [ProblemFiles(p, tuple(f for f in files if not is_hidden(f))) for p, files in planned]
+    hidden = [ProblemFiles(p, tuple(f for f in files if is_hidden(f))) for p, files in planned]
+    return [part for part in ([pf for pf in public if pf.files], [pf for pf in hidden if pf.files]) if part]
 
 
-def run_pytest(rub: Rubric, base: Plan, problems: tuple[ProblemPlan, ...], run: Path,
+def run_pytest(template: GroupSpec, problems: tuple[ProblemSpec, ...], run: Path,
                progress: Callable[[bytes], None] | None = None,
                on_problem: OnProblem | None = None) -> RunResults:
     """Run one trusted pytest process over ``problems``; return the plugin's
@@ -234,10 +261,10 @@ def run_pytest(rub: Rubric, base: Plan, problems: tuple[ProblemPlan, ...], run: 
     scratch.mkdir()
     scratch.chmod(0o777)
     read_fd, write_fd = os.pipe()
-    plan = replace(base, scratch=str(scratch), problems=problems, results_fd=write_fd)
-    # The plan holds the hidden checks' seed: readable by the grader only.
+    spec = replace(template, scratch=str(scratch), problems=problems, results_fd=write_fd)
+    # The spec holds the hidden checks' seed: readable by the grader only.
     with open(os.open(run / "plan.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-        f.write(plan.to_json())
+        f.write(spec.to_json())
     files = [f for p in problems for f in p.files]
     # No per-test wall-clock timeout (--timeout=0): on a busy machine a test
     # may take long without any fault of the submission, whose calls are
@@ -245,9 +272,9 @@ def run_pytest(rub: Rubric, base: Plan, problems: tuple[ProblemPlan, ...], run: 
     argv = [sys.executable, "-m", "pytest", *files, "-p", "grader.plugin", "-q", "--no-header",
             "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly", "--rootdir", str(REPO),
             "-c", str(REPO / "pyproject.toml"), f"--basetemp={scratch / BASETEMP}",
-            "--hypothesis-profile", plan.profile, "--tb=no", "-o", "console_output_style=classic", "--timeout=0"]
+            "--hypothesis-profile", spec.profile, "--tb=no", "-o", "console_output_style=classic", "--timeout=0"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GRADER_", "HYPOTHESIS_"))}
-    env.update({PLAN_ENV: str(run / "plan.json")}, HYPOTHESIS_PROFILE=plan.profile,
+    env.update({PLAN_ENV: str(run / "plan.json")}, HYPOTHESIS_PROFILE=spec.profile,
                PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
                PYTHONDONTWRITEBYTECODE="1")
     # One torch thread: the checks' tensors are small, and a thread pool
@@ -260,7 +287,7 @@ def run_pytest(rub: Rubric, base: Plan, problems: tuple[ProblemPlan, ...], run: 
     collected = _Events(progress, on_problem)
     reader = threading.Thread(target=collected.read, args=(read_fd,), daemon=True)
     reader.start()
-    hard_limit = hard_limit_of(plan)
+    hard_limit = hard_limit_of(spec)
     try:
         proc = subprocess.Popen(argv, cwd=REPO, env=env, pass_fds=(write_fd,), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -330,13 +357,13 @@ class _Events:
                           session_time=s.session_time, cost=s.cost)
 
 
-def hard_limit_of(plan: Plan) -> float:
+def hard_limit_of(spec: GroupSpec) -> float:
     """The wall-clock seconds a trusted pytest process may run before the
     engine stops it: far more than its problems' CPU budgets take on a very busy
     machine (every call within is bounded already; this catches the grader's
     own hang), plus the wait for a GPU another grading holds."""
-    limit = 1800 + 4 * sum(p.cpu_budget for p in plan.problems)
-    if plan.gpu_problems:  # waiting for another grading's GPU problem is not this run hanging
+    limit = 1800 + 4 * sum(p.cpu_budget for p in spec.problems)
+    if spec.gpu_lock_problems:  # waiting for another grading's GPU problem is not this run hanging
         from grader.mfu.gpulock import WAIT_SECONDS
 
         limit += WAIT_SECONDS
@@ -408,7 +435,7 @@ def merge_records(records: list[WorkerRecord]) -> WorkerRecord:
     )
 
 
-def problem_results(name: str, files: list[str], parts: list[RunResults]) -> RunResults:
+def problem_results(name: str, files: Sequence[str], parts: list[RunResults]) -> RunResults:
     """Problem ``name``'s results from its groups' results: its checks in the
     order one process would have run them (its files' order), its worker
     records merged, ``fatal`` when any of its groups ended without results."""
@@ -425,10 +452,8 @@ def problem_results(name: str, files: list[str], parts: list[RunResults]) -> Run
     return out
 
 
-def base_plan(name: Path, work: Path, profile: str, sandbox: Sandbox, *, call_cpu: float, start_cpu: float,
-              wall_factor: float, seed: int) -> Plan:
-    """The run's plan, before a group fills in its problems, scratch folder and pipe."""
-    return Plan(name=str(name), repo=str(REPO), work=str(work), scratch="", profile=profile, problems=(),
-                sandbox=SandboxSpec.of(sandbox), call_cpu=call_cpu, start_cpu=start_cpu, wall_factor=wall_factor,
-                results_fd=-1, seed=seed)
+def group_template(name: Path, work: Path, profile: str, sandbox: Sandbox, *, seed: int) -> GroupSpec:
+    """The run's group spec, before a group fills in its problems, scratch folder and pipe."""
+    return GroupSpec(name=str(name), repo=str(REPO), work=str(work), scratch="", profile=profile, problems=(),
+                     sandbox=SandboxSpec.of(sandbox), results_fd=-1, seed=seed)
 

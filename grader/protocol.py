@@ -3,11 +3,11 @@
 Three hops, all between trusted processes (the submission's worker speaks
 tests/wire.py, never this):
 
-* engine -> trusted pytest process: a :class:`Plan`, written as JSON to a file
-  the environment variable :data:`PLAN_ENV` names (``Plan.to_json`` /
-  ``Plan.from_json``);
+* engine -> trusted pytest process: a :class:`GroupSpec`, written as JSON to a
+  file the environment variable :data:`PLAN_ENV` names (``GroupSpec.to_json`` /
+  ``GroupSpec.from_json``);
 * trusted pytest process -> engine: *events*, one JSON object per line on the
-  inherited pipe ``Plan.results_fd`` (there is no results file a submission
+  inherited pipe ``GroupSpec.results_fd`` (there is no results file a submission
   could find and forge), as they happen: ``{"event": "start", "problem",
   "checks"}`` (a problem's first check starts; how many it has),
   ``{"event": "check", "problem", "outcome"}`` (one check ended), ``{"event":
@@ -44,7 +44,7 @@ from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import Limits
 from grader.util import feedback_text
 
-#: The environment variable naming the plan file of a trusted pytest process.
+#: The environment variable naming the :class:`GroupSpec` file of a trusted pytest process.
 PLAN_ENV = "GRADER_PLAN"
 
 
@@ -56,28 +56,31 @@ def _known(cls: type, raw: dict[str, Any]) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- engine -> trusted pytest process
 @dataclass(frozen=True)
-class ProblemPlan:
+class ProblemSpec:
     """One problem as a trusted pytest process runs it: its check files (in
     order; some of the problem's files when it is split over groups), the CPU
     seconds its workers may use for them (``cpu_budget``) and what the
     reference uses for the same checks on this machine (``reference_cpu``,
-    reported beside it; both from :mod:`grader.sandbox.budgets`)."""
+    reported beside it; both from :mod:`grader.sandbox.budgets`).
+    ``gpu_lock``: it holds the device's lock (grader/mfu/gpulock.py) while it runs."""
 
     name: str
     cpu_budget: float
     files: tuple[str, ...]
     reference_cpu: float = 0.0
-    gpu: bool = False  # it holds the device's lock (grader/mfu/gpulock.py) while it runs
+    gpu_lock: bool = False
 
 
 @dataclass(frozen=True)
 class SandboxSpec:
-    """The engine's resolved :class:`grader.sandbox.isolation.Sandbox`: its mode and why,
-    the device flag and the limits, so the plugin restores it without probing again."""
+    """The engine's resolved :class:`grader.sandbox.isolation.Sandbox`: its mode
+    and why, whether CUDA is present and the limits (every per-worker limit,
+    :class:`grader.sandbox.limits.Limits`), so the plugin restores it without
+    probing again."""
 
     mode: str  # bwrap | uid | rlimits
     why: str
-    gpu: bool
+    cuda: bool
     limits: Limits
     uid: int = -1  # the worker's uid and gid (uid mode)
     gid: int = -1
@@ -89,22 +92,21 @@ class SandboxSpec:
     def sandbox(self) -> Sandbox:
         """The same sandbox, without a second probe (its mode was decided by
         the engine, in this very run)."""
-        return Sandbox.restored(self.mode, self.why, limits=self.limits, gpu=self.gpu, uid=self.uid, gid=self.gid)
+        return Sandbox.restored(self.mode, self.why, limits=self.limits, gpu=self.cuda, uid=self.uid, gid=self.gid)
 
 
 @dataclass(frozen=True)
-class Plan:
-    """What one trusted pytest process runs, and where.
+class GroupSpec:
+    """What one group's trusted pytest process runs, and where.
 
     ``name`` is the submission as the instructor named it; ``repo`` the
     grader's checkout (the tests and hidden checks); ``work`` the submission's
     working copy the workers import; ``scratch`` the only folder they may
-    write. ``call_cpu`` and ``start_cpu`` are the CPU seconds of one call and
-    of a fork server's start-up, ``wall_factor`` how many times its CPU limit a
-    wait may last in wall-clock time (a backstop). ``results_fd`` is the write
-    end of the events pipe to the engine. ``seed`` seeds the hidden checks' draws
-    (:func:`grader.plugin.hidden_seed`). ``hidden``: this run serves hidden
-    checks (its workers' troubles are told in fixed words:
+    write. The workers' limits (a call's CPU seconds, a fork server's start-up,
+    the wall-clock backstop among them) are ``sandbox.limits``. ``results_fd``
+    is the write end of the events pipe to the engine. ``seed`` seeds the
+    hidden checks' draws (:func:`grader.plugin.hidden_seed`). ``hidden``: this
+    run serves hidden checks (its workers' troubles are told in fixed words:
     :mod:`grader.sandbox.remote`).
     """
 
@@ -113,30 +115,27 @@ class Plan:
     work: str
     scratch: str
     profile: str
-    problems: tuple[ProblemPlan, ...]
+    problems: tuple[ProblemSpec, ...]
     sandbox: SandboxSpec
-    call_cpu: float
-    start_cpu: float
-    wall_factor: float
     results_fd: int
     seed: int
     hidden: bool = False
 
     @property
-    def gpu_problems(self) -> list[str]:
-        return [p.name for p in self.problems if p.gpu]
+    def gpu_lock_problems(self) -> list[str]:
+        return [p.name for p in self.problems if p.gpu_lock]
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, text: str) -> Plan:
+    def from_json(cls, text: str) -> GroupSpec:
         raw = json.loads(text)
         sb = raw["sandbox"]
         return cls(**{
             **raw,
-            "problems": tuple(ProblemPlan(**{**p, "files": tuple(p["files"])}) for p in raw["problems"]),
-            "sandbox": SandboxSpec(sb["mode"], sb["why"], sb["gpu"], Limits(**sb["limits"]), sb.get("uid", -1),
+            "problems": tuple(ProblemSpec(**{**p, "files": tuple(p["files"])}) for p in raw["problems"]),
+            "sandbox": SandboxSpec(sb["mode"], sb["why"], sb["cuda"], Limits(**sb["limits"]), sb.get("uid", -1),
                                    sb.get("gid", -1)),
         })
 
@@ -158,7 +157,8 @@ class CheckOutcome:
     problem's workers used meanwhile (read from outside). ``outcome`` may also
     be "timeout" (a call ran past its limit), "not run" (the problem's budget
     was spent before the check could end) or "grader error" (the machine or the
-    grader failed). ``extends`` and ``input_kind`` are
+    grader failed). ``gpu_marked``: the check has the ``gpu`` marker (it
+    needs CUDA). ``extends`` and ``input_kind`` are
     what a hidden check declared (its ``extends`` marker, its ``input_kind(...)``
     facts), read from the test item on the trusted side.
     """
@@ -169,7 +169,7 @@ class CheckOutcome:
     exceptions: list[str] = field(default_factory=list)
     message: str = ""
     example: str = ""
-    gpu: bool = False
+    gpu_marked: bool = False
     duration: float = 0.0
     cpu: float = 0.0
     extends: str = ""

@@ -53,7 +53,7 @@ class Check:
     message: str = ""
     example: str = ""
     hidden: bool = False
-    gpu: bool = False
+    gpu_marked: bool = False  # it has the gpu marker (it needs CUDA)
     exceptions: list[str] = field(default_factory=list)
     duration: float = 0.0  # seconds, setup to teardown, on the trusted side's clock
     cpu: float = 0.0  # CPU seconds the problem's workers used meanwhile (read from outside)
@@ -76,8 +76,17 @@ class ItemResult:
     not_counted: float = 0.0  # points left out of every total (NOT_COUNTED statuses; max_score is then 0)
 
 
+#: A :class:`ProblemResult` field in the ``--json`` file only with ``reveal``
+#: (what the submission could steer to carry a hidden input out: instructors only).
+REVEALED = {"revealed": True}
+
+
 @dataclass
 class ProblemResult:
+    """One problem's result. Every field is a key of its object in the
+    ``--json`` file, in this order (:func:`grader.report.render.to_json`); a
+    field with ``metadata=REVEALED`` only with ``reveal``."""
+
     name: str
     section: str
     score: float
@@ -85,22 +94,24 @@ class ProblemResult:
     status: str
     visibility: str
     output: str
-    checks: list[Check] = field(default_factory=list)
     log: str = ""  # the submission's output in its public checks (instructors)
     time: float = 0.0  # seconds: the sum of its public checks' durations (trusted side)
     cpu: float = 0.0  # CPU seconds its workers used in its public checks (its code and the scenarios driving it)
     cpu_budget: float = 0.0  # the CPU seconds they could use (this machine)
     reference_cpu: float = 0.0  # what the reference uses for the same checks (this machine)
-    # The same figures of its hidden checks: instructors only (the submission
-    # can steer them to carry a hidden input; reports show them when revealed).
-    hidden_log: str = ""
-    hidden_time: float = 0.0
-    hidden_cpu: float = 0.0
-    peak_bytes: int = 0  # the most resident memory one of its workers held beyond its start (instructors)
     not_run: int = 0  # checks that did not run
+    not_counted: float = 0.0  # points left out of every total (NOT_COUNTED statuses; max_score is then 0)
+    checks: list[Check] = field(default_factory=list)
     items: list[ItemResult] = field(default_factory=list)
     unmapped: list[str] = field(default_factory=list)  # checks no single item holds (they count toward all)
-    not_counted: float = 0.0  # points left out of every total (NOT_COUNTED statuses; max_score is then 0)
+    # The same figures of its hidden checks: instructors only (the submission
+    # can steer them to carry a hidden input; reports show them when revealed).
+    hidden_log: str = field(default="", metadata=REVEALED)
+    hidden_time: float = field(default=0.0, metadata=REVEALED)
+    hidden_cpu: float = field(default=0.0, metadata=REVEALED)
+    # the most resident memory one of its workers held beyond its start (instructors)
+    peak_bytes: int = field(default=0, metadata=REVEALED)
+    workers: int = field(default=0, metadata=REVEALED)  # workers forked for its checks, public and hidden
 
 
 @dataclass

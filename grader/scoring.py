@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,13 +51,13 @@ _IMPORT_ERRORS = {"remote:SyntaxError", "remote:ImportError", "remote:ModuleNotF
                   "remote:IndentationError", "remote:SystemExit"}
 
 
-def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool, reveal: bool,
+def score_problem(p: Problem, files: Sequence[str], outcome: RunResults, cuda: bool, reveal: bool,
                   public: WorkerRecord | None = None, hidden: WorkerRecord | None = None) -> ProblemResult:
     """Problem ``p``'s result from its checks' outcomes (``outcome``: of every
-    phase, merged); ``public`` and ``hidden`` are its phases' worker records,
-    kept apart so that what students read holds figures of its public checks
-    only (the hidden run's are the instructors')."""
-    files = p.check_files(REPO, public_only=public_only)
+    phase, merged; ``files``: its check files that exist, this grade's);
+    ``public`` and ``hidden`` are its phases' worker records, kept apart so
+    that what students read holds figures of its public checks only (the
+    hidden run's are the instructors')."""
     if not files:
         return unavailable(p, NO_CHECKS, f"its check files do not exist yet ({', '.join(p.files)})", cuda)
     if p.gpu and not cuda:
@@ -69,7 +70,8 @@ def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool
         if t.outcome == COLLECT_ERROR and any(t.file.startswith(f) for f in files):
             collect_errors.append(f"{t.file}: {t.message}")
         elif t.problem == p.name:
-            c = Check(nodeid, t.outcome, t.message, t.example, is_hidden(t.file), t.gpu, t.exceptions,
+            c = Check(test=nodeid, outcome=t.outcome, message=t.message, example=t.example,
+                      hidden=is_hidden(t.file), gpu_marked=t.gpu_marked, exceptions=t.exceptions,
                       duration=float(t.duration), cpu=float(t.cpu), extends=_extends(t.extends),
                       input_kind=_input_kind(t.input_kind))
             found = p.items_of(c.test, c.extends)
@@ -77,13 +79,14 @@ def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool
             checks.append(c)
     if public is None and hidden is None:
         public = state
-    res = ProblemResult(p.name, p.section, 0.0, p.points, FAILED, p.visibility, "", checks, _log(public))
+    res = ProblemResult(p.name, p.section, 0.0, p.points, FAILED, p.visibility, "", checks=checks, log=_log(public))
     res.hidden_log = _log(hidden)
     if state is not None:
         res.cpu_budget, res.reference_cpu = round(state.cpu_budget, 3), round(state.reference_cpu, 3)
         res.peak_bytes = state.peak_bytes
     res.cpu = round(public.cpu_used, 3) if public is not None else 0.0
     res.hidden_cpu = round(hidden.cpu_used, 3) if hidden is not None else 0.0
+    res.workers = sum(r.workers for r in (public, hidden) if r is not None)
     res.not_run = sum(c.outcome == NOT_RUN for c in checks)
     if collect_errors:
         why = f"{NOT_GRADED} (the grader could not load its checks):\n" + "\n".join(collect_errors)[:3000]
@@ -102,7 +105,7 @@ def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool
     res.max_score = p.points - sum(i.not_counted for i in gpu_items)
     res.score = sum(i.score for i in res.items)
     ran = [c for c in checks if c.outcome not in _DID_NOT_RUN]
-    gpu_skipped = [c for c in checks if c.outcome == "skipped" and c.gpu]
+    gpu_skipped = [c for c in checks if c.outcome == "skipped" and c.gpu_marked]
     failed = [c for c in ran if c.outcome != PASSED]
     n_pub, n_hid = sum(not c.hidden for c in ran), sum(c.hidden for c in ran)
     counts = f"{len(ran)} checks ({n_pub} public, {n_hid} hidden)"
@@ -133,8 +136,8 @@ def score_problem(p: Problem, outcome: RunResults, cuda: bool, public_only: bool
         lines.insert(0, f"{NOT_GRADED} ({fault[:1500] or 'see the items below'})")
     if cut or res.not_run:
         lines.append(_budget_text(res, cut))
-    for t in timeouts[:3]:
-        lines.append(f"Timeout: {t[:500]}")
+    for timeout in timeouts[:3]:
+        lines.append(f"Timeout: {timeout[:500]}")
     if crashes:
         lines.append(f"The worker crashed: {crashes[0][:1500]}")
     if unmapped:
@@ -205,7 +208,7 @@ def score_item(item: Item, checks: list[Check], reveal: bool) -> ItemResult:
                     "them); it earns its points when they all run and pass")
         return res
     if not ran:
-        if any(c.gpu for c in checks):
+        if any(c.gpu_marked for c in checks):
             res.status, res.note = NOT_RUN_GPU, "its checks need a CUDA device, and this machine has none"
         else:
             res.status, res.note = GRADER_ERROR, f"{NOT_GRADED} (none of its checks ran)"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.protocol import ProblemSpec
 from grader.sandbox.isolation import Sandbox, bwrap_usable
 from grader.sandbox.limits import Limits
 from grader.sandbox.remote import RemoteImpl
@@ -226,10 +227,12 @@ def work_fixture(tmp_path_factory):
     return make_working_copy(root / "sub" / "student", root / "work"), scratch
 
 
-def make_impl(work, *, cpu_budget=120.0, call_cpu=20.0, memory_gib=3.0, want="auto", **more) -> RemoteImpl:
+def make_impl(work, *, cpu_budget=120.0, call_cpu=20.0, wall_factor=10.0, memory_gib=3.0, want="auto",
+              **more) -> RemoteImpl:
     wc, scratch = work
-    sandbox = Sandbox(limits=Limits(memory_bytes=int(memory_gib * (1 << 30))), want=want)
-    impl = RemoteImpl("test", sandbox, wc, scratch, problems={"precision": cpu_budget}, call_cpu=call_cpu, **more)
+    limits = Limits(memory_bytes=int(memory_gib * (1 << 30)), call_cpu=call_cpu, wall_factor=wall_factor)
+    sandbox = Sandbox(limits=limits, want=want)
+    impl = RemoteImpl("test", sandbox, wc, scratch, [ProblemSpec("precision", cpu_budget, ())], **more)
     impl.enter("precision")
     return impl
 

@@ -208,7 +208,7 @@ def _line(problem: str, event: str, **fields: object) -> bytes:
 def test_progress_lines_a_problem_split_over_two_processes():
     out, clock = io.StringIO(), _Clock()
     progress = GradeProgress(out, rich=False, clock=clock)
-    progress.plan([["views", "optimizers"], ["optimizers"]])
+    progress.assign([["views", "optimizers"], ["optimizers"]])
     progress.event(0, _line("views", "start", checks=2))
     progress.event(1, _line("optimizers", "start", checks=1))
     progress.event(0, _line("views", "check", outcome="passed"))
@@ -234,7 +234,7 @@ def test_progress_lines_a_problem_split_over_two_processes():
 def test_progress_drops_what_was_not_planned_and_ends_with_the_process():
     out = io.StringIO()
     progress = GradeProgress(out, rich=False, clock=_Clock())
-    progress.plan([["data"], ["flops"]])
+    progress.assign([["data"], ["flops"]])
     for group, line in [(0, b"not json"), (0, b"[1]"), (0, _line("\x1b[2Jevil", "start", checks=1)),
                         (1, _line("data", "start", checks=1)),  # data is not process 1's
                         (0, _line("data", "check", outcome="\x1b[31mpassed")),
@@ -259,7 +259,7 @@ def test_progress_summary_names_every_kind_of_outcome():
 def test_progress_on_a_terminal_is_a_rich_display_that_ends_with_each_result():
     out = io.StringIO()
     progress = GradeProgress(out, rich=True, clock=_Clock())
-    progress.plan([["views"]])
+    progress.assign([["views"]])
     progress.event(0, _line("views", "start", checks=2))
     progress.event(0, _line("views", "check", outcome="passed"))
     progress.event(0, _line("views", "check", outcome="passed"))

@@ -150,20 +150,19 @@ def held_by(pid: int, path: Path) -> bool:
 
 
 def test_the_grader_plugin_holds_the_lock_from_first_to_last_check_of_a_gpu_problem(tmp_path, monkeypatch):
-    """grader/plugin.py's protocol wrapper, driven item by item with a fake device."""
+    """grader/plugin.py's GpuLock wrapper, driven item by item with a fake device."""
     from types import SimpleNamespace
 
     from grader import plugin
-    from grader.protocol import Plan, ProblemPlan, SandboxSpec
+    from grader.protocol import GroupSpec, ProblemSpec, SandboxSpec
     from grader.sandbox.limits import Limits
 
     monkeypatch.setenv(gpulock.LOCK_DIR_ENV, str(tmp_path))
     monkeypatch.setattr(plugin, "_device_key", lambda: "fake0")
-    problems = tuple(ProblemPlan(p, 60.0, (f"{p}.py",), gpu=p == "mfu") for p in ("precision", "mfu", "training"))
-    plan = Plan(name="sub", repo=str(tmp_path), work="", scratch="", profile="dev", problems=problems,
-                sandbox=SandboxSpec("rlimits", "", True, Limits()), call_cpu=60.0, start_cpu=60.0,
-                wall_factor=10.0, results_fd=-1, seed=0)
-    grading = plugin.GraderRun(plan, impl=None, watch=None, cuda=True)
+    problems = tuple(ProblemSpec(p, 60.0, (f"{p}.py",), gpu_lock=p == "mfu") for p in ("precision", "mfu", "training"))
+    spec = GroupSpec(name="sub", repo=str(tmp_path), work="", scratch="", profile="dev", problems=problems,
+                     sandbox=SandboxSpec("rlimits", "", True, Limits()), results_fd=-1, seed=0)
+    grading = plugin.GpuLock(plugin.Layout(spec), spec.gpu_lock_problems)
     path = gpulock.lock_path("fake0")
 
     def run(problem: str) -> None:

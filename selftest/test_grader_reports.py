@@ -63,6 +63,7 @@ RESULT_SCHEMA = {
                          "items"],
             "properties": {
                 "status": {"enum": STATUSES},
+                "workers": {"type": "integer", "minimum": 0},  # with --reveal-hidden only
                 "checks": {"type": "array", "items": {"type": "object", "required": ["test", "outcome", "message"]}},
                 "items": {"type": "array", "minItems": 1, "items": {
                     "type": "object",

@@ -56,7 +56,7 @@ def test_public_checks_never_run_after_hidden_ones(tmp_path, monkeypatch):
     lock = threading.Lock()
     faulty_once = {"views": False, "model": True}  # (problem -> in the hidden phase?) a first attempt's grader error
 
-    def fake_run_pytest(rub, base, problems, run, progress=None, on_problem=None):
+    def fake_run_pytest(template, problems, run, progress=None, on_problem=None):
         files = tuple(f for p in problems for f in p.files)
         hidden = any(is_hidden(f) for f in files)
         with lock:

@@ -25,6 +25,7 @@ import pytest
 from grader.mfu import check as mfu
 from grader.mfu import peaks, settings
 from grader.mfu import report as mfu_report
+from grader.protocol import ProblemSpec
 from grader.sandbox import proctree
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import Limits
@@ -101,8 +102,8 @@ def worker_impl(student: Path, tmp: Path) -> RemoteImpl:
     wc = make_working_copy(student, tmp / "work")  # (the path submission_processes looks for)
     scratch = tmp / "scratch"
     scratch.mkdir()
-    sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30))
-    impl = RemoteImpl("hog", sandbox, wc, scratch, problems={"mfu": 300.0, "later": 300.0}, call_cpu=120.0)
+    sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30, call_cpu=120.0))
+    impl = RemoteImpl("hog", sandbox, wc, scratch, [ProblemSpec("mfu", 300.0, ()), ProblemSpec("later", 300.0, ())])
     impl.enter("mfu")
     return impl
 

@@ -12,6 +12,7 @@ import os
 
 import pytest
 
+from grader.protocol import ProblemSpec
 from grader.sandbox.client import WorkerCrashed
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import Limits
@@ -141,7 +142,7 @@ def test_scratch_is_emptied_between_problems(work, tmp_path):
     outside = tmp_path / "outside.txt"
     outside.write_text("keep")
     sandbox = Sandbox(limits=Limits(memory_bytes=1 << 30))
-    impl = RemoteImpl("test", sandbox, wc, scratch, problems={"a": 60.0, "b": 60.0})
+    impl = RemoteImpl("test", sandbox, wc, scratch, [ProblemSpec("a", 60.0, ()), ProblemSpec("b", 60.0, ())])
     impl.enter("a")
     (scratch / BASETEMP / "test_a0" / "inputs.txt").write_text("hidden inputs of a")
     deep = scratch / "left" / "x" / "y"

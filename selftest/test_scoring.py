@@ -17,6 +17,7 @@ from grader import results, scoring
 from grader.protocol import RunResults
 from grader.report import render as report
 from grader.rubric import load
+from grader.util import REPO
 
 RUBRIC = """
 [[problem]]
@@ -53,7 +54,7 @@ def _problem(tmp_path: Path, text: str = RUBRIC):
 
 def _test(file: str, outcome: str = "passed", message: str = "", **extra: Any) -> dict[str, Any]:
     return {"problem": "optimizers", "file": file, "outcome": outcome, "exceptions": [] if outcome == "passed"
-            else ["AssertionError"], "message": message, "example": "", "gpu": False, **extra}
+            else ["AssertionError"], "message": message, "example": "", "gpu_marked": False, **extra}
 
 
 def _outcome(**tests: dict[str, Any]) -> dict[str, Any]:
@@ -61,7 +62,7 @@ def _outcome(**tests: dict[str, Any]) -> dict[str, Any]:
 
 
 def _score(problem, outcome, reveal: bool = False) -> results.ProblemResult:
-    return scoring.score_problem(problem, RunResults.from_json(outcome), cuda=False, public_only=False,
+    return scoring.score_problem(problem, problem.check_files(REPO), RunResults.from_json(outcome), cuda=False,
                                  reveal=reveal)
 
 
@@ -143,7 +144,7 @@ def test_a_gate_withholds_the_other_items(tmp_path):
 
 def test_an_item_of_gpu_only_checks_is_not_run_on_cpu(tmp_path):
     problem = _problem(tmp_path)
-    gpu = dict(_test(PUBLIC), outcome="skipped", gpu=True)
+    gpu = dict(_test(PUBLIC), outcome="skipped", gpu_marked=True)
     res = _score(problem, {"checks": {
         f"{PUBLIC}::test_trajectory_matches_torch[Adam]": _test(PUBLIC),
         f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": gpu,

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.protocol import ProblemSpec
 from grader.sandbox.isolation import Sandbox, bwrap_usable
 from grader.sandbox.limits import Limits
 from grader.sandbox.optimseal import SealedOptim, algorithm_files, carve, module_name, optim_dir, seal_source
@@ -347,9 +348,9 @@ def test_a_bwrap_optimizers_worker_reads_sealed_torch_optim_sources(tmp_path):
     scratch = tmp_path / "run" / "scratch"
     scratch.mkdir(parents=True)
     work = make_working_copy(student, tmp_path / "run" / "work")
-    sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30), want="bwrap")
-    impl = RemoteImpl("test", sandbox, work, scratch, problems={"precision": 300.0, "optimizers": 300.0},
-                      call_cpu=120.0)
+    sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30, call_cpu=120.0), want="bwrap")
+    impl = RemoteImpl("test", sandbox, work, scratch,
+                      [ProblemSpec("precision", 300.0, ()), ProblemSpec("optimizers", 300.0, ())])
     root = impl._sealed_optim.root if impl._sealed_optim is not None else None
     try:
         assert root is not None and root.parent == scratch.parent, "the copies belong to the run, not the worker"

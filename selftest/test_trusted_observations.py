@@ -13,6 +13,7 @@ import time
 import pytest
 import torch
 
+from grader.protocol import ProblemSpec
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import Limits
 from grader.sandbox.remote import RemoteImpl
@@ -60,8 +61,9 @@ def impl(tmp_path_factory):
     scratch = root / "scratch"
     scratch.mkdir()
     wc = make_working_copy(pkg, root / "work")
-    sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30))
-    impl = RemoteImpl("test", sandbox, wc, scratch, problems={"training": 300.0, "data": 300.0}, call_cpu=60)
+    sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30, call_cpu=60))
+    impl = RemoteImpl("test", sandbox, wc, scratch,
+                      [ProblemSpec("training", 300.0, ()), ProblemSpec("data", 300.0, ())])
     impl.scratch = scratch
     yield impl
     impl.close()

@@ -70,9 +70,6 @@ from tests import handout_problems
 EQUIVALENT_FILE = REPO / "grader" / "corpus" / "equivalent_mutants.toml"
 CUDA_ONLY_FILE = REPO / "grader" / "corpus" / "cuda_only_mutants.toml"
 
-#: The handout problems whose reference module is mutated (their public tests kill): the rubric's list.
-PROBLEMS = tuple(handout_problems())
-
 #: cosmic-ray's core operators used by default: one replacement per operator kind
 #: (each binary operator by its usual confusion rather than by all ten others),
 #: which keeps a run in minutes while still covering arithmetic, comparisons,
@@ -405,7 +402,7 @@ def table(results: dict[str, list[Outcome]]) -> str:
 def parser() -> argparse.ArgumentParser:
     """The options of ``python -m grader mutants``."""
     ap = argparse.ArgumentParser(prog="python -m grader mutants", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--problems", help=f"comma-separated problems (default: all: {','.join(PROBLEMS)})")
+    ap.add_argument("--problems", help=f"comma-separated problems (default: all: {','.join(handout_problems())})")
     ap.add_argument("--max", type=int, metavar="N", help="at most N mutants per problem, spread over the module")
     ap.add_argument("--operators", help="comma-separated cosmic-ray core operator names (default: a curated set)")
     ap.add_argument("--profile", default="detect", help="hypothesis profile for the public tests (default: detect)")
@@ -423,8 +420,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m grader mutants``."""
     args = parser().parse_args(argv)
-    problems = [p for p in args.problems.split(",") if p] if args.problems else list(PROBLEMS)
-    unknown = sorted(set(problems) - set(PROBLEMS))
+    # The handout problems whose reference module is mutated (their public tests kill): the rubric's list.
+    handout = list(handout_problems())
+    problems = [p for p in args.problems.split(",") if p] if args.problems else handout
+    unknown = sorted(set(problems) - set(handout))
     if unknown:
         print(f"grader mutants: unknown problem(s) {', '.join(unknown)}", file=sys.stderr)
         return 2

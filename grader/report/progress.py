@@ -2,7 +2,7 @@
 (:class:`GradeProgress`), and a batch's submissions (:class:`BatchProgress`).
 
 The trusted pytest processes (:mod:`grader.plugin`) write one JSON line per
-event to a progress pipe (``Plan.progress_fd``): ``start`` (with the number of
+event to the results pipe (``GroupSpec.results_fd``): ``start`` (with the number of
 the problem's checks that process holds), ``check`` (one check's outcome) and
 ``end`` (that process ran the problem's last check). A problem split over
 several processes (:mod:`grader.groups`) starts with its first ``start`` and
@@ -109,10 +109,10 @@ class GradeProgress:
             self.bar.start()
 
     # ------------------------------------------------------------------ fed by the engine
-    def plan(self, groups: list[list[str]], phase: str = "") -> None:
+    def assign(self, groups: list[list[str]], phase: str = "") -> None:
         """A run of trusted processes starts: ``groups[i]`` names the problems
         process ``i`` holds; ``phase`` (e.g. "hidden checks") is shown after
-        each name. A problem planned again (the next phase, a regrade) starts afresh."""
+        each name. A problem assigned again (the next phase, a regrade) starts afresh."""
         with self.lock:
             for name in {n for g in groups for n in g}:
                 self.problems[name] = _Problem(groups={i for i, g in enumerate(groups) if name in g},
@@ -127,8 +127,10 @@ class GradeProgress:
         if not isinstance(raw, dict):
             return
         name, kind = raw.get("problem"), raw.get("event")
+        if not isinstance(name, str):
+            return
         with self.lock:
-            p = self.problems.get(name) if isinstance(name, str) else None
+            p = self.problems.get(name)
             if p is None or group not in p.groups or p.done:
                 return
             if kind == "start":

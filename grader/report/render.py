@@ -22,6 +22,9 @@ The ``--json`` schema (stable; other tools build on it)::
                                   "message": str, "example": str,
                                   "reproduce": str, "withheld": bool}}],
                    "unmapped": [str]}]}
+    (with ``reveal``, each problem also has "hidden_log": str,
+     "hidden_time": float, "hidden_cpu": float, "peak_bytes": int,
+     "workers": int)
 
 ``status`` is one of "passed", "failed", "error", "timeout", "not run",
 "grader error", "not run on a GPU", "no checks" (problems and items alike;
@@ -50,7 +53,9 @@ to their problem's, and the problems' to the top-level ``score`` and
 instructors; it is never copied into the Gradescope output. With ``reveal``
 (``--reveal-hidden``) the document also holds what only instructors may see,
 as it could carry a hidden input: each problem's ``hidden_log``,
-``hidden_time``, ``hidden_cpu`` and ``peak_bytes``, a hidden check's
+``hidden_time``, ``hidden_cpu``, ``peak_bytes`` and ``workers`` (the
+workers forked for its checks, public and hidden: a fresh one per problem,
+per fresh-process scenario and after each crash), a hidden check's
 ``duration`` and ``cpu``, and the run's ``seed``, ``operator_notes`` (about
 the machine), ``wall_time``, ``engine_cpu``, ``calibration_cpu`` and
 ``costs`` (each trusted process's :class:`grader.protocol.Cost`).
@@ -68,7 +73,7 @@ import json
 import sys
 import textwrap
 import xml.etree.ElementTree as ET
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import Any, TextIO
 
 from grader.protocol import Failure
@@ -145,6 +150,19 @@ def _item_json(i: ItemResult) -> dict[str, Any]:
             "failure": i.failure.to_json() if i.failure else None}
 
 
+def _problem_json(p: ProblemResult, reveal: bool) -> dict[str, Any]:
+    """A problem's object: every field of its record, in order (those marked
+    :data:`grader.results.REVEALED` only with ``reveal``)."""
+    out: dict[str, Any] = {}
+    for f in fields(p):
+        if f.metadata.get("revealed") and not reveal:
+            continue
+        value = getattr(p, f.name)
+        out[f.name] = (_visible_checks(p, reveal) if f.name == "checks" else
+                       [_item_json(i) for i in value] if f.name == "items" else value)
+    return out
+
+
 def to_json(r: GradeResult, reveal: bool = True) -> dict[str, Any]:
     """The ``--json`` document (see the module docstring). Without ``reveal`` it
     holds nothing of the hidden checks' runs but their outcomes (no seconds,
@@ -154,15 +172,7 @@ def to_json(r: GradeResult, reveal: bool = True) -> dict[str, Any]:
         "gpu_points_not_run": r.gpu_points_not_run, "execution_time": r.execution_time,
         "sandbox": r.sandbox, "profile": r.profile, "checks": r.checks, "notes": r.notes, "error": r.error,
         "points_without_checks": r.points_without_checks, "speed": r.speed,
-        "problems": [{
-            "name": p.name, "section": p.section, "score": p.score, "max_score": p.max_score,
-            "status": p.status, "visibility": p.visibility, "output": p.output, "log": p.log,
-            "time": p.time, "cpu": p.cpu, "cpu_budget": p.cpu_budget, "reference_cpu": p.reference_cpu,
-            "not_run": p.not_run, "not_counted": p.not_counted, "checks": _visible_checks(p, reveal),
-            "items": [_item_json(i) for i in p.items], "unmapped": p.unmapped,
-            **({"hidden_log": p.hidden_log, "hidden_time": p.hidden_time, "hidden_cpu": p.hidden_cpu,
-                "peak_bytes": p.peak_bytes} if reveal else {}),
-        } for p in r.problems],
+        "problems": [_problem_json(p, reveal) for p in r.problems],
     }
     if reveal:
         doc.update(seed=r.seed, operator_notes=r.operator_notes, wall_time=r.wall_time,

@@ -43,7 +43,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 from grader.sandbox import proctree
 from grader.sandbox.cgroups import PidsCgroup, pids_limit
@@ -66,12 +66,19 @@ FORKS = sys.platform == "linux"
 
 
 class WorkerError(BaseException):
-    """The worker did not answer with data (not an answer of the submission)."""
+    """The worker did not answer with data (not an answer of the submission).
+
+    ``outcome``: what a check this ends gets instead of "failed" ("": failed);
+    the grader's plugin reads it of the exceptions a failure holds."""
+
+    outcome: ClassVar[str] = ""
 
 
 class WorkerTimeout(WorkerError):
     """A call ran past its own limit: it used more CPU time than a call may, or
     waited past the backstop while hardly using the CPU (asleep or blocked)."""
+
+    outcome: ClassVar[str] = "timeout"
 
 
 class WorkerCrashed(WorkerError):
@@ -98,6 +105,8 @@ class NotRun(WorkerError):
     """The check did not run (to its end): its problem's CPU budget was spent,
     or the problem was cut short before it. No verdict on this check."""
 
+    outcome: ClassVar[str] = "not run"
+
 
 class GraderFault(WorkerError):
     """A fault of the machine or of the grader, not of the submission,
@@ -105,6 +114,8 @@ class GraderFault(WorkerError):
     machine starved a worker of CPU or ran out of memory below what a worker
     is promised, the grader could not clean up after the last problem. The
     problem is not graded (and regraded)."""
+
+    outcome: ClassVar[str] = "grader error"
 
 
 #: The most a hello or a fork server's answer may take (the grader's own, small messages).
@@ -233,7 +244,7 @@ class Worker:
         p = proctree.read(self.pid)
         return p is not None and p.start == self.start and p.live
 
-    def charged(self, max_age: float = 0.0) -> float:
+    def cpu_used(self, max_age: float = 0.0) -> float:
         """CPU seconds the tree used since it said hello (0 before), from a
         reading at most ``max_age`` seconds old (0: read now)."""
         if self.hello is None:
@@ -377,7 +388,7 @@ class Worker:
 
     def wait_ready(self, limit: Limit) -> dict[str, Any]:
         """The worker's hello (read once, within ``limit``); from then on its CPU
-        time counts (:meth:`charged`)."""
+        time counts (:meth:`cpu_used`)."""
         if self.hello is None:
             frame = self.read_frame(limit, "before it was ready (nothing of the submission had run)", HELLO_BYTES)
             msg = decode_reply(frame, self)

@@ -37,7 +37,10 @@ MIN_WORKER_BYTES = 3 << 30
 class Limits:
     """Resources of one worker process (one per problem), and of what all the
     workers of a run share: the scratch folder (bytes actually allocated on
-    disk, entries, depth), checked from the trusted side while calls run."""
+    disk, entries, depth), checked from the trusted side while calls run.
+    ``call_cpu`` is the CPU seconds of one call, ``start_cpu`` those of a fork
+    server's start-up (it imports torch), ``wall_factor`` how many times its
+    CPU limit a wait may last in wall-clock time (a backstop)."""
 
     memory_bytes: int = 8 << 30
     cpu_seconds: int = 600
@@ -51,6 +54,9 @@ class Limits:
     trusted_memory_bytes: int = TRUSTED_MEMORY_BYTES
     reply_bytes: int = 512 << 20  # the most one reply frame may hold
     growth_bytes: int = 512 << 20  # private memory a worker may take beyond what it starts with (RLIMIT_DATA)
+    call_cpu: float = 60.0
+    start_cpu: float = 60.0
+    wall_factor: float = 10.0
 
     def rlimits(self, gpu: bool) -> dict[str, int]:
         out = {"CPU": self.cpu_seconds, "FSIZE": self.file_bytes, "NOFILE": self.open_files, "CORE": 0}

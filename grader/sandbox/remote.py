@@ -32,11 +32,12 @@ Landlock: see grader/README.md, "The trust boundary".
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from grader.protocol import ProblemSpec, WorkerRecord
 from grader.sandbox import proctree
 from grader.sandbox.client import (
     ForkServer,
@@ -74,40 +75,39 @@ CRASHED, TIMED_OUT = "the worker crashed", "a call ran past its time limit"
 
 
 @dataclass
-class ProblemState:
-    """What happened to one problem's worker(s); read by the report.
-
-    ``cpu_budget`` is the CPU seconds all its calls may use, ``reference_cpu``
-    what the reference uses for the same checks on this machine (for the
-    report), ``cpu_done`` what its retired workers used. ``cut`` says why its
-    remaining checks do not run, ``fault`` what the machine or the grader got
-    wrong ("" while all is well).
+class ProblemState(WorkerRecord):
+    """What happens to one problem's worker(s), as it happens: the fields of
+    its :class:`grader.protocol.WorkerRecord` (``cpu_used`` counts its retired
+    workers: all of them once the problem is over), its
+    :class:`grader.protocol.ProblemSpec` and its workers' capped output
+    (``output``; the record's ``log`` is filled from it by :meth:`record`).
+    ``cut`` says why its remaining checks do not run, ``fault`` what the
+    machine or the grader got wrong ("" while all is well).
     """
 
-    cpu_budget: float
-    reference_cpu: float = 0.0
-    cpu_done: float = 0.0
-    started: bool = False
-    calls: int = 0
-    workers: int = 0
-    crashes: list[str] = field(default_factory=list)
-    timeouts: list[str] = field(default_factory=list)
-    cut: str = ""
-    fault: str = ""
-    log: bytearray = field(default_factory=bytearray)
-    log_dropped: int = 0
-    seccomp: str = ""
-    peak_bytes: int = 0  # the most resident memory one of its workers held beyond what it started with
+    spec: ProblemSpec = field(default_factory=lambda: ProblemSpec("", 0.0, ()))
+    output: bytearray = field(default_factory=bytearray)
+
+    @classmethod
+    def of(cls, spec: ProblemSpec) -> ProblemState:
+        return cls(cpu_budget=spec.cpu_budget, reference_cpu=spec.reference_cpu, spec=spec)
+
+    def record(self) -> WorkerRecord:
+        """The record the engine gets (every field of a :class:`WorkerRecord`, as it stands)."""
+        own = {f.name: getattr(self, f.name) for f in fields(WorkerRecord)}
+        return WorkerRecord(**{**own, "crashes": list(self.crashes), "timeouts": list(self.timeouts),
+                               "cpu_used": round(self.cpu_used, 4),
+                               "log": bytes(self.output).decode("utf-8", "replace")})
 
     def add_log(self, worker: Worker) -> None:
-        room = LOG_CAP - len(self.log)
-        self.log += worker.log[: max(room, 0)]
+        room = LOG_CAP - len(self.output)
+        self.output += worker.log[: max(room, 0)]
         self.log_dropped += worker.log_dropped + max(len(worker.log) - max(room, 0), 0)
 
     def note(self, text: str) -> None:
         """The grader's own line in the instructors' log."""
         line = f"\n[grader] {text}\n".encode("utf-8", "replace")
-        self.log += line[: max(LOG_CAP - len(self.log), 0)]
+        self.output += line[: max(LOG_CAP - len(self.output), 0)]
 
 
 class RemoteImpl(ImplBase):
@@ -118,26 +118,22 @@ class RemoteImpl(ImplBase):
     """
 
     def __init__(
-        self, name: str, sandbox: Sandbox, work: Path, scratch: Path, *, problems: dict[str, float],
-        reference_cpu: dict[str, float] | None = None, call_cpu: float = 60.0, start_cpu: float = 60.0,
-        wall_factor: float = 10.0, min_wall: float = MIN_WALL, max_crashes: int = 3, max_timeouts: int = 2,
-        max_reply: int = 512 << 20, hidden: bool = False, sealed: frozenset[str] = SEALED_OPTIM_PROBLEMS,
+        self, name: str, sandbox: Sandbox, work: Path, scratch: Path, problems: Sequence[ProblemSpec], *,
+        min_wall: float = MIN_WALL, max_crashes: int = 3, max_timeouts: int = 2, hidden: bool = False,
+        sealed: frozenset[str] = SEALED_OPTIM_PROBLEMS,
     ) -> None:
-        """``problems``: each problem's CPU budget (seconds); ``reference_cpu``:
-        what the reference uses for the same checks (seconds, reported only);
-        ``call_cpu``: CPU seconds of one call; ``start_cpu``: CPU seconds of a
-        fork server's start-up (it imports torch); ``wall_factor``: a wait's
-        wall-clock backstop is this times its CPU limit, and at least
-        ``min_wall`` seconds; ``hidden``: this run serves hidden checks (fixed
+        """``problems``: what each problem runs (its budget among it), in the
+        order they run; the workers' limits are ``sandbox.limits`` (a call's
+        CPU seconds, a fork server's start-up, the wall-clock backstop: a wait
+        lasts at most ``wall_factor`` times its CPU limit, and at least
+        ``min_wall`` seconds); ``hidden``: this run serves hidden checks (fixed
         wording, see the module docstring); ``sealed``: the problems whose
         workers get a sealed torch.optim."""
         self.name = name
         self._sandbox, self._work, self._scratch = sandbox, work, scratch
-        self._order = list(problems)
-        refs = reference_cpu or {}
-        self.states = {p: ProblemState(budget, refs.get(p, 0.0)) for p, budget in problems.items()}
-        self.call_cpu, self.start_cpu, self.wall_factor, self.min_wall = call_cpu, start_cpu, wall_factor, min_wall
-        self.max_crashes, self.max_timeouts, self.max_reply = max_crashes, max_timeouts, max_reply
+        self.limits = sandbox.limits
+        self.states = {p.name: ProblemState.of(p) for p in problems}
+        self.min_wall, self.max_crashes, self.max_timeouts = min_wall, max_crashes, max_timeouts
         self.hidden, self.sealed = hidden, sealed
         self.problem: str | None = None
         self._workers: dict[str, Worker] = {}
@@ -151,7 +147,7 @@ class RemoteImpl(ImplBase):
         self._sealed_optim: SealedOptim | None = None
         self._seal_error = ""
         self.seal_cpu = 0.0  # the CPU seconds sealing torch.optim's sources took (the grader's cost)
-        if any(p in sealed for p in problems) and sandbox.seals_optim:
+        if any(p.name in sealed for p in problems) and sandbox.seals_optim:
             began = time.thread_time()
             try:
                 self._sealed_optim = SealedOptim.create(scratch.parent)
@@ -193,9 +189,9 @@ class RemoteImpl(ImplBase):
             raise GraderFault(f"{self.problem}: not graded: {st.fault}")
         config = ServerConfig(seal=sealed, wipe=self._sandbox.wipe(), cuda=self._sandbox.gpu,
                               dynamo=sealed and self._sandbox.landlocked)
-        wall = self._wall(self.start_cpu)
+        wall = self._wall(self.limits.start_cpu)
         try:
-            server = ForkServer(self._sandbox, self._work, self._scratch, config, self.max_reply,
+            server = ForkServer(self._sandbox, self._work, self._scratch, config, self.limits.reply_bytes,
                                 self._sealed_optim if sealed else None)
         except OSError as e:
             st.fault = st.fault or f"the sandbox could not start: {e}"
@@ -203,14 +199,14 @@ class RemoteImpl(ImplBase):
         self._server = server
         self.servers += 1
         try:
-            server.wait_ready(Limit(cpu=self.start_cpu, wall=time.monotonic() + wall))
+            server.wait_ready(Limit(cpu=self.limits.start_cpu, wall=time.monotonic() + wall))
         except WorkerError as e:
             st.note(f"the sandbox's fork server: {e}; its output: "
                     + bytes(server.log[-2000:]).decode("utf-8", "replace"))
             server.kill()
             self._server = None
             if isinstance(e, OutOfTime):
-                why = (f"the sandbox did not start within {self.start_cpu:g} CPU s" if e.cpu else
+                why = (f"the sandbox did not start within {self.limits.start_cpu:g} CPU s" if e.cpu else
                        f"the sandbox did not start within {wall:.0f} s of wall-clock time "
                        "(the machine is too busy?)" if e.limit.starved else
                        "the sandbox did not start: it waited without using the CPU (the machine's disk too slow?)")
@@ -239,7 +235,7 @@ class RemoteImpl(ImplBase):
         for other in list(self._workers):  # one worker at a time: a spawn ends the server's last one
             self._retire(other)
         server = self._fork_server(self.problem in self.sealed, st)
-        wall = self._wall(self.start_cpu)
+        wall = self._wall(self.limits.start_cpu)
         try:
             w = server.spawn(Limit(cpu=float("inf"), wall=time.monotonic() + wall))
         except (WorkerError, OSError) as e:
@@ -277,7 +273,7 @@ class RemoteImpl(ImplBase):
         w = self._workers.pop(problem, None)
         if w is not None:
             st = self.states[problem]
-            st.cpu_done += w.charged()  # read just before the kill: nothing it used is lost
+            st.cpu_used += w.cpu_used()  # read just before the kill: nothing it used is lost
             w.kill()
             st.add_log(w)
             st.peak_bytes = max(st.peak_bytes, w.peak_growth())
@@ -289,7 +285,7 @@ class RemoteImpl(ImplBase):
         if problem is None:
             return 0.0
         w = self._workers.get(problem)
-        return self.states[problem].cpu_done + (w.charged(max_age) if w is not None else 0.0)
+        return self.states[problem].cpu_used + (w.cpu_used(max_age) if w is not None else 0.0)
 
     def _clear_scratch(self) -> None:
         """Empty the scratch folder between two problems, so nothing a worker of
@@ -434,7 +430,7 @@ class RemoteImpl(ImplBase):
 
     def _wall(self, cpu: float) -> float:
         """The wall-clock backstop of a wait whose CPU limit is ``cpu`` seconds."""
-        return max(self.min_wall, self.wall_factor * cpu)
+        return max(self.min_wall, self.limits.wall_factor * cpu)
 
     def _request(self, req: dict[str, Any], *, kill_when: Callable[[], bool] | None = None,
                  measure: bool = False) -> Any:
@@ -448,7 +444,7 @@ class RemoteImpl(ImplBase):
         st.calls += 1
         worker = self._worker()
         left = st.cpu_budget - self.cpu_used(max_age=0.5)
-        cpu = min(self.call_cpu, left)
+        cpu = min(self.limits.call_cpu, left)
         limit = Limit(cpu=worker.meter.last.cpu + cpu, wall=time.monotonic() + self._wall(cpu))
         try:
             watch = MemoryWatch(worker.pid) if measure else None
@@ -476,7 +472,7 @@ class RemoteImpl(ImplBase):
                 peak = watch.stop() + stored.stop() if watch is not None and stored is not None else 0
         except OutOfTime as e:
             self._retire(self.problem)
-            if e.cpu and cpu < self.call_cpu:  # the problem's budget ran out, not the call's own limit
+            if e.cpu and cpu < self.limits.call_cpu:  # the problem's budget ran out, not the call's own limit
                 raise self._budget_spent(st) from None
             if not e.cpu and e.limit.starved:
                 st.note(f"{_describe(req)} waited {self._wall(cpu):.0f} s for a CPU")
