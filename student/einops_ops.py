@@ -15,6 +15,8 @@ results (computing in float32 and casting back keeps only float32's
 precision). A tensor whose shape disagrees with the annotations must raise
 ``TypeError`` or ``ValueError``: torch's and einops' own errors
 (``RuntimeError``) do not count.
+
+How this is graded: handout, "How you are graded".
 """
 
 from __future__ import annotations

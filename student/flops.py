@@ -3,6 +3,8 @@
 A FLOP here is one floating-point operation (a multiply or an add), as
 ``torch.utils.flop_counter.FlopCounterMode`` counts them: the tests compare
 your formulas with it. Counts of whole layers are exact ints.
+
+How this is graded: handout, "How you are graded".
 """
 
 from __future__ import annotations

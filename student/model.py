@@ -2,6 +2,8 @@
 
 The tests build your modules through scenarios (tests/scenarios/model.py) and
 read back parameter names and shapes, state dicts and outputs.
+
+How this is graded: handout, "How you are graded".
 """
 
 from __future__ import annotations

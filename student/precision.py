@@ -3,6 +3,8 @@
 Fill in every function below. Derive the float formats from their bit layout
 (sign, exponent, mantissa): ``torch.finfo`` is what the tests compare you with,
 so using it here teaches you nothing and is not allowed.
+
+How this is graded: handout, "How you are graded".
 """
 
 from __future__ import annotations

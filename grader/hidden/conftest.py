@@ -24,7 +24,9 @@ def fewer_examples(share: float) -> settings:
     """Hypothesis settings running ``share`` of the loaded profile's examples
     (at least 10): for hidden checks whose every example is a long or large run
     of a public property, fewer but larger inputs than the public test's."""
-    return settings(max_examples=max(10, round(settings.default.max_examples * share)))
+    # settings() holds the loaded profile's values (settings.default, typed
+    # as possibly None before any profile loads).
+    return settings(max_examples=max(10, round(settings().max_examples * share)))
 
 
 def raises_like_reference(impl: Impl, ref: Impl, module: str, function: str, *args: object) -> None:

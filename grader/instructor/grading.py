@@ -112,7 +112,7 @@ def grade_submission(sub: Submission, out: Path, grader_args: Sequence[str], tim
         problem = f"the grader's JSON is unreadable: {e}"
     finally:
         json_path.unlink(missing_ok=True)
-    if proc.returncode != 0 or problem:
+    if proc.returncode != 0 or problem or not isinstance(result, dict):  # no problem: a dict
         why = printable(_last_line(err) or _last_line(stdout.decode(errors="replace")) or problem)
         record.update(status="grader error", reason=f"grader exit code {proc.returncode}: {why}"[:500])
         return record

@@ -19,8 +19,9 @@ an instructor command there with "not available in this checkout".
 
 Rewritten: ``pyproject.toml`` describes only what a student has
 (:func:`student_pyproject`): no instructor extras (``[project.optional-dependencies]``:
-plots, similarity, mutation testing), no marker that only the selftests or the
-hidden checks use (:data:`INSTRUCTOR_MARKERS`), no path of a folder left out.
+plots, similarity, mutation testing, the type check) nor the type check's
+settings (``[tool.mypy]``), no marker that only the selftests or the hidden
+checks use (:data:`INSTRUCTOR_MARKERS`), no path of a folder left out.
 
 Added instead: a README for students (their two commands: ``pytest`` and
 ``./lab grade``, which runs the public checks only since the reference and the
@@ -55,11 +56,13 @@ EXCLUDED_FILES = ("README.md", "grader/README.md")
 #: pytest markers only the selftests or the hidden checks use: not declared in the release's pyproject.toml.
 INSTRUCTOR_MARKERS = ("extends", "slow", "full", "load")
 #: Words no line of the release's pyproject.toml may hold (instructor tooling and what it reads).
-_INSTRUCTOR_WORDS = ("LAB_FULL_CORPUS", "optional-dependencies", "cosmic-ray", "copydetect", "selftest",
+_INSTRUCTOR_WORDS = ("LAB_FULL_CORPUS", "optional-dependencies", "cosmic-ray", "copydetect", "mypy", "selftest",
                      "grader/hidden", "grader/corpus", "grader/instructor", "reference/")
+#: pyproject.toml's tables the release leaves out: the instructor extras and the type check's settings.
+_INSTRUCTOR_TABLES = ("[project.optional-dependencies]", "[tool.mypy]", "[[tool.mypy.overrides]]")
 #: Never copied whatever git says (local state).
-_LOCAL = (".venv", ".git", "__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", "grade-out", "build",
-          "dist")
+_LOCAL = (".venv", ".git", "__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", ".mypy_cache", "grade-out",
+          "build", "dist")
 
 
 def candidate_files(repo: Path) -> list[str]:
@@ -149,7 +152,8 @@ def build_release(out: Path, repo: Path = REPO, *, force: bool = False, git: boo
 
 def student_pyproject(text: str) -> str:
     """``pyproject.toml``'s text as the release ships it: without the
-    ``[project.optional-dependencies]`` table (instructor extras) and its
+    ``[project.optional-dependencies]`` table (instructor extras), the
+    ``[tool.mypy]`` tables (the type check, an instructor extra) and their
     comments, without the markers of :data:`INSTRUCTOR_MARKERS` (their entries,
     and their names in a "X, Y and Z are set by hand" comment), and without
     array entries naming a folder the release leaves out. Everything else is
@@ -158,8 +162,8 @@ def student_pyproject(text: str) -> str:
     out: list[str] = []
     skipping = False
     for line in text.splitlines():
-        if re.match(r"\s*\[", line):  # a table header: skip the extras' table up to the next one
-            skipping = line.strip() == "[project.optional-dependencies]"
+        if re.match(r"\s*\[", line):  # a table header: skip an instructor table up to the next one
+            skipping = line.strip() in _INSTRUCTOR_TABLES
             if skipping:
                 while out and (out[-1].startswith("#") or not out[-1].strip()):
                     out.pop()  # its comments above it, and the blank lines before them

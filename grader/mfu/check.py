@@ -51,6 +51,7 @@ the others' public names, where callers have always found them.
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -74,7 +75,6 @@ from grader.mfu.settings import (
     Criteria,
     Workload,
 )
-from tests.harness import Impl
 from tests.scenarios import mfu as scenarios
 
 __all__ = ["Isolation", "run_check"]
@@ -85,6 +85,13 @@ def _seeds(count: int) -> list[int]:
     # (or cache) the result of a call it has not seen yet.
     rng = random.SystemRandom()
     return [rng.randrange(1, 2**31) for _ in range(count)]
+
+
+class Runner(Protocol):
+    """What the check needs from an implementation, the submission's or the
+    reference: its scenarios (every ``tests.harness.Impl`` has them)."""
+
+    def scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
 
 
 @runtime_checkable
@@ -102,8 +109,8 @@ class Isolation(Protocol):
 
 
 def run_check(
-    impl: Impl,
-    ref: Impl,
+    impl: Runner,
+    ref: Runner,
     *,
     device: str,
     device_name: str,
@@ -144,7 +151,7 @@ def run_check(
     noise_precision = calibration_precision(workload.precision)
     violations: list[str] = []
 
-    def call(who: Impl, seed: int, steps: int, precision: str = workload.precision) -> Any:
+    def call(who: Runner, seed: int, steps: int, precision: str = workload.precision) -> Any:
         return who.scenario(scenarios.train_workload, {**data, "precision": precision}, seed, steps, probe_seed,
                             device)
 
@@ -162,12 +169,12 @@ def run_check(
         if isolation is not None:
             isolation.retire_workers()
             observe(f"before timing the reference (repeat {i})")
-        t_ref, expected = time_call(lambda s=seed: call(ref, s, workload.steps), clock, sync)
+        t_ref, expected = time_call(functools.partial(call, ref, seed, workload.steps), clock, sync)
         if isolation is not None:
             observe(f"after timing the reference (repeat {i})")
             call(impl, seeds[0], workload.warmup_steps)  # a fresh worker: warm it up, untimed
             observe(f"before timing the submission (repeat {i}), other workers", besides_current=True)
-        t_sub, result = time_call(lambda s=seed: call(impl, s, workload.steps), clock, sync)
+        t_sub, result = time_call(functools.partial(call, impl, seed, workload.steps), clock, sync)
         if isolation is not None:
             observe(f"after timing the submission (repeat {i}), other workers", besides_current=True)
         ref_secs.append(t_ref)

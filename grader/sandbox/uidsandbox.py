@@ -92,9 +92,9 @@ def worker_ids() -> tuple[int, int]:
     machine have distinct pids, so distinct uids, but for a one-in-5000 clash)."""
     value = os.environ.get(WORKER_UID_ENV, "").strip()
     if value:
-        uid, _, gid = value.partition(":")
+        uid_text, _, gid_text = value.partition(":")
         try:
-            ids = int(uid), int(gid or uid)
+            ids = int(uid_text), int(gid_text or uid_text)
         except ValueError:
             raise ValueError(f"${WORKER_UID_ENV} must be UID or UID:GID, got {value!r}") from None
         if min(ids) <= 0:
