@@ -26,24 +26,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from tests.model_checks import DELTA, M2, M4, TRUNCATED, bernstein_halfwidth
 from tests.scenarios import model as scenarios
 from tests.strategies import dims, make_tensor, seeds, shapes
 from tests.tolerances import assert_close, check_tensor
-
-DELTA = 5e-8
-#: The standard normal truncated at ±3: what w / std follows for a correct xavier_init.
-TRUNCATED = stats.truncnorm(-3, 3)
-M2 = float(TRUNCATED.var())  # E[z²] ≈ 0.9733: truncation shrinks the variance
-M4 = float(TRUNCATED.moment(4))  # E[z⁴] ≈ 2.680
-
-
-def bernstein_halfwidth(n: int, variance: float, bound: float, delta: float = DELTA) -> float:
-    """t with P(|mean of n iid draws - E| >= t) <= delta when each draw is
-    within ``bound`` of E and has ``variance`` (Bernstein's inequality:
-    P <= 2 exp(-n t² / (2 variance + 2 bound t / 3)), solved for t)."""
-    log_term = math.log(2 / delta)
-    b = 2 * bound * log_term / 3
-    return (b + math.sqrt(b * b + 8 * n * variance * log_term)) / (2 * n)
 
 
 def _w_over_std(weight: torch.Tensor, d_in: int) -> np.ndarray:
