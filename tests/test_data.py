@@ -88,7 +88,7 @@ def test_every_valid_start_is_sampled_including_the_last(impl):
 
 def test_data_exactly_one_token_longer_than_the_context(impl):
     tokens = position_coded(9)
-    x, y = impl.scenario(scenarios.batch_with_seed, tokens, 4, 8, 0)
+    x, y = impl.scenario(scenarios.batch_with_seed, tokens, batch_size=4, context_length=8, seed=0)
     starts = check_windows(tokens, x, y, 4, 8)
     assert starts.tolist() == [0, 0, 0, 0], f"the only valid start is 0, got {starts.tolist()}"
 
@@ -115,7 +115,7 @@ def test_starts_are_uniform_chi_square(impl):
 
 def test_a_seeded_generator_gives_the_same_batch(impl):
     tokens = position_coded(500)
-    got = impl.scenario(scenarios.batches_reproducible, tokens, 6, 10, 77)
+    got = impl.scenario(scenarios.batches_reproducible, tokens, batch_size=6, context_length=10, seed=77)
     (a, b), other, (ga, gb) = got["same"], got["other"], got["global"]
     for what, (p, q) in {"x": (a[0], b[0]), "y": (a[1], b[1])}.items():
         assert torch.equal(p, q), f"two generators seeded alike gave different {what}: {p[:, 0]} vs {q[:, 0]}"
@@ -222,7 +222,7 @@ def test_batches_hold_large_token_ids_exactly(impl, dtype, offset):
     """Token ids beyond int32's range (int64 ids, uint32 ids near 2**32) come
     back exactly, as int64: no cast through a narrower type on the way."""
     tokens = position_coded(3000).astype(dtype) + dtype(offset)
-    x, y = impl.scenario(scenarios.batch_with_seed, tokens, 8, 16, 11)
+    x, y = impl.scenario(scenarios.batch_with_seed, tokens, batch_size=8, context_length=16, seed=11)
     check_windows(tokens, x, y, 8, 16)
 
 
@@ -238,7 +238,8 @@ def test_only_the_sampled_windows_are_read(impl, tmp_path):
     n_tokens, seed = 64 << 20, secrets.randbelow(2**31)
     path = tmp_path / "tokens.bin"
     write_random_tokens(path, n_tokens, seed)
-    (x, y), peak = impl.measured_scenario(scenarios.sample_file, str(path), 4, 64, 3)
+    (x, y), peak = impl.measured_scenario(scenarios.sample_file, str(path), batch_size=4, context_length=64,
+                                           seed=3)
     check_tensor(x, dtype=torch.int64, shape=(4, 64), what="x")
     check_tensor(y, dtype=torch.int64, shape=(4, 64), what="y")
     assert_rows_are_windows_of(path, x, y, f"a batch of a random token file (seed {seed})")
@@ -413,8 +414,8 @@ def test_get_batch_rejects_a_generator_that_is_not_torch(impl, kind):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="not run on a GPU: needs CUDA")
 def test_cuda_batch_equals_the_cpu_batch(impl):
     tokens = position_coded(3000)
-    x, y = impl.scenario(scenarios.batch_on_device, tokens, 16, 128, 5, "cuda")
-    cx, cy = impl.scenario(scenarios.batch_on_device, tokens, 16, 128, 5, "cpu")
+    x, y = impl.scenario(scenarios.batch_on_device, tokens, batch_size=16, context_length=128, seed=5, device="cuda")
+    cx, cy = impl.scenario(scenarios.batch_on_device, tokens, batch_size=16, context_length=128, seed=5, device="cpu")
     check_tensor(x, dtype=torch.int64, shape=(16, 128), device="cuda", what="x")
     check_tensor(y, dtype=torch.int64, shape=(16, 128), device="cuda", what="y")
     assert torch.equal(x.cpu(), cx) and torch.equal(y.cpu(), cy), (
