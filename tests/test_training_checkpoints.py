@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests import static
+from tests.harness import contents_change
 from tests.scenarios import checkpoints as scenarios
 from tests.strategies import seeds
 from tests.training_checks import assert_losses_close, check_by_keyword, resumed_run
@@ -100,19 +101,9 @@ def test_a_save_killed_mid_write_leaves_the_previous_checkpoint(impl, tmp_path):
     impl.scenario(scenarios.save_linear, str(path), old_seed, d_in=8, d_out=8, iteration=7)
     assert path.is_file(), "save_checkpoint(path, ...) wrote no file at `path`"
     old, old_inode = path.read_bytes(), path.stat().st_ino
-
-    def changed() -> bool:
-        """Whether the contents at `path` are no longer the previous checkpoint (cheap: that one is small)."""
-        try:
-            if os.stat(path).st_size != len(old):
-                return True
-            with open(path, "rb") as f:
-                return f.read() != old
-        except OSError:  # gone: no checkpoint at `path` now
-            return True
-
+    # Killed the moment the contents at `path` are no longer the previous (small) checkpoint.
     run = impl.interrupted_scenario(scenarios.save_linear, str(path), new_seed, *BIG_SAVE, iteration=99,
-                                    kill_when=changed)
+                                    kill_when=contents_change(path))
     assert path.exists(), (
         "a save " + ("killed mid-write" if run.killed else "of a new checkpoint") + " left no file at `path`: "
         "write the new checkpoint to a temporary file, flush and fsync it, then os.replace it over `path`")
