@@ -172,7 +172,8 @@ def _scenario_calls(fn: Callable[..., Any]) -> list[tuple[str, str]] | None:
         module, name = parent.get(id(node)), None
         if isinstance(module, ast.Attribute) and isinstance(node.ctx, ast.Load):
             name = parent.get(id(module))
-        if not isinstance(name, ast.Attribute) or not isinstance(name.ctx, ast.Load):
+        if not (isinstance(module, ast.Attribute) and isinstance(name, ast.Attribute)
+                and isinstance(name.ctx, ast.Load)):
             return None
         used.append((node.lineno, node.col_offset, module.attr, name.attr))
     return [(m, n) for _, _, m, n in sorted(used)] or None

@@ -148,7 +148,7 @@ def _torch_run(
     the decay rates (betas, alpha, momentum) by 1 +- one float64 epsilon, as if
     the per-step scalars built from them (``1 - beta2**t``: a cancellation
     early in a run) had been computed another way in Python floats."""
-    ps = [nn.Parameter(p.to(dtype, copy=True)) for p in params]
+    ps: list[torch.Tensor] = [nn.Parameter(p.to(dtype, copy=True)) for p in params]
     opt = TORCH[name](
         [{"params": [ps[i] for i in idx], **hp} for idx, hp in groups],
         **{**TORCH_DEFAULTS.get(name, {}), **defaults, "foreach": foreach},
@@ -178,10 +178,12 @@ def _torch_run(
                 group["lr"] = lr
         with torch.no_grad():
             for p, g in zip(ps, step, strict=True):
-                p.grad = None if g is None else g.clone()
-                if g is not None:
-                    wiggle(p)
-                    wiggle(p.grad)
+                if g is None:
+                    p.grad = None
+                    continue
+                p.grad = grad = g.clone()
+                wiggle(p)
+                wiggle(grad)
         opt.step()
         with torch.no_grad():
             for p in ps:

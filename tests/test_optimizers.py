@@ -283,7 +283,7 @@ def test_does_not_delegate_to_torch_optim(impl, name):
 
 # --------------------------------------------------------------------------- bad input
 
-BAD_HYPERPARAMETERS = [
+BAD_HYPERPARAMETERS: list[tuple[str, dict[str, Any], type[Exception], str]] = [
     ("SGD", {"lr": -0.1}, ValueError, "lr"),
     ("SGD", {"lr": "fast"}, TypeError, "lr"),
     ("SGD", {"weight_decay": -1e-2}, ValueError, "weight_decay"),
@@ -362,7 +362,7 @@ def test_bad_values_of_every_optimizers_hyperparameters_are_rejected(impl, name,
 
 
 #: hyperparameters at the closed ends of their stated ranges: valid, so accepted
-EDGE_HYPERPARAMETERS = [
+EDGE_HYPERPARAMETERS: list[tuple[str, dict[str, Any]]] = [
     *[(name, {"lr": 0.0, "weight_decay": 0.0}) for name in NAMES],  # every optimizer takes lr = 0
     ("SGDMomentum", {"dampening": 1.0}),
     ("SGDMomentum", {"dampening": 0.0, "momentum": 0.999}),

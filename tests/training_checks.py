@@ -149,11 +149,15 @@ def torch_steps(kind: str, *, dim: int, num_layers: int, seed: int, opt_name: st
     gradients), and there two correct codes that round differently once (the
     loss as ``((out - y) ** 2).mean()``, matmuls on another number of threads)
     end far apart: the perturbed runs move as far, so the bound follows."""
-    run = {"dim": dim, "num_layers": num_layers, "seed": seed, "opt_name": opt_name, "lr": lr, "batches": batches}
-    exact, exact_params, magnitude = _float_loop(kind, **run, dtype=torch.float64)
-    f32 = _float_loop(kind, **run, dtype=torch.float32)
-    jittered = [_float_loop(kind, **run, dtype=torch.float64, jitter=JITTER_EPS * eps(torch.float32), jitter_seed=s)
-                for s in JITTER_SEEDS]
+
+    def loop(dtype: torch.dtype, jitter: float = 0.0,
+             jitter_seed: int = 0) -> tuple[list[float], list[torch.Tensor], list[torch.Tensor]]:
+        return _float_loop(kind, dim=dim, num_layers=num_layers, seed=seed, opt_name=opt_name, lr=lr,
+                           batches=batches, dtype=dtype, jitter=jitter, jitter_seed=jitter_seed)
+
+    exact, exact_params, magnitude = loop(torch.float64)
+    f32 = loop(torch.float32)
+    jittered = [loop(torch.float64, jitter=JITTER_EPS * eps(torch.float32), jitter_seed=s) for s in JITTER_SEEDS]
     losses = torch.tensor(exact, dtype=torch.float64)
     loss_error = torch.maximum(
         oracle_error(losses, [torch.tensor(f32[0], dtype=torch.float32)], torch.float32),
@@ -256,8 +260,10 @@ def assert_checkpointed_is_the_model(got: Any, model: nn.Module, x: torch.Tensor
     out = model(xr)
     (out * torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)).sum().backward()
     assert_close(got["out"], out.detach(), what=f"checkpointed_forward output ({label})")
+    assert xr.grad is not None  # the oracle's own backward reached x
     assert_close(got["x_grad"], xr.grad, what=f"gradient of the input ({label})")
     for i, p in enumerate(model.parameters()):
+        assert p.grad is not None  # and every parameter
         assert_close(got["grads"][i], p.grad, what=f"gradient of parameter {i} ({label})")
 
 

@@ -168,7 +168,7 @@ def save_unsaveable(modules: Any, path: str) -> None:
     modules.training.save_checkpoint(path, model, opt, 3)
 
 
-def linear_digest(model: nn.Module) -> str:
+def linear_digest(model: nn.Linear) -> str:
     """sha256 of a Linear's weight then bias bytes."""
     h = hashlib.sha256()
     for p in (model.weight, model.bias):
@@ -300,6 +300,7 @@ def load_into_other_model(modules: Any, change: str) -> Any:
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "ckpt.pt")
         model = build_model("mlp", 4, 2, 0)
+        assert isinstance(model, nn.Sequential)  # an "mlp" is one
         if change == "buffers":
             model.append(nn.BatchNorm1d(1, affine=False))
         modules.training.save_checkpoint(path, model, build_optimizer("sgd", model.parameters(), 0.1), 3)
@@ -401,6 +402,10 @@ def _fake_cuda(available: bool, state: dict[str, torch.Tensor],
     def set_state(s: torch.Tensor, device: Any = "cuda") -> None:
         set_calls.append(torch.as_tensor(s).clone())
 
+    def set_state_all(states: list[torch.Tensor]) -> None:
+        for s in states:
+            set_state(s)
+
     return mock.patch.multiple(
         torch.cuda,
         is_available=lambda: available,
@@ -408,7 +413,7 @@ def _fake_cuda(available: bool, state: dict[str, torch.Tensor],
         get_rng_state=get_state,
         get_rng_state_all=lambda: [get_state()] if available else [],
         set_rng_state=set_state,
-        set_rng_state_all=lambda states: [set_state(s) for s in states],
+        set_rng_state_all=set_state_all,
     )
 
 
