@@ -4,7 +4,7 @@ per-parameter loops, unfolded foreach, a float64-internal slow one, one written
 from the handout alone) stays within the trajectory bound
 (``tests/tolerances.py``, with the oracle of ``tests/optimizer_oracle.py``) on many
 fresh draws of the hidden long-run shapes, fp32 and fp64; and every correct
-``train_step`` stays within the fp32 steps bound (``tests/test_training.py``)
+``train_step`` stays within the fp32 steps bound (``tests/training_checks.py``)
 run on one thread against an oracle on several, as the grader runs them.
 
 Each optimizer test draws 2,000 runs under ``LAB_FULL_CORPUS=1`` (about 30 s
@@ -123,11 +123,11 @@ def test_every_correct_train_step_passes_every_fp32_run(tmp_path):
     """The hidden fp32 train_step check's shapes (lr up to 0.1 with AdamW: a
     chaotic run), each correct train_step run on one thread as the grader's
     worker runs it, the oracle on this process's threads: rounding that
-    differs once, amplified by the run, stays within tests/test_training.py's
+    differs once, amplified by the run, stays within tests/training_checks.py's
     bound."""
-    from grader.hidden.test_training_hidden import _batches
+    from grader.hidden.training_inputs import hidden_batches
     from tests.scenarios import training as training_scenarios
-    from tests.test_training import KINDS, steps_ratio, torch_steps
+    from tests.training_checks import KINDS, steps_ratio, torch_steps
 
     labs = {"reference": SimpleNamespace(training=importlib.import_module("reference.training"))}
     for sub in correct_submissions():
@@ -146,13 +146,14 @@ def test_every_correct_train_step_passes_every_fp32_run(tmp_path):
            opt=st.sampled_from(["sgd", "adamw"]), lr=st.sampled_from([1e-3, 1e-2, 0.1]),
            run_seed=st.integers(0, 2**31 - 1))
     def check(kind: str, dim: int, layers: int, opt: str, lr: float, run_seed: int) -> None:
-        batches = _batches(4, 5, dim, run_seed)
-        expected = torch_steps(kind, dim, layers, run_seed, opt, lr, batches)
+        batches = hidden_batches(4, batch=5, dim=dim, seed=run_seed)
+        run = {"dim": dim, "num_layers": layers, "seed": run_seed, "opt_name": opt, "lr": lr, "batches": batches}
+        expected = torch_steps(kind, **run)
         drawn[0] += 1
         for label, modules in labs.items():
             torch.set_num_threads(1)
             try:
-                got = training_scenarios.run_steps(modules, kind, dim, layers, run_seed, opt, lr, batches, "fp32")
+                got = training_scenarios.run_steps(modules, kind, **run, precision="fp32")
             finally:
                 torch.set_num_threads(threads)
             ratio = steps_ratio(got, expected)

@@ -80,8 +80,8 @@ def test_sources_come_from_the_snapshot(impl):
 def test_a_killed_call_is_dead_before_the_files_are_read(impl):
     impl.enter("training")
     path = impl.scratch / "ckpt.pt"
-    run = impl.interrupted_scenario(checkpoint_scenarios.save_linear, str(path), 0, 4, 4, 1,
-                                    kill_when=lambda: path.exists() and path.stat().st_size >= 8192)
+    run = impl.interrupted_scenario(checkpoint_scenarios.save_linear, str(path), seed=0, d_in=4, d_out=4,
+                                    iteration=1, kill_when=lambda: path.exists() and path.stat().st_size >= 8192)
     assert run.killed
     size = path.stat().st_size
     time.sleep(0.3)
@@ -94,7 +94,8 @@ def test_peak_memory_is_seen_even_when_the_worker_resets_its_high_water_mark(imp
     impl.enter("data")
     tokens = impl.scratch / "tokens.bin"
     tokens.write_bytes(bytes(4096))
-    (x, _y), peak = impl.measured_scenario(data_scenarios.sample_file, str(tokens), 2, 3, 0)
+    (x, _y), peak = impl.measured_scenario(data_scenarios.sample_file, str(tokens), batch_size=2,
+                                           context_length=3, seed=0)
     assert x.shape == (2, 3) and type(x) is torch.Tensor
     assert peak >= 128 << 20, f"a 192 MiB allocation held for 50 ms was measured as {peak >> 20} MiB"
     assert os.path.exists(tokens)

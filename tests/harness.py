@@ -65,6 +65,7 @@ import ast
 import contextlib
 import importlib
 import inspect
+import os
 import re
 import sys
 import textwrap
@@ -77,7 +78,7 @@ from typing import Any, Protocol
 from tests import handout_problems, wire
 
 __all__ = [
-    "HANDOUT_MODULES", "Impl", "ImplBase", "Interrupted", "Modules", "NotImplementedYet",
+    "HANDOUT_MODULES", "Impl", "ImplBase", "Interrupted", "Modules", "NotImplementedYet", "contents_change",
     "fail_if_only_stubs", "import_submission", "package_dir", "read_source", "resolve_scenario", "returned_data",
     "scenario_name", "stub_message", "stubs_fail_fast",
 ]
@@ -171,7 +172,8 @@ def _scenario_calls(fn: Callable[..., Any]) -> list[tuple[str, str]] | None:
         module, name = parent.get(id(node)), None
         if isinstance(module, ast.Attribute) and isinstance(node.ctx, ast.Load):
             name = parent.get(id(module))
-        if not isinstance(name, ast.Attribute) or not isinstance(name.ctx, ast.Load):
+        if not (isinstance(module, ast.Attribute) and isinstance(name, ast.Attribute)
+                and isinstance(name.ctx, ast.Load)):
             return None
         used.append((node.lineno, node.col_offset, module.attr, name.attr))
     return [(m, n) for _, _, m, n in sorted(used)] or None
@@ -206,6 +208,25 @@ class Interrupted:
 
     killed: bool
     value: Any = None
+
+
+def contents_change(path: Path) -> Callable[[], bool]:
+    """A ``kill_when`` for :meth:`Impl.interrupted_scenario`: true as soon as
+    the contents at ``path`` are no longer what they are now (a file that is
+    gone counts as changed). Reads ``path`` now; each poll is cheap while the
+    file is small (its size first, then its bytes)."""
+    old = path.read_bytes()
+
+    def changed() -> bool:
+        try:
+            if os.stat(path).st_size != len(old):
+                return True
+            with open(path, "rb") as f:
+                return f.read() != old
+        except OSError:  # gone: nothing at `path` now
+            return True
+
+    return changed
 
 
 class Impl(Protocol):

@@ -3,6 +3,9 @@
 default flags) does on them, driven through the same parameters, param groups
 and gradients, with how far rounding alone moves each run.
 
+Then the comparisons of what the implementation's scenarios report against
+it (:func:`assert_same_trajectory`, :func:`state_bytes_mismatches`).
+
 Trusted side only: imported by tests/test_optimizers.py and the grader's hidden
 checks, never by a scenario (scenarios run in the submission's worker, which
 does not have this file).
@@ -19,7 +22,7 @@ from torch import nn
 
 from tests.scenarios import optimizers as scenarios
 from tests.strategies import HYPERPARAMETER_VALUES, compute_dtypes, make_tensors, seeds, shapes
-from tests.tolerances import eps, oracle_error
+from tests.tolerances import assert_close_to_exact, check_tensor, eps, oracle_error
 
 NAMES = ("SGD", "SGDMomentum", "AdaGrad", "RMSProp", "Adam", "AdamW")
 
@@ -145,7 +148,7 @@ def _torch_run(
     the decay rates (betas, alpha, momentum) by 1 +- one float64 epsilon, as if
     the per-step scalars built from them (``1 - beta2**t``: a cancellation
     early in a run) had been computed another way in Python floats."""
-    ps = [nn.Parameter(p.to(dtype, copy=True)) for p in params]
+    ps: list[torch.Tensor] = [nn.Parameter(p.to(dtype, copy=True)) for p in params]
     opt = TORCH[name](
         [{"params": [ps[i] for i in idx], **hp} for idx, hp in groups],
         **{**TORCH_DEFAULTS.get(name, {}), **defaults, "foreach": foreach},
@@ -175,10 +178,12 @@ def _torch_run(
                 group["lr"] = lr
         with torch.no_grad():
             for p, g in zip(ps, step, strict=True):
-                p.grad = None if g is None else g.clone()
-                if g is not None:
-                    wiggle(p)
-                    wiggle(p.grad)
+                if g is None:
+                    p.grad = None
+                    continue
+                p.grad = grad = g.clone()
+                wiggle(p)
+                wiggle(grad)
         opt.step()
         with torch.no_grad():
             for p in ps:
@@ -242,3 +247,59 @@ def torch_state(name: str, params: list[torch.Tensor], groups: list[tuple[list[i
             p.grad = g.clone()
         opt.step()
     return [dict(opt.state[p]) for p in ps]
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def assert_same_trajectory(got: Any, expected: Expected | list[list[torch.Tensor]], name: str,
+                           exact: bool = False) -> None:
+    """``got`` (the params after each step) equals ``expected``: bit for bit when
+    ``exact`` (``expected`` then being another run of the implementation), else
+    within rounding of torch.optim's float64 run (tests/tolerances.py)."""
+    assert isinstance(got, list) and len(got) == len(expected), (
+        f"{name}: expected the params after each of {len(expected)} steps, got {type(got).__name__} "
+        f"of length {len(got) if isinstance(got, list) else '?'}"
+    )
+    if isinstance(expected, Expected):
+        for k, got_step in enumerate(got):
+            assert isinstance(got_step, list) and len(got_step) == len(expected.exact[k]), (
+                f"{name}: after step {k + 1} expected {len(expected.exact[k])} params, got {got_step!r:.200}"
+            )
+            for i, g in enumerate(got_step):
+                e = expected.exact[k][i]
+                assert_close_to_exact(
+                    g, e, dtype=expected.dtype, error=expected.error[k][i], magnitude=expected.magnitude[k][i],
+                    what=f"{name}: param {i} {tuple(e.shape)} {expected.dtype} after step {k + 1}",
+                )
+        return
+    for k, (got_step, exp_step) in enumerate(zip(got, expected, strict=True)):
+        for i, (g, e) in enumerate(zip(got_step, exp_step, strict=True)):
+            what = f"{name}: param {i} {tuple(e.shape)} {e.dtype} after step {k + 1}"
+            check_tensor(g, dtype=e.dtype, shape=tuple(e.shape), what=what)
+            assert exact and torch.equal(g, e), f"{what} differs: expected {e}, got {g}"
+
+
+def state_bytes_mismatches(name: str, params: list[torch.Tensor], groups: list[tuple[list[int], dict[str, Any]]],
+                           grads: list[list[torch.Tensor]], got: Any) -> list[str]:
+    """How the state the implementation reported (``scenarios.state_after``)
+    differs from torch.optim's after the same run: bytes of tensors shaped like
+    each param, and their dtype (the param's)."""
+    torch_states = torch_state(name, params, groups, grads)
+    if not isinstance(got, list) or len(got) != len(params):
+        return [f"{name}: expected the state of {len(params)} params, got {got!r:.200}"]
+    problems = []
+    for p, state, theirs in zip(params, got, torch_states, strict=True):
+        expected = sum(v.numel() * v.element_size() for v in theirs.values()
+                       if isinstance(v, torch.Tensor) and v.shape == p.shape)
+        like_p = {k: v for k, v in state.items() if isinstance(v, dict) and tuple(v["shape"]) == tuple(p.shape)}
+        nbytes = sum(v["bytes"] for v in like_p.values())
+        if nbytes != expected:
+            problems.append(
+                f"{name}: state[p] of a {tuple(p.shape)} {p.dtype} param should hold {expected} bytes of "
+                f"tensors shaped like p (as torch.optim's), got {nbytes}: {state}"
+            )
+        wrong = {k: v["dtype"] for k, v in like_p.items() if v["dtype"] != p.dtype}
+        if wrong:
+            problems.append(f"{name}: state should be kept in the param's dtype {p.dtype}, got {wrong}")
+    return problems

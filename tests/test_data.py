@@ -8,7 +8,6 @@ NumPy copies and the pages of the mapping it touched alike).
 
 from __future__ import annotations
 
-import mmap
 import os
 import secrets
 
@@ -19,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
+from tests.data_checks import assert_rows_are_windows_of, expected_batch, write_random_tokens
 from tests.scenarios import data as scenarios
 from tests.strategies import seeds
 from tests.tolerances import check_tensor
@@ -88,7 +88,7 @@ def test_every_valid_start_is_sampled_including_the_last(impl):
 
 def test_data_exactly_one_token_longer_than_the_context(impl):
     tokens = position_coded(9)
-    x, y = impl.scenario(scenarios.batch_with_seed, tokens, 4, 8, 0)
+    x, y = impl.scenario(scenarios.batch_with_seed, tokens, batch_size=4, context_length=8, seed=0)
     starts = check_windows(tokens, x, y, 4, 8)
     assert starts.tolist() == [0, 0, 0, 0], f"the only valid start is 0, got {starts.tolist()}"
 
@@ -115,7 +115,7 @@ def test_starts_are_uniform_chi_square(impl):
 
 def test_a_seeded_generator_gives_the_same_batch(impl):
     tokens = position_coded(500)
-    got = impl.scenario(scenarios.batches_reproducible, tokens, 6, 10, 77)
+    got = impl.scenario(scenarios.batches_reproducible, tokens, batch_size=6, context_length=10, seed=77)
     (a, b), other, (ga, gb) = got["same"], got["other"], got["global"]
     for what, (p, q) in {"x": (a[0], b[0]), "y": (a[1], b[1])}.items():
         assert torch.equal(p, q), f"two generators seeded alike gave different {what}: {p[:, 0]} vs {q[:, 0]}"
@@ -126,18 +126,6 @@ def test_a_seeded_generator_gives_the_same_batch(impl):
         "with generator=None the global torch RNG must drive sampling: "
         "torch.manual_seed(s) twice gave different batches"
     )
-
-
-def expected_batch(tokens: np.ndarray, batch_size: int, context_length: int, seed: int) -> tuple[torch.Tensor, ...]:
-    """The oracle of the docstring's draw: starts from one
-    ``torch.randint(n - context_length, (batch_size,), generator=...)`` call with
-    a generator seeded ``seed``, then the windows at those starts."""
-    n = len(tokens)
-    starts = torch.randint(n - context_length, (batch_size,), generator=torch.Generator().manual_seed(seed))
-    data = torch.from_numpy(tokens.astype(np.int64))
-    rows = [data[s : s + context_length + 1] for s in starts.tolist()]
-    w = torch.stack(rows) if rows else torch.empty(0, context_length + 1, dtype=torch.int64)
-    return w[:, :-1], w[:, 1:]
 
 
 def assert_stated_draw(x, y, tokens: np.ndarray, batch_size: int, context_length: int, seed: int,
@@ -234,39 +222,8 @@ def test_batches_hold_large_token_ids_exactly(impl, dtype, offset):
     """Token ids beyond int32's range (int64 ids, uint32 ids near 2**32) come
     back exactly, as int64: no cast through a narrower type on the way."""
     tokens = position_coded(3000).astype(dtype) + dtype(offset)
-    x, y = impl.scenario(scenarios.batch_with_seed, tokens, 8, 16, 11)
+    x, y = impl.scenario(scenarios.batch_with_seed, tokens, batch_size=8, context_length=16, seed=11)
     check_windows(tokens, x, y, 8, 16)
-
-
-def write_random_tokens(path, n_tokens: int, seed: int) -> None:
-    """``n_tokens`` uniform uint16 tokens from ``seed``: random, so that no row
-    of a batch can be produced without reading the file.
-
-    Written 4 KiB at a time: large writes fill the page cache with large folios
-    (up to 2 MiB), and mapping one page of a folio maps all of it, so touching
-    64 windows would count ~100 MiB; with 4 KiB pages it counts a few MiB."""
-    rng = np.random.default_rng(seed)
-    with open(path, "wb", buffering=0) as f:
-        for start in range(0, n_tokens, 8 << 20):
-            chunk = memoryview(rng.integers(0, 65536, min(8 << 20, n_tokens - start), dtype=np.uint16).tobytes())
-            for at in range(0, len(chunk), 4096):
-                f.write(chunk[at:at + 4096])
-
-
-def assert_rows_are_windows_of(path, x, y, what: str) -> None:
-    """Each row of ``x`` occurs in the token file at ``path`` and ``y`` is the
-    window one token further (searched in the file on this side)."""
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        for i, (row, nxt) in enumerate(zip(x.tolist(), y.tolist(), strict=True)):
-            needle = np.array(row + nxt[-1:], dtype="<u2").tobytes()
-            at = data.find(needle)
-            while at >= 0 and at % 2:  # tokens start at even bytes
-                at = data.find(needle, at + 1)
-            assert at >= 0, (
-                f"{what}: row {i} of x followed by the last token of y is not a window of the file "
-                f"(x[{i}][:4] = {row[:4]}, y[{i}][-2:] = {nxt[-2:]})"
-            )
-            assert nxt[:-1] == row[1:], f"{what}: row {i} of y is not x shifted by one"
 
 
 def test_only_the_sampled_windows_are_read(impl, tmp_path):
@@ -281,7 +238,8 @@ def test_only_the_sampled_windows_are_read(impl, tmp_path):
     n_tokens, seed = 64 << 20, secrets.randbelow(2**31)
     path = tmp_path / "tokens.bin"
     write_random_tokens(path, n_tokens, seed)
-    (x, y), peak = impl.measured_scenario(scenarios.sample_file, str(path), 4, 64, 3)
+    (x, y), peak = impl.measured_scenario(scenarios.sample_file, str(path), batch_size=4, context_length=64,
+                                           seed=3)
     check_tensor(x, dtype=torch.int64, shape=(4, 64), what="x")
     check_tensor(y, dtype=torch.int64, shape=(4, 64), what="y")
     assert_rows_are_windows_of(path, x, y, f"a batch of a random token file (seed {seed})")
@@ -456,8 +414,8 @@ def test_get_batch_rejects_a_generator_that_is_not_torch(impl, kind):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="not run on a GPU: needs CUDA")
 def test_cuda_batch_equals_the_cpu_batch(impl):
     tokens = position_coded(3000)
-    x, y = impl.scenario(scenarios.batch_on_device, tokens, 16, 128, 5, "cuda")
-    cx, cy = impl.scenario(scenarios.batch_on_device, tokens, 16, 128, 5, "cpu")
+    x, y = impl.scenario(scenarios.batch_on_device, tokens, batch_size=16, context_length=128, seed=5, device="cuda")
+    cx, cy = impl.scenario(scenarios.batch_on_device, tokens, batch_size=16, context_length=128, seed=5, device="cpu")
     check_tensor(x, dtype=torch.int64, shape=(16, 128), device="cuda", what="x")
     check_tensor(y, dtype=torch.int64, shape=(16, 128), device="cuda", what="y")
     assert torch.equal(x.cpu(), cx) and torch.equal(y.cpu(), cy), (

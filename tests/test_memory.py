@@ -6,14 +6,12 @@ optimizer's state hold after one step, and the activations autograd saves.
 
 from __future__ import annotations
 
-import math
-from fractions import Fraction
-
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.memory_checks import exact_floor, float_memory, float_per
 from tests.scenarios import memory as scenarios
 
 OPTIMIZERS = {
@@ -181,19 +179,6 @@ def test_adamw_in_fp32_costs_16_bytes_per_parameter(impl):
     m = impl.memory.training_memory(10**6, 0, "adamw", torch.float32)
     assert m.total == 16 * 10**6, f"AdamW, fp32, no activations: expected 16 bytes/param, got {m.total / 1e6}"
     assert impl.memory.max_trainable_parameters(8 * 80e9, 16) == 4 * 10**10
-
-
-def exact_floor(memory: int | float, per: int | float) -> int:
-    """The oracle: the largest n with n * per <= memory, in exact arithmetic
-    (a Fraction holds a float's exact binary value)."""
-    return math.floor(Fraction(memory) / Fraction(per))
-
-
-#: float budgets, up to quotients far past 2**53, where a float (what // on
-#: floats returns) no longer holds every integer: the docstring promises the
-#: exact floor for every finite argument
-float_memory = st.one_of(st.integers(0, 10**13), st.floats(0, 1e13), st.floats(1e13, 1e30))
-float_per = st.one_of(st.integers(1, 64), st.floats(0.01, 64), st.floats(1e-6, 1.0))
 
 
 @given(memory=st.integers(0, 10**15), per=st.integers(1, 64))

@@ -26,24 +26,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from tests.model_checks import DELTA, M2, M4, TRUNCATED, bernstein_halfwidth
 from tests.scenarios import model as scenarios
 from tests.strategies import dims, make_tensor, seeds, shapes
 from tests.tolerances import assert_close, check_tensor
-
-DELTA = 5e-8
-#: The standard normal truncated at ±3: what w / std follows for a correct xavier_init.
-TRUNCATED = stats.truncnorm(-3, 3)
-M2 = float(TRUNCATED.var())  # E[z²] ≈ 0.9733: truncation shrinks the variance
-M4 = float(TRUNCATED.moment(4))  # E[z⁴] ≈ 2.680
-
-
-def bernstein_halfwidth(n: int, variance: float, bound: float, delta: float = DELTA) -> float:
-    """t with P(|mean of n iid draws - E| >= t) <= delta when each draw is
-    within ``bound`` of E and has ``variance`` (Bernstein's inequality:
-    P <= 2 exp(-n t² / (2 variance + 2 bound t / 3)), solved for t)."""
-    log_term = math.log(2 / delta)
-    b = 2 * bound * log_term / 3
-    return (b + math.sqrt(b * b + 8 * n * variance * log_term)) / (2 * n)
 
 
 def _w_over_std(weight: torch.Tensor, d_in: int) -> np.ndarray:
@@ -125,7 +111,7 @@ def test_xavier_init_draws_only_from_its_generator(impl):
     included (64 x 64 normal draws hold about 11 beyond 3 std: a redraw from
     torch's global generator shows, as other weights under another global seed
     and as a global state that moved)."""
-    runs = impl.scenario(scenarios.xavier_under_global_seeds, 64, 64, 7, [0, 1])
+    runs = impl.scenario(scenarios.xavier_under_global_seeds, d_in=64, d_out=64, seed=7, global_seeds=[0, 1])
     assert torch.equal(runs[0]["weight"], runs[1]["weight"]), (
         "xavier_init(64, 64, generator) changed with torch's global seed: draw from the generator only "
         "(redraws of values beyond 3 std included)"
@@ -134,16 +120,16 @@ def test_xavier_init_draws_only_from_its_generator(impl):
         assert torch.equal(run["global_before"], run["global_after"]), (
             "xavier_init(64, 64, generator) advanced torch's global generator: draw only from the generator"
         )
-    again = impl.scenario(scenarios.xavier_from_generator, 64, 64, 7)
-    other = impl.scenario(scenarios.xavier_from_generator, 64, 64, 8)
+    again = impl.scenario(scenarios.xavier_from_generator, d_in=64, d_out=64, seed=7)
+    other = impl.scenario(scenarios.xavier_from_generator, d_in=64, d_out=64, seed=8)
     assert torch.equal(again, runs[0]["weight"]), "xavier_init: the same generator seed gave different weights"
     assert not torch.equal(other, again), "xavier_init: generator seeds 7 and 8 gave the same weights"
 
 
 def test_xavier_init_without_generator_uses_the_global_one(impl):
-    a = impl.scenario(scenarios.xavier_from_global, 16, 8, 5)
-    b = impl.scenario(scenarios.xavier_from_global, 16, 8, 5)
-    c = impl.scenario(scenarios.xavier_from_global, 16, 8, 6)
+    a = impl.scenario(scenarios.xavier_from_global, d_in=16, d_out=8, global_seed=5)
+    b = impl.scenario(scenarios.xavier_from_global, d_in=16, d_out=8, global_seed=5)
+    c = impl.scenario(scenarios.xavier_from_global, d_in=16, d_out=8, global_seed=6)
     assert torch.equal(a, b), "xavier_init(16, 8) after torch.manual_seed(5) twice gave different weights"
     assert not torch.equal(a, c), "xavier_init(16, 8) gave the same weights after torch.manual_seed(5) and (6)"
 
@@ -154,7 +140,7 @@ def test_xavier_init_without_generator_advances_the_global_one(impl, global_seed
     advances: two calls after one ``torch.manual_seed`` give different
     weights". (A generator of its own seeded from ``torch.initial_seed()``
     would give the same weights at every call.)"""
-    got = impl.scenario(scenarios.xavier_twice_from_global, 16, 8, global_seed)
+    got = impl.scenario(scenarios.xavier_twice_from_global, d_in=16, d_out=8, global_seed=global_seed)
     first, second = got["weights"]
     for i, w in enumerate((first, second)):
         check_tensor(w, dtype=torch.float32, shape=(16, 8), what=f"xavier_init(16, 8) call {i + 1}")
@@ -192,8 +178,8 @@ def test_linear_forward_and_gradient(impl, batch, d_in, d_out, seed):
 
 
 def test_linear_is_initialised_with_xavier_init(impl):
-    state = impl.scenario(scenarios.linear_weight_from_generator, 32, 16, 11)
-    w = impl.scenario(scenarios.xavier_from_generator, 32, 16, 11)
+    state = impl.scenario(scenarios.linear_weight_from_generator, d_in=32, d_out=16, seed=11)
+    w = impl.scenario(scenarios.xavier_from_generator, d_in=32, d_out=16, seed=11)
     assert list(state) == ["weight"], f"Linear state dict: expected ['weight'], got {list(state)}"
     assert torch.equal(state["weight"], w), "Linear(32, 16, generator) should hold xavier_init(32, 16, generator)"
 
@@ -257,7 +243,7 @@ def test_cruncher_keeps_a_batch_of_one(impl):
 
 
 def test_cruncher_layers_draw_from_the_generator_in_order(impl):
-    got = impl.scenario(scenarios.cruncher_from_generator, 8, 3, 21)
+    got = impl.scenario(scenarios.cruncher_from_generator, dim=8, num_layers=3, seed=21)
     names = [*(f"layers.{i}.weight" for i in range(3)), "final.weight"]
     assert list(got["state"]) == names, f"Cruncher(8, 3) state dict keys: expected {names}, got {list(got['state'])}"
     for name, draw in zip(names, got["xavier_draws"], strict=True):
@@ -291,9 +277,9 @@ def test_cruncher_layers_differ_without_a_generator(impl, dim, num_layers):
 
 
 def test_cruncher_is_reproducible_after_seed_everything(impl):
-    a = impl.scenario(scenarios.seeded_cruncher, 6, 2, 1234)
-    b = impl.scenario(scenarios.seeded_cruncher, 6, 2, 1234)
-    c = impl.scenario(scenarios.seeded_cruncher, 6, 2, 1235)
+    a = impl.scenario(scenarios.seeded_cruncher, dim=6, num_layers=2, seed=1234)
+    b = impl.scenario(scenarios.seeded_cruncher, dim=6, num_layers=2, seed=1234)
+    c = impl.scenario(scenarios.seeded_cruncher, dim=6, num_layers=2, seed=1235)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), (
         "seed_everything(1234) then Cruncher(6, 2) twice gave different weights"
     )

@@ -22,42 +22,14 @@ from tests.optimizer_oracle import (
     NAMES,
     TORCH,
     TORCH_DEFAULTS,
-    Expected,
+    assert_same_trajectory,
     runs,
-    torch_state,
+    state_bytes_mismatches,
     torch_trajectory,
 )
 from tests.scenarios import optimizers as scenarios
 from tests.strategies import compute_dtypes, hyperparameters, make_tensor, seeds, shapes
-from tests.tolerances import assert_close, assert_close_to_exact, check_tensor
-
-
-def assert_same_trajectory(got: Any, expected: Expected | list[list[torch.Tensor]], name: str,
-                           exact: bool = False) -> None:
-    """``got`` (the params after each step) equals ``expected``: bit for bit when
-    ``exact`` (``expected`` then being another run of the implementation), else
-    within rounding of torch.optim's float64 run (tests/tolerances.py)."""
-    assert isinstance(got, list) and len(got) == len(expected), (
-        f"{name}: expected the params after each of {len(expected)} steps, got {type(got).__name__} "
-        f"of length {len(got) if isinstance(got, list) else '?'}"
-    )
-    if isinstance(expected, Expected):
-        for k, got_step in enumerate(got):
-            assert isinstance(got_step, list) and len(got_step) == len(expected.exact[k]), (
-                f"{name}: after step {k + 1} expected {len(expected.exact[k])} params, got {got_step!r:.200}"
-            )
-            for i, g in enumerate(got_step):
-                e = expected.exact[k][i]
-                assert_close_to_exact(
-                    g, e, dtype=expected.dtype, error=expected.error[k][i], magnitude=expected.magnitude[k][i],
-                    what=f"{name}: param {i} {tuple(e.shape)} {expected.dtype} after step {k + 1}",
-                )
-        return
-    for k, (got_step, exp_step) in enumerate(zip(got, expected, strict=True)):
-        for i, (g, e) in enumerate(zip(got_step, exp_step, strict=True)):
-            what = f"{name}: param {i} {tuple(e.shape)} {e.dtype} after step {k + 1}"
-            check_tensor(g, dtype=e.dtype, shape=tuple(e.shape), what=what)
-            assert exact and torch.equal(g, e), f"{what} differs: expected {e}, got {g}"
+from tests.tolerances import assert_close, check_tensor
 
 
 def _run_args(run: dict[str, Any]) -> tuple[Any, ...]:
@@ -268,31 +240,6 @@ def test_checkpoint_after_two_steps_resumes_exactly(impl, name):
     assert_same_trajectory(got, expected, f"{name} resumed from a state_dict saved after step 2")
 
 
-def state_bytes_mismatches(name: str, params: list[torch.Tensor], groups: list[tuple[list[int], dict[str, Any]]],
-                           grads: list[list[torch.Tensor]], got: Any) -> list[str]:
-    """How the state the implementation reported (``scenarios.state_after``)
-    differs from torch.optim's after the same run: bytes of tensors shaped like
-    each param, and their dtype (the param's)."""
-    torch_states = torch_state(name, params, groups, grads)
-    if not isinstance(got, list) or len(got) != len(params):
-        return [f"{name}: expected the state of {len(params)} params, got {got!r:.200}"]
-    problems = []
-    for p, state, theirs in zip(params, got, torch_states, strict=True):
-        expected = sum(v.numel() * v.element_size() for v in theirs.values()
-                       if isinstance(v, torch.Tensor) and v.shape == p.shape)
-        like_p = {k: v for k, v in state.items() if isinstance(v, dict) and tuple(v["shape"]) == tuple(p.shape)}
-        nbytes = sum(v["bytes"] for v in like_p.values())
-        if nbytes != expected:
-            problems.append(
-                f"{name}: state[p] of a {tuple(p.shape)} {p.dtype} param should hold {expected} bytes of "
-                f"tensors shaped like p (as torch.optim's), got {nbytes}: {state}"
-            )
-        wrong = {k: v["dtype"] for k, v in like_p.items() if v["dtype"] != p.dtype}
-        if wrong:
-            problems.append(f"{name}: state should be kept in the param's dtype {p.dtype}, got {wrong}")
-    return problems
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("name", NAMES)
 def test_state_bytes_match_torch(impl, name, dtype):
@@ -336,7 +283,7 @@ def test_does_not_delegate_to_torch_optim(impl, name):
 
 # --------------------------------------------------------------------------- bad input
 
-BAD_HYPERPARAMETERS = [
+BAD_HYPERPARAMETERS: list[tuple[str, dict[str, Any], type[Exception], str]] = [
     ("SGD", {"lr": -0.1}, ValueError, "lr"),
     ("SGD", {"lr": "fast"}, TypeError, "lr"),
     ("SGD", {"weight_decay": -1e-2}, ValueError, "weight_decay"),
@@ -415,7 +362,7 @@ def test_bad_values_of_every_optimizers_hyperparameters_are_rejected(impl, name,
 
 
 #: hyperparameters at the closed ends of their stated ranges: valid, so accepted
-EDGE_HYPERPARAMETERS = [
+EDGE_HYPERPARAMETERS: list[tuple[str, dict[str, Any]]] = [
     *[(name, {"lr": 0.0, "weight_decay": 0.0}) for name in NAMES],  # every optimizer takes lr = 0
     ("SGDMomentum", {"dampening": 1.0}),
     ("SGDMomentum", {"dampening": 0.0, "momentum": 0.999}),

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from tests.scenarios import training as scenarios
 from tests.strategies import make_tensor, seeds
-from tests.test_training import KINDS, check_by_keyword
 from tests.tolerances import assert_close
+from tests.training_checks import KINDS, assert_checkpointed_is_the_model, check_by_keyword, checkpoint_layers
 
 # --------------------------------------------------------------------------- checkpointed_forward
 
@@ -29,11 +29,6 @@ from tests.tolerances import assert_close
 #: SAVED_FRACTION of the bytes model(x) saves for backward
 MIN_LAYERS_TO_SAVE = 9
 SAVED_FRACTION = (3, 4)
-
-
-def checkpoint_layers(model: torch.nn.Module) -> int:
-    """L of the contract: the number of layers checkpointed_forward may segment."""
-    return len(model) if isinstance(model, torch.nn.Sequential) else len(model.layers)
 
 
 def assert_holds_fewer_bytes(peak_bytes: int, plain_bytes: int, what: str) -> None:
@@ -56,22 +51,9 @@ def assert_holds_fewer_bytes(peak_bytes: int, plain_bytes: int, what: str) -> No
 def test_checkpointed_forward_same_results(impl, kind, seed, num_layers, batch):
     dim = 8
     x = make_tensor((batch, dim), torch.float32, seed)
-    got = impl.scenario(scenarios.checkpointed, kind, dim, num_layers, seed, x)
+    got = impl.scenario(scenarios.checkpointed, kind, dim=dim, num_layers=num_layers, seed=seed, x=x)
     assert_checkpointed_is_the_model(got, scenarios.build_model(kind, dim, num_layers, seed), x,
                                      f"{kind}, {num_layers} layers")
-
-
-def assert_checkpointed_is_the_model(got: dict, model: torch.nn.Module, x: torch.Tensor, label: str) -> None:
-    """``got`` (what ``scenarios.checkpointed`` returns) has the output, input
-    gradient and parameter gradients of ``model(x)`` under the same weighted
-    sum (the oracle: ``model`` itself, run here)."""
-    xr = x.clone().requires_grad_(True)
-    out = model(xr)
-    (out * torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)).sum().backward()
-    assert_close(got["out"], out.detach(), what=f"checkpointed_forward output ({label})")
-    assert_close(got["x_grad"], xr.grad, what=f"gradient of the input ({label})")
-    for i, p in enumerate(model.parameters()):
-        assert_close(got["grads"][i], p.grad, what=f"gradient of parameter {i} ({label})")
 
 
 
@@ -81,7 +63,7 @@ def test_checkpointed_forward_of_a_model_without_layers(impl, kind):
     ``final`` applied to ``x`` (no segment to checkpoint), same gradients."""
     dim, seed = 5, 4
     x = make_tensor((3, dim), torch.float32, seed)
-    got = impl.scenario(scenarios.checkpointed, kind, dim, 0, seed, x)
+    got = impl.scenario(scenarios.checkpointed, kind, dim=dim, num_layers=0, seed=seed, x=x)
     assert_checkpointed_is_the_model(got, scenarios.build_model(kind, dim, 0, seed), x, f"{kind}, no layers")
 
 @settings(max_examples=6)
@@ -93,7 +75,7 @@ def test_checkpointed_forward_of_inputs_with_more_dimensions(impl, kind, seed, n
     and its gradients."""
     dim = 5
     x = make_tensor((*lead, dim), torch.float32, seed)
-    got = impl.scenario(scenarios.checkpointed, kind, dim, num_layers, seed, x)
+    got = impl.scenario(scenarios.checkpointed, kind, dim=dim, num_layers=num_layers, seed=seed, x=x)
     assert_checkpointed_is_the_model(got, scenarios.build_model(kind, dim, num_layers, seed), x,
                                      f"{kind}, x of shape {tuple(x.shape)}")
 
@@ -113,11 +95,14 @@ def chunked_oracle(model: torch.nn.Module, x: torch.Tensor, chunks: int = 8) -> 
     models is mapped on its own, and the saved bytes grow with the rows), so
     this side holds an eighth of the activations the check is about."""
     weights = torch.linspace(-1.0, 1.0, x.shape[0])
-    outs, grads, saved = [], [], 0
+    outs: list[torch.Tensor] = []
+    grads: list[torch.Tensor] = []
+    saved = 0
     for rows in torch.arange(x.shape[0]).chunk(chunks):
         xr = x[rows].clone().requires_grad_(True)
         out, nbytes = scenarios.measure_saved_bytes(model, lambda xr=xr: model(xr))
         (out * weights[rows]).sum().backward()
+        assert xr.grad is not None  # the oracle's own backward reached x
         outs.append(out.detach())
         grads.append(xr.grad)
         saved += nbytes
@@ -136,8 +121,8 @@ def test_checkpointed_forward_holds_fewer_activations(impl, kind):
     dim, layers, batch = MEMORY_SIZES[kind]
     seed = secrets.randbelow(2**31)
     x = make_tensor((batch, dim), torch.float32, seed)
-    got, peak = impl.measured_scenario(scenarios.checkpointed_memory, kind, dim, layers, seed, x,
-                                       warm_up=scenarios.warm_checkpointing)
+    got, peak = impl.measured_scenario(scenarios.checkpointed_memory, kind, dim=dim, num_layers=layers, seed=seed,
+                                       x=x, warm_up=scenarios.warm_checkpointing)
 
     model = scenarios.build_model(kind, dim, layers, seed)
     out, x_grad, plain_bytes = chunked_oracle(model, x)
@@ -164,8 +149,8 @@ def test_checkpointed_forward_input_without_grad(impl, kind, seed, num_layers, b
     output and the parameters' gradients are still those of ``model(x)``."""
     dim = 6
     x = make_tensor((batch, dim), torch.float32, seed)
-    got = impl.scenario(scenarios.checkpointed, kind, dim, num_layers, seed, x, x_requires_grad=False,
-                        rng_seed=seed)
+    got = impl.scenario(scenarios.checkpointed, kind, dim=dim, num_layers=num_layers, seed=seed, x=x,
+                        x_requires_grad=False, rng_seed=seed)
     model = scenarios.build_model(kind, dim, num_layers, seed)
     out = model(x)
     (out * torch.linspace(-1.0, 1.0, out.numel()).reshape(out.shape)).sum().backward()
@@ -192,8 +177,8 @@ def test_checkpointed_forward_with_dropout_matches_the_same_seeded_model(
     ``preserve_rng_state=True``), and the forward draws them in model order."""
     dim = 6
     x = make_tensor((batch, dim), torch.float32, seed)
-    got = impl.scenario(scenarios.checkpointed, "dropout", dim, num_layers, seed, x, x_requires_grad,
-                        dropout=p, rng_seed=rng_seed)
+    got = impl.scenario(scenarios.checkpointed, "dropout", dim=dim, num_layers=num_layers, seed=seed, x=x,
+                        x_requires_grad=x_requires_grad, dropout=p, rng_seed=rng_seed)
     model = scenarios.build_dropout_model(dim, num_layers, p, seed)
     xr = x.clone().requires_grad_(x_requires_grad)
     torch.manual_seed(rng_seed)

@@ -21,34 +21,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests import static
+from tests.harness import contents_change
 from tests.scenarios import checkpoints as scenarios
 from tests.strategies import seeds
-from tests.test_training import assert_losses_close, check_by_keyword
+from tests.training_checks import assert_losses_close, check_by_keyword, resumed_run
 
 # --------------------------------------------------------------------------- checkpoints
-
-
-def resumed_run(impl, tmp_path, kind, dim, layers, batch, total, split, seed, precision="fp32"):
-    """The uninterrupted run (one call), the first ``split`` steps saved to a
-    checkpoint in ``tmp_path`` (another call), and the rest continued from it
-    in a fresh process that is not told ``seed`` (so the state it continues
-    from can only have come through the file). Returns (whole, resumed)."""
-    whole = impl.scenario(scenarios.train_run, kind, dim, layers, batch, total, seed, precision)
-    path = str(tmp_path / f"resume-{kind}-{split}.pt")
-    first = impl.scenario(scenarios.train_run, kind, dim, layers, batch, split, seed, precision, path)
-    rest = impl.fresh_scenario(scenarios.resume_run, kind, dim, layers, batch, total,
-                               secrets.randbelow(2**31), path, precision)
-    assert rest["iteration"] == split, (
-        f"load_checkpoint should return the saved iteration {split}, got {rest['iteration']!r}"
-    )
-    return whole, {"losses": list(first["losses"]) + list(rest["losses"]), "params": rest["params"]}
 
 
 @pytest.mark.parametrize("kind", ["mlp", "stack"])
 def test_resumed_run_equals_the_uninterrupted_run_bit_for_bit(impl, kind, tmp_path):
     seed = secrets.randbelow(2**31)
-    whole, resumed = resumed_run(impl, tmp_path, kind, 8, 2, 4, 10, 4, seed)
-    expected = scenarios.torch_run(kind, 8, 2, 4, 10, seed)
+    whole, resumed = resumed_run(impl, tmp_path, kind, dim=8, num_layers=2, batch=4, total=10, split=4, seed=seed)
+    expected = scenarios.torch_run(kind, dim=8, num_layers=2, batch=4, steps=10, seed=seed)
     assert_losses_close(whole["losses"], expected, 1e-5, 1e-7, f"the uninterrupted run (seed {seed})")
     a, b = whole["losses"], resumed["losses"]
     assert len(a) == len(b) == 10, f"expected 10 losses each, got {len(a)} and {len(b)}"
@@ -113,21 +98,12 @@ def test_a_save_killed_mid_write_leaves_the_previous_checkpoint(impl, tmp_path):
     whether or not this side caught one)."""
     old_seed, new_seed = secrets.randbelow(2**31), secrets.randbelow(2**31)
     path = tmp_path / "ckpt.pt"
-    impl.scenario(scenarios.save_linear, str(path), old_seed, 8, 8, 7)
+    impl.scenario(scenarios.save_linear, str(path), old_seed, d_in=8, d_out=8, iteration=7)
     assert path.is_file(), "save_checkpoint(path, ...) wrote no file at `path`"
     old, old_inode = path.read_bytes(), path.stat().st_ino
-
-    def changed() -> bool:
-        """Whether the contents at `path` are no longer the previous checkpoint (cheap: that one is small)."""
-        try:
-            if os.stat(path).st_size != len(old):
-                return True
-            with open(path, "rb") as f:
-                return f.read() != old
-        except OSError:  # gone: no checkpoint at `path` now
-            return True
-
-    run = impl.interrupted_scenario(scenarios.save_linear, str(path), new_seed, *BIG_SAVE, 99, kill_when=changed)
+    # Killed the moment the contents at `path` are no longer the previous (small) checkpoint.
+    run = impl.interrupted_scenario(scenarios.save_linear, str(path), new_seed, *BIG_SAVE, iteration=99,
+                                    kill_when=contents_change(path))
     assert path.exists(), (
         "a save " + ("killed mid-write" if run.killed else "of a new checkpoint") + " left no file at `path`: "
         "write the new checkpoint to a temporary file, flush and fsync it, then os.replace it over `path`")
@@ -150,14 +126,14 @@ def test_a_save_killed_mid_write_leaves_the_previous_checkpoint(impl, tmp_path):
             "checkpoint's), so a crash during the write would have left a partial file there: write it to a "
             "temporary file in the same folder, flush and fsync it, then os.replace it over `path`")
     else:  # killed before the new checkpoint reached `path`: the previous one must still load
-        got = impl.fresh_scenario(scenarios.load_linear, str(path), 8, 8)
+        got = impl.fresh_scenario(scenarios.load_linear, str(path), d_in=8, d_out=8)
         expected = {"iteration": 7, "digest": _linear_digest(old_seed, 8, 8)}
         assert got == expected, (
             "the previous checkpoint, untouched on disk, should still load and give iteration 7 and its "
             f"weights: got iteration {got['iteration']!r}" + ("" if got["digest"] == expected["digest"]
                                                               else " and other weights"))
     # And the same save, left alone, does replace the checkpoint.
-    impl.scenario(scenarios.save_linear, str(path), new_seed, *BIG_SAVE, 99)
+    impl.scenario(scenarios.save_linear, str(path), new_seed, *BIG_SAVE, iteration=99)
     loaded = impl.fresh_scenario(scenarios.load_linear, str(path), *BIG_SAVE)
     assert loaded == {"iteration": 99, "digest": _linear_digest(new_seed, *BIG_SAVE)}, (
         "a save that was not interrupted should replace the checkpoint at `path` with one that loads back "
@@ -183,15 +159,15 @@ def test_load_refuses_files_that_would_run_code(impl, tmp_path):
     # looks for the folder.
     seed = secrets.randbelow(2**31)
     good, trapped, marker = tmp_path / "good.pt", tmp_path / "ckpt.pt", tmp_path / "code-ran"
-    impl.scenario(scenarios.save_linear, str(good), seed, 8, 8, 3)
-    got = impl.fresh_scenario(scenarios.load_linear, str(good), 8, 8)
+    impl.scenario(scenarios.save_linear, str(good), seed, d_in=8, d_out=8, iteration=3)
+    got = impl.fresh_scenario(scenarios.load_linear, str(good), d_in=8, d_out=8)
     assert got == {"iteration": 3, "digest": _linear_digest(seed, 8, 8)}, (
         f"a saved checkpoint should load back (iteration 3 and its weights), got iteration {got['iteration']!r}"
     )
     which = secrets.randbelow(1000)
     scenarios.write_trapped_file(str(trapped), str(marker), which)
     try:
-        impl.fresh_scenario(scenarios.load_linear, str(trapped), 8, 8)
+        impl.fresh_scenario(scenarios.load_linear, str(trapped), d_in=8, d_out=8)
         error = None
     except NotImplementedError:
         raise  # an unfilled stub is no answer
@@ -228,7 +204,7 @@ def test_save_that_fails_leaves_the_folder_as_it_was(impl, tmp_path):
     fail it) leaves the previous checkpoint at ``path`` byte for byte and no
     temporary file beside it. Observed from outside, after the call."""
     path = tmp_path / "ckpt.pt"
-    impl.scenario(scenarios.save_linear, str(path), 1, 4, 4, 2)
+    impl.scenario(scenarios.save_linear, str(path), seed=1, d_in=4, d_out=4, iteration=2)
     before = path.read_bytes()
     with pytest.raises(Exception) as e:
         impl.scenario(scenarios.save_unsaveable, str(path))
@@ -247,7 +223,8 @@ def test_save_checkpoint_fsyncs_its_file(impl, tmp_path):
     function of training.py (or of a module of your package it imports) that
     calls ``os.replace`` calls ``os.fsync`` before it (itself, or through a
     function of the package)."""
-    impl.scenario(scenarios.save_linear, str(tmp_path / "ckpt.pt"), 0, 2, 2, 1)  # it saves at all
+    # It saves at all:
+    impl.scenario(scenarios.save_linear, str(tmp_path / "ckpt.pt"), seed=0, d_in=2, d_out=2, iteration=1)
     trees = static.package_trees(impl, "training")
     assert "training" in trees, "training.py was not found (or does not parse)"
     assert static.fsyncs_before_renaming(trees), (

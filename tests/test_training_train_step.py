@@ -1,7 +1,7 @@
 """Handout §6, ``train_step``: one optimizer step in fp32, bf16 (autocast) or
 fp16 (autocast and a gradient scaler), and its arguments.
 
-Oracles (tests/test_training.py): the same models trained with a plain torch
+Oracles (tests/training_checks.py): the same models trained with a plain torch
 loop in this process, in float32 and float64, and the dtypes of what
 autocast ran.
 """
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.scenarios import training as scenarios
-from tests.test_training import (
+from tests.training_checks import (
     BF16_TOLERANCE,
     FP16_TOLERANCE,
     assert_losses_close,
@@ -33,16 +33,17 @@ from tests.test_training import (
 @pytest.mark.parametrize("kind", ["mlp", "stack"])
 def test_fp32_steps_match_a_torch_loop(impl, kind, opt_name):
     # Three steps: a step that forgets to zero the gradients drifts from step 2 on.
-    batches = make_batches(3, 8, 6, seed=1)
-    got = impl.scenario(scenarios.run_steps, kind, 6, 2, 0, opt_name, 0.05, batches, "fp32")
-    assert_same_steps(got, torch_steps(kind, 6, 2, 0, opt_name, 0.05, batches),
-                      f"3 fp32 train_step calls ({kind}, {opt_name})")
+    batches = make_batches(3, batch=8, dim=6, seed=1)
+    run = {"dim": 6, "num_layers": 2, "seed": 0, "opt_name": opt_name, "lr": 0.05}
+    got = impl.scenario(scenarios.run_steps, kind, **run, batches=batches, precision="fp32")
+    assert_same_steps(got, torch_steps(kind, **run, batches=batches), f"3 fp32 train_step calls ({kind}, {opt_name})")
 
 
 def test_bf16_tracks_fp32_and_keeps_fp32_master_weights(impl):
-    batches = make_batches(25, 32, 16, seed=2)
-    got = impl.scenario(scenarios.run_steps, "mlp", 16, 2, 3, "adamw", 1e-2, batches, "bf16")
-    losses, _ = torch_loop("mlp", 16, 2, 3, "adamw", 1e-2, batches)
+    batches = make_batches(25, batch=32, dim=16, seed=2)
+    run = {"dim": 16, "num_layers": 2, "seed": 3, "opt_name": "adamw", "lr": 1e-2}
+    got = impl.scenario(scenarios.run_steps, "mlp", **run, batches=batches, precision="bf16")
+    losses, _ = torch_loop("mlp", **run, batches=batches)
     assert got["forward_dtypes"] == ["bfloat16"], (
         f"with precision='bf16' the Linear layers should run in bfloat16 (torch.autocast), "
         f"they produced {got['forward_dtypes']}"
@@ -58,8 +59,9 @@ def test_bf16_tracks_fp32_and_keeps_fp32_master_weights(impl):
 
 
 def test_fp16_runs_in_fp16_and_keeps_fp32_master_weights(impl):
-    batches = make_batches(3, 8, 6, seed=4)
-    got = impl.scenario(scenarios.run_steps, "mlp", 6, 1, 0, "adamw", 1e-2, batches, "fp16")
+    batches = make_batches(3, batch=8, dim=6, seed=4)
+    got = impl.scenario(scenarios.run_steps, "mlp", dim=6, num_layers=1, seed=0, opt_name="adamw", lr=1e-2,
+                        batches=batches, precision="fp16")
     assert got["forward_dtypes"] == ["float16"], f"fp16 layers produced {got['forward_dtypes']}"
     assert got["param_dtypes"] == ["float32"] and got["state_dtypes"] == ["float32"], (
         f"fp16 with a scaler keeps fp32 parameters and state: got {got['param_dtypes']}, {got['state_dtypes']}"
@@ -79,7 +81,7 @@ def _tiny_gradient_problem():
 def test_fp16_scaler_keeps_tiny_gradients(impl):
     weights, x, y = _tiny_gradient_problem()
     lr = 1e3
-    got = impl.scenario(scenarios.fp16_step, weights, x, y, lr, 2.0**16)
+    got = impl.scenario(scenarios.fp16_step, weights, x, y, lr=lr, init_scale=2.0**16)
     model = scenarios.build_linear_chain(weights)
     F.mse_loss(model(x), y).backward()
     for i, (w, p) in enumerate(zip(weights, model.parameters(), strict=True)):
@@ -98,7 +100,7 @@ def test_fp16_skips_a_step_with_inf_gradients(impl):
     # gradients are inf/nan, so the scaler must skip the step and halve the scale.
     w = torch.full((1, 8), 300.0)
     x = torch.full((4, 8), 300.0)
-    got = impl.scenario(scenarios.fp16_step, [w], x, torch.zeros(4), 0.1, 1024.0)
+    got = impl.scenario(scenarios.fp16_step, [w], x, torch.zeros(4), lr=0.1, init_scale=1024.0)
     assert torch.equal(got["weights"][0], w), (
         f"a step with inf/nan gradients must be skipped (weights unchanged), got {got['weights'][0]}"
     )
@@ -140,9 +142,10 @@ def test_fp16_train_step_loss_tracks_the_fp32_loss(impl, seed, kind):
     """The loss ``train_step`` returns with ``precision="fp16"`` is the loss
     itself (not the scaled loss the scaler backpropagates), within fp16's
     rounding of the fp32 run's; parameters and state stay fp32."""
-    batches = make_batches(8, 16, 8, seed=seed)
-    got = impl.scenario(scenarios.run_steps, kind, 8, 2, seed, "adamw", 1e-2, batches, "fp16")
-    losses, _ = torch_loop(kind, 8, 2, seed, "adamw", 1e-2, batches)
+    batches = make_batches(8, batch=16, dim=8, seed=seed)
+    run = {"dim": 8, "num_layers": 2, "seed": seed, "opt_name": "adamw", "lr": 1e-2}
+    got = impl.scenario(scenarios.run_steps, kind, **run, batches=batches, precision="fp16")
+    losses, _ = torch_loop(kind, **run, batches=batches)
     assert got["param_dtypes"] == ["float32"] and got["state_dtypes"] == ["float32"], (
         f"fp16 keeps fp32 master weights and state: got {got['param_dtypes']}, {got['state_dtypes']}"
     )
@@ -156,8 +159,9 @@ def test_fp16_train_step_loss_tracks_the_fp32_loss(impl, seed, kind):
 def test_autocast_runs_on_the_batch_device(impl, precision):
     """On CUDA, autocast must use ``device_type="cuda"`` (the batch's device):
     the Linear layers run in the low-precision dtype."""
-    batches = make_batches(3, 8, 6, seed=1)
-    got = impl.scenario(scenarios.run_steps, "mlp", 6, 2, 0, "adamw", 1e-2, batches, precision, "cuda")
+    batches = make_batches(3, batch=8, dim=6, seed=1)
+    got = impl.scenario(scenarios.run_steps, "mlp", dim=6, num_layers=2, seed=0, opt_name="adamw", lr=1e-2,
+                        batches=batches, precision=precision, device="cuda")
     want = {"bf16": "bfloat16", "fp16": "float16"}[precision]
     assert got["forward_dtypes"] == [want], f"{precision} on CUDA: the Linear layers produced {got['forward_dtypes']}"
     assert got["param_dtypes"] == ["float32"], f"master weights: {got['param_dtypes']}"

@@ -17,9 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader.hidden.conftest import input_kind
+from tests.data_checks import assert_rows_are_windows_of, expected_batch, write_random_tokens
 from tests.scenarios import data as scenarios
 from tests.strategies import seeds
-from tests.test_data import assert_rows_are_windows_of, expected_batch, write_random_tokens
 from tests.tolerances import check_tensor
 
 TOKEN_DTYPES = ("uint8", "uint16", "int16", "int32", "uint32", "int64")

@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader.hidden.conftest import input_kind, raises_like_reference
+from tests.memory_checks import exact_floor, float_memory, float_per
 from tests.scenarios import memory as scenarios
 from tests.strategies import ALL_DTYPES
-from tests.test_memory import exact_floor, float_memory, float_per
 
 OPTIMIZERS = ("sgd", "sgd_momentum", "adagrad", "rmsprop", "adam", "adamw")
 

@@ -20,9 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grader.hidden.conftest import input_kind
+from tests.model_checks import M2, M4, bernstein_halfwidth
 from tests.scenarios import model as scenarios
 from tests.strategies import dims, make_tensor, seeds, shapes
-from tests.test_model import M2, M4, bernstein_halfwidth
 from tests.tolerances import assert_close, check_tensor
 
 

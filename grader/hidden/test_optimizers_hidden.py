@@ -16,9 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grader.hidden.conftest import fewer_examples, input_kind
-from tests.optimizer_oracle import NAMES, runs, torch_trajectory
+from tests.optimizer_oracle import NAMES, assert_same_trajectory, runs, state_bytes_mismatches, torch_trajectory
 from tests.scenarios import optimizers as scenarios
-from tests.test_optimizers import assert_same_trajectory, state_bytes_mismatches
 
 #: The share of the profile's examples the long-run checks draw.
 LONG_RUNS = 0.4

@@ -13,21 +13,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grader.hidden.conftest import input_kind
+from grader.hidden.training_inputs import hidden_batches
 from tests.scenarios import checkpoints as checkpoint_scenarios
 from tests.scenarios import training as scenarios
 from tests.strategies import make_tensor, seeds
-from tests.test_training import assert_same_steps, torch_steps
-from tests.test_training_checkpointed_forward import assert_checkpointed_is_the_model, checkpoint_layers
-from tests.test_training_checkpoints import resumed_run
 from tests.tolerances import assert_close
-
-
-def _batches(n: int, batch: int, dim: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    out = []
-    for i in range(n):
-        x = make_tensor((batch, dim), torch.float32, seed * 7919 + i)
-        out.append((x, torch.cos(x[:, 0]) + 0.1 * x.sum(-1)))
-    return out
+from tests.training_checks import (
+    assert_checkpointed_is_the_model,
+    assert_same_steps,
+    checkpoint_layers,
+    resumed_run,
+    torch_steps,
+)
 
 
 def _close_losses(got, expected, atol: float, what: str) -> None:
@@ -50,10 +47,11 @@ def _close_losses(got, expected, atol: float, what: str) -> None:
 )
 def test_fp32_steps_equal_the_reference(impl, kind, dim, layers, opt, lr, seed):
     input_kind(model=kind, width="2 to 12", layers=str(layers), optimizer=opt, precision="fp32", steps="4")
-    batches = _batches(4, 5, dim, seed)
-    got = impl.scenario(scenarios.run_steps, kind, dim, layers, seed, opt, lr, batches, "fp32")
+    batches = hidden_batches(4, batch=5, dim=dim, seed=seed)
+    run = {"dim": dim, "num_layers": layers, "seed": seed, "opt_name": opt, "lr": lr}
+    got = impl.scenario(scenarios.run_steps, kind, **run, batches=batches, precision="fp32")
     # The public test's oracle (a plain torch loop, and the rounding this run's conditioning allows).
-    assert_same_steps(got, torch_steps(kind, dim, layers, seed, opt, lr, batches), f"fp32 {kind} {opt} lr={lr}")
+    assert_same_steps(got, torch_steps(kind, **run, batches=batches), f"fp32 {kind} {opt} lr={lr}")
 
 
 @pytest.mark.extends("tests/test_training_train_step.py::test_bf16_tracks_fp32_and_keeps_fp32_master_weights")
@@ -62,9 +60,11 @@ def test_fp32_steps_equal_the_reference(impl, kind, dim, layers, opt, lr, seed):
        precision=st.sampled_from(["bf16", "fp16"]))
 def test_mixed_precision_steps_equal_the_reference(impl, ref, kind, dim, seed, precision):
     input_kind(model=kind, width="4 to 24", layers="2", optimizer="adamw", precision=precision, steps="8")
-    batches = _batches(8, 16, dim, seed)
-    got = impl.scenario(scenarios.run_steps, kind, dim, 2, seed, "adamw", 1e-2, batches, precision)
-    expected = ref.scenario(scenarios.run_steps, kind, dim, 2, seed, "adamw", 1e-2, batches, precision)
+    batches = hidden_batches(8, batch=16, dim=dim, seed=seed)
+    run = {"dim": dim, "num_layers": 2, "seed": seed, "opt_name": "adamw", "lr": 1e-2, "batches": batches,
+           "precision": precision}
+    got = impl.scenario(scenarios.run_steps, kind, **run)
+    expected = ref.scenario(scenarios.run_steps, kind, **run)
     for key in ("forward_dtypes", "param_dtypes", "state_dtypes", "loss_types"):
         assert got[key] == expected[key], f"{precision} {kind}: {key} {got[key]}, the reference's {expected[key]}"
     # The same autocast ops in the same order: equal up to a few roundings.
@@ -79,8 +79,8 @@ def test_fp16_scaler_dynamics_equal_the_reference(impl, ref, init_scale, magnitu
     input_kind(precision="fp16", scaler="GradScaler with another initial scale", weights="other magnitudes")
     w = torch.full((1, 8), magnitude)
     x = torch.linspace(-1.0, 1.0, 32).reshape(4, 8) * magnitude
-    got = impl.scenario(scenarios.fp16_step, [w], x, torch.zeros(4), 1e-6, init_scale)
-    expected = ref.scenario(scenarios.fp16_step, [w], x, torch.zeros(4), 1e-6, init_scale)
+    got = impl.scenario(scenarios.fp16_step, [w], x, torch.zeros(4), lr=1e-6, init_scale=init_scale)
+    expected = ref.scenario(scenarios.fp16_step, [w], x, torch.zeros(4), lr=1e-6, init_scale=init_scale)
     assert got["scale"] == expected["scale"], (
         f"scale after the step: {got['scale']}, the reference's {expected['scale']}"
     )
@@ -100,7 +100,7 @@ def test_checkpointed_forward_other_depths_and_widths(impl, kind, layers, dim, b
     model = scenarios.build_model(kind, dim, layers, seed)
     num_layers = checkpoint_layers(model)
     input_kind(model=kind, layers=str(num_layers), width="1 to 16", batch="1 to 7")
-    got = impl.scenario(scenarios.checkpointed, kind, dim, layers, seed, x)
+    got = impl.scenario(scenarios.checkpointed, kind, dim=dim, num_layers=layers, seed=seed, x=x)
     assert_checkpointed_is_the_model(got, model, x, f"{kind}, {num_layers} layers")
 
 
@@ -114,8 +114,9 @@ def test_resume_at_other_points_is_bit_exact(impl, ref, tmp_path, kind, split, t
     other split points, and the uninterrupted run close to the reference's."""
     input_kind(model=kind, precision=precision, resumed="at another step, in a fresh process")
     seed = secrets.randbelow(2**31)
-    whole, resumed = resumed_run(impl, tmp_path, kind, 6, 3, 5, total, split, seed, precision)
-    expected = ref.scenario(checkpoint_scenarios.train_run, kind, 6, 3, 5, total, seed, precision)
+    run = {"dim": 6, "num_layers": 3, "batch": 5, "seed": seed, "precision": precision}
+    whole, resumed = resumed_run(impl, tmp_path, kind, **run, total=total, split=split)
+    expected = ref.scenario(checkpoint_scenarios.train_run, kind, **run, steps=total)
     atol = 1e-6 if precision == "fp32" else 0.02 * expected["losses"][0]
     _close_losses(whole["losses"], expected["losses"], atol, f"uninterrupted {precision} {kind} run")
     assert whole["losses"] == resumed["losses"], (
@@ -130,11 +131,11 @@ def test_resume_at_other_points_is_bit_exact(impl, ref, tmp_path, kind, split, t
 @given(steps=st.integers(1, 12), seed=seeds, precision=st.sampled_from(["fp32", "bf16"]))
 def test_train_equals_the_reference(impl, ref, steps, seed, precision):
     input_kind(model="stack", precision=precision, steps="1 to 12")
-    batches = _batches(steps + 2, 8, 10, seed)
-    got = impl.scenario(scenarios.run_train, "stack", 10, 2, seed, "adamw", 1e-2, batches, steps,
-                        precision=precision, feed="counted")
-    expected = ref.scenario(scenarios.run_train, "stack", 10, 2, seed, "adamw", 1e-2, batches, steps,
-                            precision=precision, feed="counted")
+    run = {"dim": 10, "num_layers": 2, "seed": seed, "opt_name": "adamw", "lr": 1e-2,
+           "batches": hidden_batches(steps + 2, batch=8, dim=10, seed=seed), "steps": steps,
+           "precision": precision, "feed": "counted"}
+    got = impl.scenario(scenarios.run_train, "stack", **run)
+    expected = ref.scenario(scenarios.run_train, "stack", **run)
     atol = 1e-6 if precision == "fp32" else 0.02 * expected["losses"][0]
     _close_losses(got["losses"], expected["losses"], atol, f"train({precision}, steps={steps})")
     assert got["drawn"] == expected["drawn"] == steps, f"train(steps={steps}) drew {got['drawn']} batches"

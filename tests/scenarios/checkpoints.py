@@ -11,7 +11,9 @@ import os
 import random
 import tempfile
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import torch
@@ -166,7 +168,7 @@ def save_unsaveable(modules: Any, path: str) -> None:
     modules.training.save_checkpoint(path, model, opt, 3)
 
 
-def linear_digest(model: nn.Module) -> str:
+def linear_digest(model: nn.Linear) -> str:
     """sha256 of a Linear's weight then bias bytes."""
     h = hashlib.sha256()
     for p in (model.weight, model.bias):
@@ -298,6 +300,7 @@ def load_into_other_model(modules: Any, change: str) -> Any:
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "ckpt.pt")
         model = build_model("mlp", 4, 2, 0)
+        assert isinstance(model, nn.Sequential)  # an "mlp" is one
         if change == "buffers":
             model.append(nn.BatchNorm1d(1, affine=False))
         modules.training.save_checkpoint(path, model, build_optimizer("sgd", model.parameters(), 0.1), 3)
@@ -383,16 +386,13 @@ def modes_after_save(modules: Any, train_mode: bool) -> Any:
 # --------------------------------------------------------------------------- CUDA's generator, faked
 
 
-#: the ``torch.cuda`` functions a fake CUDA machine replaces
-_CUDA_RNG = ("is_available", "device_count", "get_rng_state", "get_rng_state_all", "set_rng_state",
-             "set_rng_state_all")
-
-
-def _fake_cuda(available: bool, state: dict[str, torch.Tensor], set_calls: list[torch.Tensor]) -> None:
-    """Replace ``torch.cuda``'s availability and RNG functions (inside a
-    scenario only; it puts the originals back): one device whose generator
-    state is ``state["state"]`` when ``available``, none otherwise; the states
-    set are recorded in ``set_calls``."""
+def _fake_cuda(available: bool, state: dict[str, torch.Tensor],
+               set_calls: list[torch.Tensor]) -> AbstractContextManager[dict[str, Any]]:
+    """Within the ``with`` block, ``torch.cuda``'s availability and RNG
+    functions fake one device whose generator state is ``state["state"]``
+    when ``available``, none otherwise; the states set are recorded in
+    ``set_calls``. The originals are back when the block ends, whatever
+    happened in it (a scenario must leave its process as it found it)."""
 
     def get_state(device: Any = "cuda") -> torch.Tensor:
         if not available:
@@ -402,16 +402,19 @@ def _fake_cuda(available: bool, state: dict[str, torch.Tensor], set_calls: list[
     def set_state(s: torch.Tensor, device: Any = "cuda") -> None:
         set_calls.append(torch.as_tensor(s).clone())
 
-    patches = {
-        "is_available": lambda: available,
-        "device_count": lambda: int(available),
-        "get_rng_state": get_state,
-        "get_rng_state_all": lambda: [get_state()] if available else [],
-        "set_rng_state": set_state,
-        "set_rng_state_all": lambda states: [set_state(s) for s in states],
-    }
-    for name, fn in patches.items():
-        setattr(torch.cuda, name, fn)
+    def set_state_all(states: list[torch.Tensor]) -> None:
+        for s in states:
+            set_state(s)
+
+    return mock.patch.multiple(
+        torch.cuda,
+        is_available=lambda: available,
+        device_count=lambda: int(available),
+        get_rng_state=get_state,
+        get_rng_state_all=lambda: [get_state()] if available else [],
+        set_rng_state=set_state,
+        set_rng_state_all=set_state_all,
+    )
 
 
 def checkpoint_with_fake_cuda(modules: Any, seed: int) -> Any:
@@ -421,19 +424,13 @@ def checkpoint_with_fake_cuda(modules: Any, seed: int) -> Any:
     device, as a tensor (None if none was set)."""
     fake = {"state": torch.tensor([seed % 256, 7, 7, 7], dtype=torch.uint8)}
     set_calls: list[torch.Tensor] = []
-    saved = {name: getattr(torch.cuda, name) for name in _CUDA_RNG}
-    try:
-        model = build_model("mlp", 4, 1, 0)
-        opt = build_optimizer("sgd", model.parameters(), 0.1)
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "ckpt.pt")
-            _fake_cuda(True, fake, set_calls)
-            modules.training.save_checkpoint(path, model, opt, 1)
-            fake["state"] = torch.tensor([99, 99, 99, 99], dtype=torch.uint8)  # the generator moved on
-            modules.training.load_checkpoint(path, model, opt)
-    finally:
-        for name, fn in saved.items():
-            setattr(torch.cuda, name, fn)
+    model = build_model("mlp", 4, 1, 0)
+    opt = build_optimizer("sgd", model.parameters(), 0.1)
+    with tempfile.TemporaryDirectory() as d, _fake_cuda(True, fake, set_calls):
+        path = os.path.join(d, "ckpt.pt")
+        modules.training.save_checkpoint(path, model, opt, 1)
+        fake["state"] = torch.tensor([99, 99, 99, 99], dtype=torch.uint8)  # the generator moved on
+        modules.training.load_checkpoint(path, model, opt)
     return {"restored": set_calls[-1] if set_calls else None}
 
 
@@ -443,21 +440,16 @@ def checkpoint_across_machines(modules: Any, saved_with_cuda: bool, seed: int) -
     scenario). Report the iteration and whether the parameters came back."""
     fake = {"state": torch.tensor([5, 6, 7, 8], dtype=torch.uint8)}
     set_calls: list[torch.Tensor] = []
-    saved = {name: getattr(torch.cuda, name) for name in _CUDA_RNG}
-    try:
-        model = build_model("mlp", 4, 1, seed)
-        opt = build_optimizer("adamw", model.parameters(), 0.1)
-        fresh = build_model("mlp", 4, 1, seed + 1)
-        fresh_opt = build_optimizer("adamw", fresh.parameters(), 0.1)
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "ckpt.pt")
-            _fake_cuda(saved_with_cuda, fake, set_calls)
+    model = build_model("mlp", 4, 1, seed)
+    opt = build_optimizer("adamw", model.parameters(), 0.1)
+    fresh = build_model("mlp", 4, 1, seed + 1)
+    fresh_opt = build_optimizer("adamw", fresh.parameters(), 0.1)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "ckpt.pt")
+        with _fake_cuda(saved_with_cuda, fake, set_calls):
             modules.training.save_checkpoint(path, model, opt, 9)
-            _fake_cuda(not saved_with_cuda, fake, set_calls)
+        with _fake_cuda(not saved_with_cuda, fake, set_calls):
             iteration = modules.training.load_checkpoint(path, fresh, fresh_opt)
-    finally:
-        for name, fn in saved.items():
-            setattr(torch.cuda, name, fn)
     same = all(torch.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters(), strict=True))
     return {"iteration": iteration, "params_restored": same}
 
