@@ -28,16 +28,16 @@ IMPL_KEY = pytest.StashKey[Impl]()
 # print which lines only failing examples reach, which doubles the cost of a
 # failure and tells students little.
 _PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
-_COMMON = dict(
+_COMMON = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
     print_blob=True,
 )
-settings.register_profile("dev", max_examples=15, phases=_PHASES, **_COMMON)
-settings.register_profile("ci", max_examples=40, derandomize=True, phases=_PHASES, **_COMMON)
-settings.register_profile("grade", max_examples=150, derandomize=True, phases=_PHASES, **_COMMON)
+settings.register_profile("dev", parent=_COMMON, max_examples=15, phases=_PHASES)
+settings.register_profile("ci", parent=_COMMON, max_examples=40, derandomize=True, phases=_PHASES)
+settings.register_profile("grade", parent=_COMMON, max_examples=150, derandomize=True, phases=_PHASES)
 settings.register_profile(
-    "detect", max_examples=40, derandomize=True, database=None, phases=_PHASES[:3], **_COMMON
+    "detect", parent=_COMMON, max_examples=40, derandomize=True, database=None, phases=_PHASES[:3]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
@@ -96,7 +96,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         problem = _problem_of(str(item.path))
         if problem is not None:
             item.add_marker(getattr(pytest.mark, problem))
-    rank = {problem: i for i, problem in enumerate(HANDOUT_MODULES)}
+    rank: dict[str | None, int] = {problem: i for i, problem in enumerate(HANDOUT_MODULES)}
     items.sort(key=lambda item: rank.get(_problem_of(str(item.path)), len(rank)))  # stable
 
 
@@ -113,9 +113,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     such a test; no falsifying example either: no input could have avoided
     it); its ``not_implemented`` user property, ``[function, section]``, lets
     the terminal summary list it once per stub instead of once per test."""
-    if call.excinfo is None or not call.excinfo.errisinstance(NotImplementedYet):
+    stub = call.excinfo.value if call.excinfo is not None else None
+    if not isinstance(stub, NotImplementedYet) or call.when == "collect":  # (makereport is never called at collect)
         return None
-    stub = call.excinfo.value
     properties = [*item.user_properties, ("not_implemented", [stub.function, stub.section])]
     return pytest.TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, "failed",
                              f"{item.nodeid}: {stub}",

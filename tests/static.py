@@ -257,7 +257,8 @@ def _is_rename(node: ast.Call) -> bool:
     f = node.func
     if _call_name(node) not in ("replace", "rename"):
         return False
-    if isinstance(f, ast.Name) or (isinstance(f.value, ast.Name) and f.value.id == "os"):
+    if isinstance(f, ast.Name) or (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+                                   and f.value.id == "os"):
         return True
     return len(node.args) + len(node.keywords) == 1
 

@@ -464,7 +464,8 @@ class Corpus:
 
 def fingerprint_corpus(solutions: Sequence[Solution], stubs: dict[str, str]) -> Corpus:
     """:class:`Corpus` of ``solutions`` (each module less its stub)."""
-    prints, lines = {}, {}
+    prints: dict[str, dict[str, Unit]] = {}
+    lines: dict[str, set[int]] = {}
     for module in HANDOUT_MODULES:
         prints[module] = _prints({s.name: s.files[module] for s in solutions if module in s.files},
                                  _boilerplate(stubs.get(module, "")))

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 
-def build_model(dims: list[int], bias: bool, tie: bool, dtype: torch.dtype = torch.float32) -> nn.Module:
+def build_model(dims: list[int], bias: bool, tie: bool, dtype: torch.dtype = torch.float32) -> nn.Sequential:
     """An MLP with layer widths ``dims``; with ``tie`` its last layer shares the
     first layer's weight (so both must be square and equal-sized)."""
     layers: list[nn.Module] = []
@@ -27,7 +27,7 @@ def count_parameters_of(modules: Any, dims: list[int], bias: bool, tie: bool) ->
     return modules.memory.count_parameters(build_model(dims, bias, tie))
 
 
-def frozen_model_with_buffers(dims: list[int], bias: bool, frozen: list[bool], buffers: bool) -> nn.Module:
+def frozen_model_with_buffers(dims: list[int], bias: bool, frozen: list[bool], buffers: bool) -> nn.Sequential:
     """``build_model(dims, bias, tie=False)`` with the i-th parameter frozen
     (``requires_grad=False``) where ``frozen[i]`` is true, and, with ``buffers``,
     a BatchNorm's running statistics (buffers, not parameters) after it."""

@@ -17,7 +17,9 @@ judges the implementation.
 
 from __future__ import annotations
 
+import functools
 import io
+import operator
 from typing import Any
 
 import torch
@@ -106,7 +108,8 @@ def quadratic_closure(opt: Any, ps: list[torch.Tensor], targets: list[torch.Tens
 
     def closure() -> torch.Tensor:
         opt.zero_grad()
-        loss = sum(((p - t) ** 2).sum() for p, t in zip(ps, targets, strict=True))
+        # the terms added left to right, as sum() would (a tensor, not sum()'s int start, for the type checker)
+        loss = functools.reduce(operator.add, (((p - t) ** 2).sum() for p, t in zip(ps, targets, strict=True)))
         loss.backward()
         return loss
 
