@@ -10,6 +10,7 @@ A test module uses the fixtures by importing ``work_fixture`` and
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -228,9 +229,11 @@ def work_fixture(tmp_path_factory):
 
 
 def make_impl(work, *, cpu_budget=120.0, call_cpu=20.0, wall_factor=10.0, memory_gib=3.0, want="auto",
-              **more) -> RemoteImpl:
+              reply_bytes: int | None = None, **more) -> RemoteImpl:
     wc, scratch = work
     limits = Limits(memory_bytes=int(memory_gib * (1 << 30)), call_cpu=call_cpu, wall_factor=wall_factor)
+    if reply_bytes is not None:  # the most one reply frame may hold
+        limits = dataclasses.replace(limits, reply_bytes=reply_bytes)
     sandbox = Sandbox(limits=limits, want=want)
     impl = RemoteImpl("test", sandbox, wc, scratch, [ProblemSpec("precision", cpu_budget, ())], **more)
     impl.enter("precision")

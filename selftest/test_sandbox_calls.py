@@ -87,22 +87,20 @@ def test_crash_fails_the_call_and_a_fresh_worker_follows(impl):
 
 def test_protocol_garbage_is_a_crash_not_a_value(work):
     """A reply frame announcing more than the cap is refused before it is read."""
-    impl = make_impl(work)
-    impl.max_reply = 16
+    impl = make_impl(work, reply_bytes=16)
     try:
         with pytest.raises(ProtocolError, match="a reply larger than a reply may be"):
             impl.precision.bytes_per_element("view")
     finally:
         impl.close()
-    assert "limit 16" in bytes(impl.states["precision"].log).decode()  # the details: the instructors' log
+    assert "limit 16" in bytes(impl.states["precision"].output).decode()  # the details: the instructors' log
 
 
 def test_a_hidden_run_tells_its_worker_troubles_in_fixed_words(work):
     """In a run of hidden checks nothing the submission steers (an exit status,
     a signal, the text of a malformed reply) reaches what a student reads: a
     crash is "the worker crashed"; the details go to the instructors' log."""
-    impl = make_impl(work, hidden=True)
-    impl.max_reply = 16
+    impl = make_impl(work, hidden=True, reply_bytes=16)
     try:
         with pytest.raises(WorkerCrashed) as crash:
             impl.precision.bytes_per_element("crash")
@@ -113,7 +111,7 @@ def test_a_hidden_run_tells_its_worker_troubles_in_fixed_words(work):
     st = impl.states["precision"]
     for text in (str(crash.value), str(garbage.value), *st.crashes):
         assert "status" not in text and "16" not in text and text.endswith(CRASHED), text
-    assert "exited with status 3" in bytes(st.log).decode()
+    assert "exited with status 3" in bytes(st.output).decode()
 
 
 def test_crash_message_carries_no_submission_output(impl):
@@ -132,7 +130,7 @@ def test_output_is_captured_and_capped(work):
     finally:
         impl.close()
     st = impl.states["precision"]
-    assert len(st.log) <= 64 << 10 and st.log_dropped > 0
+    assert 0 < len(st.output) <= 64 << 10 and st.log_dropped > 0
 
 
 def test_a_forged_error_reply_builds_nothing_but_a_builtin():
