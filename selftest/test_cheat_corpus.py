@@ -48,13 +48,10 @@ CASES = {
     "hostile_replies": ("precision", None, "error"),
     # On a GPU it fails on speed (benchmarks/gpu.sh grades it there); here it is not run.
     "gpu_hog": ("mfu", None, "failed|timeout" if torch.cuda.is_available() else "not run on a GPU"),
-    # Forged in-worker facts: otherwise-correct modules (the patched reference)
-    # with one kind of bug, plus scenarios replaced to report what a correct
-    # module would. They must lose the problem, as the stubs do.
+    # Forged in-worker facts: the patched reference delegating every optimizer
+    # to torch.optim, plus scenarios replaced to report what a correct module
+    # would. It must lose the problem, as the stubs do.
     "forge_delegation": ("optimizers", None, "failed"),
-    "forge_checkpoints": ("training", None, "failed"),
-    "forge_memory": ("data,training", None, "failed"),
-    "forge_resume": ("training", None, "failed"),
     # Delegation to torch.optim by routes no source reader resolves: the
     # optimizers' worker has torch.optim's algorithms sealed, so they fail as the stubs do.
     "dynamic_delegation": ("optimizers", None, "failed|error"),  # error: its reload is an ImportError
@@ -107,6 +104,16 @@ ITEM_CASES: dict[str, tuple[dict[str, list[str]], str | None, bool]] = {
     "scheduler_starved": ({"precision": ["test_bytes_per_element_matches_element_size"]}, "seccomp", False),
     # Activations written over a file an earlier worker made, so the scratch folder does not grow.
     "storage_prefill": ({"training": ["test_checkpointed_forward_holds_fewer_activations"]}, "bwrap", False),
+    # Forged in-worker facts: otherwise-correct modules (the patched reference) with one kind of bug, plus
+    # the scenarios that would catch it replaced to report what a correct module would.
+    # A non-atomic save and a weights_only=False load:
+    "forge_checkpoints": ({"training": ["test_a_save_killed_mid_write_leaves_the_previous_checkpoint",
+                                        "test_load_refuses_files_that_would_run_code"]}, None, True),
+    # get_batch copying the whole memmap, and no activation checkpointing:
+    "forge_memory": ({"data": ["test_only_the_sampled_windows_are_read"],
+                      "training": ["test_checkpointed_forward_holds_fewer_activations"]}, None, True),
+    # A load that does not restore the RNG states:
+    "forge_resume": ({"training": ["test_resumed_run_equals_the_uninterrupted_run_bit_for_bit"]}, None, True),
 }
 #: Folders of the corpus that are not one submission (graded by their own tests below).
 NOT_SUBMISSIONS = {"bad_archives"}
@@ -263,7 +270,9 @@ def test_cheat_loses_what_it_targets_and_no_more_is_the_machines(name, tmp_path)
     folder = build_cheat(name, tmp_path / "built")
     proc = subprocess.run(
         [sys.executable, "-m", "grader", str(folder), "--problems", ",".join(targets), "--profile", "dev",
-         "--json", str(out), "--gradescope", str(gs), "--junit", str(junit), "--call-cpu", "4"],
+         "--json", str(out), "--gradescope", str(gs), "--junit", str(junit),
+         # the forged ones are whole problems of real work: the rubric's limits, as a real submission gets
+         *([] if name.startswith("forge_") else ["--call-cpu", "4"])],
         cwd=REPO, capture_output=True, text=True, timeout=1800, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, f"the grader failed on {name}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     result, gradescope = json.loads(out.read_text()), json.loads(gs.read_text())
