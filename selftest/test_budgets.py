@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -184,17 +185,24 @@ def test_full_marks_on_a_busy_machine_and_a_hang_still_stopped(tmp_path):
     subs = [("slow", five_times_slower(tmp_path))]
     if FULL:  # what the slower solution passes within its budgets, the reference passes with more to spare
         subs.insert(0, ("reference", reference_copy(tmp_path / "reference")))
-    with busy_machine(per_core=3, seconds=2400):
-        for name, sub in subs:
-            _, result, _, _ = grade(sub, tmp_path / f"out-{name}", "--problems", "optimizers,einops_ops",
-                                    "--profile", "ci")
-            for p in result["problems"]:
-                assert p["status"] == "passed" and p["score"] == p["max_score"], (name, p["name"], p["output"])
-                assert p["cpu"] < p["cpu_budget"], (name, p["name"], p["cpu"], p["cpu_budget"])
+    # Budgets are calibrated per profile, so the slower solution's share of its budget is alike in both; the
+    # dev profile's fewer examples halve the trusted side's work on the loaded cores (./lab test runs this alone).
+    profile = "ci" if FULL else "dev"
+    def hang() -> tuple[dict, float]:
         start = time.monotonic()
         _, result, _, _ = grade(CORPUS / "cheat" / "infinite_loop", tmp_path / "out-loop", "--problems", "precision",
                                 "--profile", "ci", "--call-cpu", "3")
-        elapsed = time.monotonic() - start
+        return result, time.monotonic() - start
+
+    with busy_machine(per_core=3, seconds=2400), ThreadPoolExecutor(1) as pool:
+        loop = pool.submit(hang)  # beside the other grades: one more load on the cores for both
+        for name, sub in subs:
+            _, result, _, _ = grade(sub, tmp_path / f"out-{name}", "--problems", "optimizers,einops_ops",
+                                    "--profile", profile)
+            for p in result["problems"]:
+                assert p["status"] == "passed" and p["score"] == p["max_score"], (name, p["name"], p["output"])
+                assert p["cpu"] < p["cpu_budget"], (name, p["name"], p["cpu"], p["cpu_budget"])
+        result, elapsed = loop.result()
     p = result["problems"][0]
     assert p["status"] == "timeout" and p["score"] == 0, p["output"]
     assert "more than 3 CPU s" in p["output"] and "waited" not in p["output"], p["output"]

@@ -77,6 +77,10 @@ def test_reference_scores_full_marks(tmp_path):
     assert "score " in stdout
 
 
+#: What ./lab grade may print on the untouched stubs.
+STUB_GRADE_LINES = 60
+
+
 @pytest.mark.timeout(1200)
 def test_stubs_score_zero_with_no_arguments(tmp_path):
     """``python -m grader`` grades this repository's student/ (the stubs): all zero."""
@@ -94,6 +98,12 @@ def test_stubs_score_zero_with_no_arguments(tmp_path):
             assert failed and all(i["failure"]["reproduce"].startswith("pytest tests/") for i in failed), failed
     assert re.search(r"^score 0/\d+", stdout, flags=re.M), stdout
     assert "precision" in stdout and "points" in stdout
+    # Short to read (./lab grade is this command): the table and what to do next fit one screen, the
+    # progress display of a terminal included (a line per problem and phase, public and hidden checks).
+    assert len(stdout.splitlines()) + 2 * len(result["problems"]) <= STUB_GRADE_LINES, stdout
+    for p in result["problems"]:
+        if p["status"] != "not run on a GPU":  # every stub named in its row, none in a block of its own
+            assert f"{p['name']}: " not in stdout.split("\nscore ")[1], stdout
 
 
 def test_wrong_corpus_breaks_name_items_of_its_problem():
@@ -259,6 +269,7 @@ def test_parallelism_is_one_or_as_asked_capped_by_files_and_memory(monkeypatch):
     assert groups.parallelism(20, 8 << 30, requested=4) == 1
 
 
+@pytest.mark.full  # --parallel is an option: the default grade, in sequence, is test_reference_scores_full_marks
 @pytest.mark.skipif(not hidden_available(), reason="needs reference/ and the hidden checks")
 def test_parallel_grade_equals_sequential(tmp_path):
     """Problems graded in concurrent trusted processes get the very verdicts,
