@@ -10,6 +10,9 @@
 #   4. one markdown table of all of it: benchmarks/results/<date>-<device>.md
 #      (--out FILE to choose), printed too.
 # Each step has its own time limit; a step that runs out is reported as such.
+# The grades need the grader's isolation: bubblewrap, or, as root without it
+# (a rented GPU machine, say), a checkout locked first with
+# `python -m grader.sandbox lock`; a grade that could not run says why.
 # Without CUDA, or with --smoke: tiny sizes on the CPU, no GPU tests, no full
 # grade (the two MFU-only grades say "not run on a GPU"): NOT GPU figures,
 # only proof that the script works (selftest/test_gpu_bench.py runs it).
@@ -42,7 +45,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 echo "== 1/4 benchmarks" >&2
 bench=(--out "$work/bench.md")
 if [[ $smoke == 1 ]]; then bench+=(--tiny --device cpu); fi
-limit 110 "$py" -m benchmarks.gpu_bench "${bench[@]}" >/dev/null || echo "gpu.sh: benchmarks failed ($?)" >&2
+limit 180 "$py" -m benchmarks.gpu_bench "${bench[@]}" >/dev/null || echo "gpu.sh: benchmarks failed ($?)" >&2
 
 grade() {  # grade NAME SECONDS FOLDER [grader options...]
   local name=$1 seconds=$2 folder=$3

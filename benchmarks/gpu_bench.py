@@ -51,6 +51,15 @@ class Row:
     note: str = ""
 
 
+class Rows(list[Row]):
+    """The table's rows, each also printed to stderr as it is measured: a run
+    cut by gpu.sh's time limit still shows what it got and where it was."""
+
+    def append(self, row: Row) -> None:
+        super().append(row)
+        print(f"gpu_bench: {row.what}: {row.value} {row.note}".rstrip(), file=sys.stderr, flush=True)
+
+
 # ----------------------------------------------------------------- loops for contrast
 
 
@@ -154,18 +163,20 @@ def copy_bandwidth(nbytes: int, device: torch.device, iters: int = 10) -> float:
 # ----------------------------------------------------------------- the run
 
 
-def verification_rows(workload: settings.Workload, device: torch.device) -> list[Row]:
-    """The MFU check's verification on this device: the measured rounding noise,
-    the tolerance it gives, and the update error of correct and partial loops."""
+def verification_rows(workload: settings.Workload, device: torch.device, rows: Rows) -> None:
+    """Append the MFU check's verification on this device to ``rows``: the
+    measured rounding noise, the tolerance it gives, and the update error of
+    correct and partial loops."""
     try:
         reference = LocalImpl("reference")
     except (ImportError, ValueError) as e:  # pragma: no cover - only without reference/
-        return [Row("verification", "not available", str(e))]
+        rows.append(Row("verification", "not available", str(e)))
+        return
     one = dataclasses.replace(workload, repeats=1)
     sync, criteria = _sync_for(device), settings.DEFAULT_CRITERIA
-    rows = [Row("verification: the rule", f"tolerance = clamp({criteria.noise_factor:g} x noise, "
+    rows.append(Row("verification: the rule", f"tolerance = clamp({criteria.noise_factor:g} x noise, "
                 f"{criteria.min_tolerance:g}, {criteria.max_tolerance:g})",
-                "noise: update error of the reference loop in fp32 against the same loop in bf16, same seed")]
+                "noise: update error of the reference loop in fp32 against the same loop in bf16, same seed"))
     for label, train, honest in (("bf16 + loss.item() every step", synced_bf16_train, True),
                                  ("slow: fp32 + loss.item() every step", slow_train, True),
                                  ("PARTIAL: half of each batch", half_batch_train, False),
@@ -177,7 +188,6 @@ def verification_rows(workload: settings.Workload, device: torch.device) -> list
         want, got = ("verified" if honest else "rejected"), ("verified" if v.ok else "rejected")
         rows.append(Row(f"verification: {label}", f"update error {v.update_error:.4f}, tolerance {c.tolerance:.4f}",
                         f"noise {c.noise:.4f}; {got} (must be {want}){'' if got == want else ' **WRONG**'}"))
-    return rows
 
 
 def _tflops(x: float) -> str:
@@ -190,7 +200,7 @@ def run(device: torch.device, tiny: bool) -> tuple[str, list[Row]]:
     workload = TINY if tiny else settings.DEFAULT_WORKLOAD
     name = torch.cuda.get_device_name(device) if gpu else f"CPU ({platform.processor() or platform.machine()})"
     n = 256 if tiny else 8192
-    rows: list[Row] = []
+    rows = Rows()
     if not gpu or tiny:
         rows.append(Row("NOT A GPU FIGURE", "smoke test", "tiny sizes; the numbers below only show the script runs"))
     peak, peak_note = peaks.dense_peak(name, "bf16") if gpu else (None, "no peak: not a GPU")
@@ -227,7 +237,7 @@ def run(device: torch.device, tiny: bool) -> tuple[str, list[Row]]:
         note.append(f"{achieved / mm16:.3f} of the measured bf16 matmul rate")
         rows.append(Row(label, _tflops(achieved), "; ".join(note)))
 
-    rows += verification_rows(workload, device)
+    verification_rows(workload, device, rows)
 
     opt_steps = 5 if tiny else 20
     copy = copy_bandwidth(8 << 20 if tiny else 2 << 30, device)

@@ -26,6 +26,12 @@ def _cell(text: str) -> str:
     return " ".join(text.replace("|", "\\|").split())
 
 
+def _last_line(path: Path) -> str:
+    """The last non-blank line of a log (the grader's reason when it could not run), or ""."""
+    log = path.read_text(errors="replace") if path.is_file() else ""
+    return next((ln for ln in reversed(log.strip().splitlines()) if ln.strip()), "")
+
+
 def grade_rows(work: Path) -> list[str]:
     rows = []
     for stem, what, want in GRADES:
@@ -37,7 +43,8 @@ def grade_rows(work: Path) -> list[str]:
         try:
             result = json.loads(path.read_text())
         except (OSError, ValueError):
-            rows.append(f"| grade: {what} | no result (exit {rc}{', timed out' if rc == '124' else ''}) | |")
+            rows.append(f"| grade: {what} | no result (exit {rc}{', timed out' if rc == '124' else ''}) | "
+                        f"{_cell(_last_line(work / f'{stem}.log'))[:500]} |")
             continue
         problems = {p["name"]: p for p in result.get("problems", [])}
         mfu = problems.get("mfu", {})
@@ -61,8 +68,7 @@ def test_rows(work: Path) -> list[str]:
     if not rc_path.is_file():
         return ["| GPU tests | not run | |"]
     rc = rc_path.read_text().strip()
-    log = (work / "tests.log").read_text(errors="replace") if (work / "tests.log").is_file() else ""
-    last = next((ln for ln in reversed(log.strip().splitlines()) if ln.strip()), "")
+    last = _last_line(work / "tests.log")
     return [f"| GPU tests (public gpu-marked tests on the reference) | exit {rc} | {_cell(last)} |"]
 
 
