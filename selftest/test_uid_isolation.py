@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import subprocess
 import sys
 import tempfile
@@ -220,6 +221,33 @@ def test_uid_worker_runs_as_its_uid_without_groups_in_its_pids_cgroup(worker_pyt
         assert seen[who]["groups"] == [], seen
     assert seen["procs"] is None or str(seen["pid"]) in seen["procs"], seen
     print(f"worker: uid {uid}, gid {gid}, pids cgroup: {'yes' if seen['procs'] is not None else 'not here'}")
+
+
+_USER_NAME_CHECK = r'''
+import subprocess, sys
+from pathlib import Path
+from grader.sandbox.isolation import Sandbox
+from grader.sandbox.limits import Limits
+
+sandbox = Sandbox(limits=Limits(), want="uid")
+argv, env, _ = sandbox.command(Path(sys.argv[1]), Path(sys.argv[1]), ["fork-server"])
+proc = subprocess.run([argv[0], "-I", "-c", "import getpass; print(getpass.getuser())"], cwd="/", env=env,
+                      capture_output=True, text=True, timeout=120, **sandbox.credentials())
+print(proc.returncode, proc.stdout.strip(), proc.stderr.strip().splitlines()[-1:])
+'''
+
+
+def test_uid_worker_has_a_user_name_without_a_passwd_entry(worker_python, open_folder):
+    """The worker's uid has no passwd entry; in the uid mode's environment,
+    getpass.getuser() (which torch's inductor cache folder asks, and which
+    stopped every fork server under torch 2.11) still names a user."""
+    with pytest.raises(KeyError):
+        pwd.getpwuid(UID)
+    with locked_checkout():
+        proc = subprocess.run([worker_python, "-c", _USER_NAME_CHECK, str(open_folder)], cwd=REPO,
+                              capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[:2] == ["0", sandbox_mod.WORKER_USER], proc.stdout
 
 
 @pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0, reason="uid isolation: Linux, as root")

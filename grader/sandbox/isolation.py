@@ -38,7 +38,7 @@ from grader.util import REPO
 from grader.worker.confine import landlock_abi
 from grader.worker.main import WorkerConfig
 
-__all__ = ["MOUNT", "Sandbox", "bwrap_usable"]
+__all__ = ["MOUNT", "WORKER_USER", "Sandbox", "bwrap_usable"]
 
 MOUNT = "/submission"
 
@@ -62,12 +62,20 @@ def _python_roots() -> list[str]:
     return out
 
 
+#: The user name every sandbox's worker sees (LOGNAME and USER).
+WORKER_USER = "worker"
+
+
 def _worker_env(gpu: bool) -> dict[str, str]:
     # One CPU thread: the checks' tensors are small, and a CPU budget means the
     # same on a busy machine only when no thread pool spins waiting for
     # siblings that the machine does not run (OpenMP's busy-waits cost CPU time).
     threads = os.environ.get("OMP_NUM_THREADS", "") if gpu else "1"
+    # A user name of its own: the uid mode's worker uid has no passwd entry, and
+    # getpass.getuser() (torch's inductor cache folder asks it, before torch
+    # 2.13 without a fallback) raises KeyError without LOGNAME or USER.
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp",
+           "LOGNAME": WORKER_USER, "USER": WORKER_USER,
            "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
            "TORCHINDUCTOR_COMPILE_THREADS": "1", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
     if gpu:
