@@ -220,11 +220,38 @@ def test_settings_default_without_a_table(tmp_path):
 @pytest.mark.parametrize("body", [
     "fraction = 1.5", "fraction = 0", "steps = 0", "dim = 2.5", "precision = 'fp64'", "colour = 'red'",
     "noise_factor = 0.5", "min_tolerance = 0", "max_tolerance = 1", "min_tolerance = 0.2", "lr = 0",
+    "lr = 1e-4",  # drift 26 on the default workload: half the steps passed on an H200
 ])
 def test_bad_settings_are_rejected(tmp_path, body):
     (tmp_path / "rubric.toml").write_text(f"[mfu]\n{body}\n")
     with pytest.raises((ValueError, TypeError)):
         mfu_settings.load_settings(tmp_path / "rubric.toml")
+
+
+@pytest.mark.slow
+@pytest.mark.full
+def test_half_the_steps_fails_on_a_wide_long_workload_at_the_default_rate():
+    """The H200's case at a width the CPU can afford: 4 layers 2048 wide, 64
+    steps. At lr 1e-4 (drift 13) a loop running half the steps landed 0.11
+    from the full update, under its 0.14 tolerance, and was verified, as on
+    the H200 at width 4096 (0.087 under 0.15); at the default rate (drift
+    0.25) it lands about 0.45 away, against a tolerance of about 0.05."""
+    workload = mfu_settings.Workload(dim=2048, num_layers=4, batch=256, steps=64, warmup_steps=2, repeats=1,
+                                     probe=4096)
+    report, *_ = check(half_steps_train, 1e-3, workload=workload, seeds=(3, 4))
+    assert not report.verified, f"half the steps passed: {report.verifications}"
+
+
+def test_default_learning_rate_moves_the_parameters_by_the_drift_at_any_size():
+    """Without ``lr`` the workload's AdamW rate gives ``lr * dim * steps`` =
+    DRIFT whatever the instructor's sizes; an explicit rate is kept while its
+    drift stays within MAX_DRIFT and refused past it."""
+    for dim, steps in ((4096, 64), (32, 16), (8192, 200)):
+        w = mfu_settings.Workload(dim=dim, steps=steps)
+        assert w.as_data()["lr"] * dim * steps == pytest.approx(mfu_settings.DRIFT)
+    assert mfu_settings.Workload(dim=256, steps=16, lr=1e-4).as_data()["lr"] == 1e-4
+    with pytest.raises(ValueError, match="lr \\* dim \\* steps"):
+        mfu_settings.Workload(lr=1e-4)
 
 
 class FakeIsolation:
