@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU figure in one go, under 8 minutes on one H100/H200:
+# Every GPU figure in one go, at most 9 minutes on one GPU (the steps' limits):
 #   1. benchmarks/gpu_bench.py: the matmul ceiling, the reference loop's MFU
 #      against the dense bf16 peak, contrast loops, the MFU check's measured
 #      rounding noise and tolerance, and the update errors of correct and

@@ -1,6 +1,6 @@
 """GPU benchmarks: matmul rate, the reference loop's MFU, a slow loop, optimizer bandwidth.
 
-Run by ``benchmarks/gpu.sh`` (under 5 minutes on one GPU); writes a markdown
+Run by ``benchmarks/gpu.sh`` (within its 180 s there); writes a markdown
 table under ``benchmarks/results/``. Without CUDA it runs tiny sizes on the
 CPU as a smoke test and says loudly that its figures are not GPU figures.
 benchmarks/README.md explains how each figure is measured and what it means.
