@@ -4,7 +4,7 @@
                      [--profile dev|ci|grade] [--problems a,b] [--public-only]
                      [--sandbox auto|bwrap|uid|rlimits] [--call-cpu S] [--cpu-budget S]
                      [--memory-limit GIB] [--parallel N] [--reveal-hidden] [--seed N] [--rubric FILE] [--quiet]
-                     [--no-progress]
+                     [--no-progress] [--cpu-stand-in]
 
 SUBMISSION is a folder or zip holding ``student/`` (default: this repository's
 ``student/``). The exit code is 0 whenever grading completed, whatever the
@@ -96,6 +96,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--quiet", "-q", action="store_true", help="print the table only, without details")
     ap.add_argument("--no-progress", action="store_true",
                     help="do not show each problem's start and finish on stderr")
+    ap.add_argument("--cpu-stand-in", action="store_true",
+                    help="without a CUDA device, grade the GPU problems (mfu) on the CPU standing in for one, with "
+                         "the small workload of the rubric's [mfu.stand_in]: a rehearsal of the GPU pipeline "
+                         "(benchmarks/gpu.sh --smoke), whose verdicts are not a GPU's")
     return ap
 
 
@@ -127,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         public_only=args.public_only, sandbox=args.sandbox, call_cpu=args.call_cpu,
         cpu_budget=args.cpu_budget, memory_limit_gib=args.memory_limit, reveal_hidden=args.reveal_hidden,
         rubric=args.rubric or DEFAULT_RUBRIC, seed=args.seed, parallel=args.parallel, progress=progress,
-        on_update=rewrite if args.json or args.gradescope or args.junit else None,
+        on_update=rewrite if args.json or args.gradescope or args.junit else None, cpu_stand_in=args.cpu_stand_in,
     )
     try:
         result = engine.grade(args.submission, options)

@@ -44,7 +44,7 @@ from grader.sandbox.limits import Limits, fitted_memory_limit, grade_memory
 from grader.sandbox.scratch import remove_tree
 from grader.sandbox.submission import locate
 from grader.sandbox.workcopy import SubmissionError, make_working_copy
-from grader.scoring import score_problem, strip_controls, total, unavailable
+from grader.scoring import STAND_IN_NOTE, score_problem, strip_controls, total, unavailable
 from grader.util import PROFILES, REPO, cuda_available, memory_available, printable
 
 __all__ = ["STUDENT_RELEASE_CHECKS", "Options", "grade", "hidden_available"]
@@ -68,6 +68,7 @@ class Options:
     seed: int | None = None  # hidden checks' inputs; None: a fresh one, recorded in the result
     parallel: int | None = None  # concurrent trusted pytest processes per phase; None: one
     progress: GradeProgress | None = None  # told as each problem starts and finishes; None: silent
+    cpu_stand_in: bool = False  # without CUDA, run the GPU problems on the CPU standing in for one (a rehearsal)
     on_update: Callable[[GradeResult], None] | None = None  # told the result as it stands, after each problem
 
 
@@ -97,6 +98,9 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
     reveal = rub.settings.reveal_hidden if opts.reveal_hidden is None else opts.reveal_hidden
     path = Path(submission).expanduser().resolve() if submission else REPO
     cuda = cuda_available()
+    # Where the GPU problems run: the CUDA device; without one the CPU when
+    # asked to stand in for it (a rehearsal of the GPU pipeline); else nowhere.
+    gpu_device = "cuda" if cuda else "cpu" if opts.cpu_stand_in else ""
     costs = budgets.load()
     began = time.process_time()
     speed = budgets.machine_speed(costs)
@@ -151,7 +155,9 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
     start = time.monotonic()
     # Every report shows each problem as not graded yet until its last phase
     # has run: a grade stopped from outside leaves the points it finished.
-    result.problems = [unavailable(p, UNFINISHED, UNFINISHED_TEXT, cuda) for p in selected]
+    result.problems = [unavailable(p, UNFINISHED, UNFINISHED_TEXT, gpu_device) for p in selected]
+    if gpu_device == "cpu" and any(p.gpu for p in selected):
+        result.notes.append(STAND_IN_NOTE)
     _update(opts, result, start)
     run = Path(tempfile.mkdtemp(prefix="grader-"))
     if sandbox.mode == "uid":  # the worker's uid reaches its working copy and scratch, lists nothing
@@ -166,11 +172,11 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
             why = str(e) if isinstance(e, SubmissionError) else \
                 f"its files could not be unpacked or copied ({type(e).__name__}: {e})"
             result.error = printable(why)[:1000]
-            result.problems = [unavailable(p, ERROR, f"not graded: {result.error}", cuda) for p in selected]
+            result.problems = [unavailable(p, ERROR, f"not graded: {result.error}", gpu_device) for p in selected]
             return total(result, time.monotonic() - start)
-        template = group_template(path, work, profile, sandbox, seed=seed)
-        grading = _Grading(opts, result, selected, check_files, cuda, reveal, start)
-        all_phases = phases(selected, check_files, cuda=cuda)
+        template = group_template(path, work, profile, sandbox, seed=seed, stand_in=gpu_device == "cpu")
+        grading = _Grading(opts, result, selected, check_files, gpu_device, reveal, start)
+        all_phases = phases(selected, check_files, gpu_device=gpu_device)
         grading.expect([({p.name for p, _ in part}, any(is_hidden(f) for _, files in part for f in files))
                         for part in all_phases])
         for index, part in enumerate(all_phases):
@@ -243,8 +249,8 @@ class _Grading:
     results, and the reports are rewritten after each."""
 
     def __init__(self, opts: Options, result: GradeResult, selected: list[rubric_mod.Problem],
-                 check_files: dict[str, tuple[str, ...]], cuda: bool, reveal: bool, start: float) -> None:
-        self.opts, self.result, self.cuda, self.reveal = opts, result, cuda, reveal
+                 check_files: dict[str, tuple[str, ...]], gpu_device: str, reveal: bool, start: float) -> None:
+        self.opts, self.result, self.gpu_device, self.reveal = opts, result, gpu_device, reveal
         self.check_files = check_files
         self.start = start
         self.problems = {p.name: p for p in selected}
@@ -280,8 +286,8 @@ class _Grading:
         parts = [self.parts[name][i] for i in sorted(self.parts[name])]
         merged = problem_results(name, self.check_files[name], parts)
         records = {i in self.hidden: r for i, part in self.parts[name].items() if (r := part.problems.get(name))}
-        res = score_problem(p, self.check_files[name], merged, self.cuda, self.reveal, public=records.get(False),
-                            hidden=records.get(True))
+        res = score_problem(p, self.check_files[name], merged, self.gpu_device, self.reveal,
+                            public=records.get(False), hidden=records.get(True))
         res.time = round(sum(c.duration for c in res.checks if not c.hidden), 3)
         res.hidden_time = round(sum(c.duration for c in res.checks if c.hidden), 3)
         if merged.fatal and merged.log:

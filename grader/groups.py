@@ -157,15 +157,16 @@ OnProblem = Callable[[str, RunResults], None]
 
 
 def phases(selected: list[Problem], check_files: dict[str, tuple[str, ...]], *,
-           cuda: bool) -> list[list[ProblemFiles]]:
+           gpu_device: str) -> list[list[ProblemFiles]]:
     """The run's phases (:func:`by_phase`) of the selected problems' existing
     check files (``check_files``: each problem's), each in the order its trusted process runs them: the
     rubric's, except that the problems whose workers need a sealed fork
     server (:data:`grader.sandbox.optimseal.SEALED_OPTIM_PROBLEMS`) come last, so
     that a phase starts one fork server of each kind at most. A GPU problem
-    without CUDA is left out (it is "not run on a GPU")."""
+    is left out where GPU problems do not run (``gpu_device`` ""; it is "not
+    run on a GPU")."""
     planned = [ProblemFiles(p, check_files[p.name]) for p in selected]
-    planned = [pf for pf in planned if pf.files and not (pf.problem.gpu and not cuda)]
+    planned = [pf for pf in planned if pf.files and not (pf.problem.gpu and not gpu_device)]
     planned.sort(key=lambda pf: pf.problem.name in SEALED_OPTIM_PROBLEMS)  # stable: the rubric's order otherwise
     return by_phase(planned)
 
@@ -452,8 +453,9 @@ def problem_results(name: str, files: Sequence[str], parts: list[RunResults]) ->
     return out
 
 
-def group_template(name: Path, work: Path, profile: str, sandbox: Sandbox, *, seed: int) -> GroupSpec:
+def group_template(name: Path, work: Path, profile: str, sandbox: Sandbox, *, seed: int,
+                   stand_in: bool = False) -> GroupSpec:
     """The run's group spec, before a group fills in its problems, scratch folder and pipe."""
     return GroupSpec(name=str(name), repo=str(REPO), work=str(work), scratch="", profile=profile, problems=(),
-                     sandbox=SandboxSpec.of(sandbox), results_fd=-1, seed=seed)
+                     sandbox=SandboxSpec.of(sandbox), results_fd=-1, seed=seed, stand_in=stand_in)
 

@@ -11,7 +11,8 @@ worker, and registers one plugin per job:
 * :class:`GraderRun` runs the checks problem by problem (the rubric's order),
   telling the RemoteImpl which problem each belongs to; hidden checks draw
   from the run's seed (:func:`hidden_seed`); ``gpu``-marked checks are skipped
-  where CUDA is unavailable ("not run on a GPU");
+  where CUDA is unavailable ("not run on a GPU"), but for a GPU problem's
+  when the CPU stands in for the GPU (:func:`gpu_device`);
 * :class:`OutcomeRecorder` records every check's
   :class:`grader.protocol.CheckOutcome` (in ``item.stash``): outcome, failure
   details, duration (setup + call + teardown, on this trusted process's
@@ -30,8 +31,8 @@ worker, and registers one plugin per job:
   worker record), so the engine scores and reports each problem as it comes
   and a run stopped from outside keeps what it finished; at the end, the
   run's own figures (its cost);
-* :class:`GpuLock`, only where CUDA is present and a problem needs it, holds
-  the device's lock from a GPU problem's first check to its last.
+* :class:`GpuLock`, only where a GPU problem runs (on CUDA, or on the CPU
+  standing in), holds the device's lock from its first check to its last.
 
 Every event goes over the inherited file descriptor ``results_fd``
 (:class:`ResultsPipe`; a pipe: there is no results file a submission could
@@ -43,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import resource
 import time
@@ -93,6 +95,7 @@ def pytest_configure(config: pytest.Config) -> None:
     watch = ScratchWatch(Path(spec.scratch), sandbox.limits, impl.stop_workers).start()
     _limit_own_memory(sandbox.limits.trusted_memory_bytes, cuda=spec.sandbox.cuda)
     cuda = cuda_available()
+    device = "cuda" if cuda else "cpu" if spec.stand_in else ""
     layout, pipe = Layout(spec), ResultsPipe(spec.results_fd)
     recorder = OutcomeRecorder(layout, impl)
     # Of the runtest-protocol wrappers, the one registered last is the
@@ -103,9 +106,20 @@ def pytest_configure(config: pytest.Config) -> None:
     manager.register(recorder, "grader-outcomes")
     manager.register(ProgressReporter(layout, pipe), "grader-progress")
     manager.register(ResultsSender(spec, layout, impl, watch, recorder, pipe, cuda), "grader-results")
-    manager.register(GraderRun(spec, layout, impl, cuda), RUN_PLUGIN)
-    if cuda and spec.gpu_lock_problems:
-        manager.register(GpuLock(layout, spec.gpu_lock_problems), "grader-gpu-lock")
+    manager.register(GraderRun(spec, layout, impl, device), RUN_PLUGIN)
+    if device and spec.gpu_lock_problems:
+        manager.register(GpuLock(layout, spec.gpu_lock_problems, device), "grader-gpu-lock")
+
+
+def gpu_device(config: pytest.Config) -> str:
+    """Where this run's GPU problems run: "cuda", "cpu" where the CPU stands
+    in for the GPU (the grader's ``--cpu-stand-in``, without CUDA), "" where
+    they do not run. Outside the grader (pytest on the hidden checks): "cuda"
+    where CUDA is available."""
+    run = config.pluginmanager.get_plugin(RUN_PLUGIN)
+    if isinstance(run, GraderRun):
+        return run.gpu_device
+    return "cuda" if cuda_available() else ""
 
 
 class Layout:
@@ -151,10 +165,11 @@ class ResultsPipe:
 class GraderRun:
     """How the checks run: problem by problem, each problem's worker selected
     before its checks, hidden checks drawing from the run's seed, GPU checks
-    skipped without CUDA (a pytest plugin: its methods are the hooks)."""
+    skipped without CUDA but for a GPU problem's on the CPU standing in
+    (``gpu_device`` "cpu") (a pytest plugin: its methods are the hooks)."""
 
-    def __init__(self, spec: GroupSpec, layout: Layout, impl: RemoteImpl, cuda: bool) -> None:
-        self.spec, self.layout, self.impl, self.cuda = spec, layout, impl, cuda
+    def __init__(self, spec: GroupSpec, layout: Layout, impl: RemoteImpl, gpu_device: str) -> None:
+        self.spec, self.layout, self.impl, self.gpu_device = spec, layout, impl, gpu_device
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """Grading is reproducible: derandomized public examples (hidden checks
@@ -193,7 +208,8 @@ class GraderRun:
             from hypothesis import seed
 
             seed(hidden_seed(self.spec.seed, item.nodeid))(item.obj)
-        if item.get_closest_marker("gpu") is not None and not self.cuda:
+        if item.get_closest_marker("gpu") is not None and self.gpu_device != "cuda" \
+                and not (self.gpu_device == "cpu" and problem in self.spec.gpu_lock_problems):
             pytest.skip("needs a CUDA device: not run on a GPU")
 
 
@@ -239,6 +255,7 @@ class OutcomeRecorder:
                 problem=problem, file=self.layout.file(item) if problem else item.nodeid,
                 gpu_marked=item.get_closest_marker("gpu") is not None, extends=_extends(item))
         entry.input_kind = _input_kind(item) or entry.input_kind
+        entry.figures = _figures(item) or entry.figures
         if report.failed:
             entry.outcome = "failed" if report.when == "call" else "error"
         elif report.skipped and entry.outcome == "passed":
@@ -350,11 +367,11 @@ class ResultsSender:
 class GpuLock:
     """One GPU problem per device (grader/mfu/gpulock.py): the device's lock
     is held from the first check of a GPU problem to its last; a problem that
-    could not get it is not graded (a pytest plugin, registered only where
-    CUDA is present and a problem needs the lock)."""
+    could not get it is not graded (a pytest plugin, registered only where a
+    GPU problem runs: ``device`` "cuda", or "cpu" for the CPU standing in)."""
 
-    def __init__(self, layout: Layout, problems: list[str]) -> None:
-        self.layout, self.problems = layout, problems
+    def __init__(self, layout: Layout, problems: list[str], device: str) -> None:
+        self.layout, self.problems, self.device = layout, problems, device
         self.held: tuple[str, contextlib.ExitStack] | None = None  # (problem, what releases it)
         self.busy: dict[str, str] = {}  # problems that could not get the device, and why
 
@@ -385,7 +402,7 @@ class GpuLock:
 
         stack = contextlib.ExitStack()
         try:
-            stack.enter_context(gpulock.device_lock(_device_key(), timeout=gpulock.WAIT_SECONDS))
+            stack.enter_context(gpulock.device_lock(_device_key(self.device), timeout=gpulock.WAIT_SECONDS))
         except gpulock.DeviceBusy as e:
             self.busy[problem] = str(e)
             return
@@ -397,12 +414,12 @@ class GpuLock:
             held[1].close()
 
 
-def _device_key() -> str:
+def _device_key(device: str) -> str:
     import torch
 
     from grader.mfu import gpulock
 
-    return gpulock.device_key(torch.cuda.current_device())
+    return gpulock.device_key(torch.cuda.current_device()) if device == "cuda" else gpulock.STAND_IN_KEY
 
 
 def _limit_own_memory(limit: int, cuda: bool) -> None:
@@ -483,6 +500,12 @@ def _extends(item: pytest.Item) -> str:
     marker = item.get_closest_marker("extends")
     value = marker.args[0] if marker is not None and marker.args else ""
     return value if isinstance(value, str) else ""
+
+
+def _figures(item: pytest.Item) -> dict[str, float]:
+    """The numbers a check recorded with ``record_property(name, number)`` (measured on this side)."""
+    return {str(k): float(v) for k, v in item.user_properties
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
 
 
 def _input_kind(item: pytest.Item) -> dict[str, str]:

@@ -107,7 +107,9 @@ class GroupSpec:
     is the write end of the events pipe to the engine. ``seed`` seeds the
     hidden checks' draws (:func:`grader.plugin.hidden_seed`). ``hidden``: this
     run serves hidden checks (its workers' troubles are told in fixed words:
-    :mod:`grader.sandbox.remote`).
+    :mod:`grader.sandbox.remote`). ``stand_in``: where there is no CUDA
+    device, the GPU problems' checks run on the CPU standing in for one (a
+    rehearsal of the GPU pipeline: ``python -m grader --cpu-stand-in``).
     """
 
     name: str
@@ -120,6 +122,7 @@ class GroupSpec:
     results_fd: int
     seed: int
     hidden: bool = False
+    stand_in: bool = False
 
     @property
     def gpu_lock_problems(self) -> list[str]:
@@ -160,7 +163,9 @@ class CheckOutcome:
     grader failed). ``gpu_marked``: the check has the ``gpu`` marker (it
     needs CUDA). ``extends`` and ``input_kind`` are
     what a hidden check declared (its ``extends`` marker, its ``input_kind(...)``
-    facts), read from the test item on the trusted side.
+    facts), read from the test item on the trusted side. ``figures``: the
+    numbers a check measured on the trusted side and recorded with pytest's
+    ``record_property`` (the MFU check's ratio, say).
     """
 
     problem: str
@@ -174,6 +179,7 @@ class CheckOutcome:
     cpu: float = 0.0
     extends: str = ""
     input_kind: dict[str, str] = field(default_factory=dict)
+    figures: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> CheckOutcome:

@@ -60,6 +60,7 @@ class Check:
     extends: str = ""  # hidden checks: the public test (node id, no parameters) this one extends
     input_kind: dict[str, str] = field(default_factory=dict)  # hidden checks: the kind of input, never values
     item: str = ""  # the rubric item it counts toward ("" when it maps to none or several: all items)
+    figures: dict[str, float] = field(default_factory=dict)  # measured on the trusted side (record_property)
 
 
 @dataclass

@@ -51,19 +51,36 @@ _IMPORT_ERRORS = {"remote:SyntaxError", "remote:ImportError", "remote:ModuleNotF
                   "remote:IndentationError", "remote:SystemExit"}
 
 
-def score_problem(p: Problem, files: Sequence[str], outcome: RunResults, cuda: bool, reveal: bool,
+def score_problem(p: Problem, files: Sequence[str], outcome: RunResults, gpu_device: str, reveal: bool,
                   public: WorkerRecord | None = None, hidden: WorkerRecord | None = None) -> ProblemResult:
     """Problem ``p``'s result from its checks' outcomes (``outcome``: of every
     phase, merged; ``files``: its check files that exist, this grade's);
-    ``public`` and ``hidden`` are its phases' worker records, kept apart so
-    that what students read holds figures of its public checks only (the
-    hidden run's are the instructors')."""
+    ``gpu_device`` is where GPU problems ran ("cuda"; "cpu": the CPU stood
+    in for a GPU, :data:`STAND_IN_NOTE`; "": nowhere, they are "not run on a
+    GPU"); ``public`` and ``hidden`` are its phases' worker records, kept
+    apart so that what students read holds figures of its public checks only
+    (the hidden run's are the instructors')."""
     if not files:
-        return unavailable(p, NO_CHECKS, f"its check files do not exist yet ({', '.join(p.files)})", cuda)
-    if p.gpu and not cuda:
-        return unavailable(p, NOT_RUN_GPU, "", cuda)
+        return unavailable(p, NO_CHECKS, f"its check files do not exist yet ({', '.join(p.files)})", gpu_device)
+    if p.gpu and not gpu_device:
+        return unavailable(p, NOT_RUN_GPU, "", gpu_device)
     if outcome.fatal:
-        return unavailable(p, GRADER_ERROR, f"{NOT_GRADED} ({(outcome.error or 'the grader failed')[:3000]})", cuda)
+        return unavailable(p, GRADER_ERROR, f"{NOT_GRADED} ({(outcome.error or 'the grader failed')[:3000]})",
+                           gpu_device)
+    res = _score_checks(p, files, outcome, reveal, public, hidden)
+    if p.gpu and gpu_device == "cpu":
+        res.output = f"{STAND_IN_NOTE}\n{res.output}"
+    return res
+
+
+#: What a GPU problem graded with the CPU standing in for the GPU says first.
+STAND_IN_NOTE = ("graded on the CPU standing in for a GPU (--cpu-stand-in: a rehearsal of the GPU pipeline; "
+                 "its verdicts are not a GPU's)")
+
+
+def _score_checks(p: Problem, files: Sequence[str], outcome: RunResults, reveal: bool,
+                  public: WorkerRecord | None, hidden: WorkerRecord | None) -> ProblemResult:
+    """Problem ``p``'s result from checks that ran (see :func:`score_problem`)."""
     state = outcome.problems.get(p.name)
     checks, collect_errors = [], []
     for nodeid, t in outcome.checks.items():
@@ -73,7 +90,7 @@ def score_problem(p: Problem, files: Sequence[str], outcome: RunResults, cuda: b
             c = Check(test=nodeid, outcome=t.outcome, message=t.message, example=t.example,
                       hidden=is_hidden(t.file), gpu_marked=t.gpu_marked, exceptions=t.exceptions,
                       duration=float(t.duration), cpu=float(t.cpu), extends=_extends(t.extends),
-                      input_kind=_input_kind(t.input_kind))
+                      input_kind=_input_kind(t.input_kind), figures=dict(t.figures))
             found = p.items_of(c.test, c.extends)
             c.item = found[0].name if len(found) == 1 else ""
             checks.append(c)
@@ -217,11 +234,12 @@ def score_item(item: Item, checks: list[Check], reveal: bool) -> ItemResult:
     return res
 
 
-def unavailable(p: Problem, status: str, output: str, cuda: bool) -> ProblemResult:
-    """Problem ``p`` not graded (``status`` and why), or not run for want of a GPU.
-    A problem that needs a GPU here, or has no checks yet, is left out of every
-    total: max_score 0, its points in ``not_counted``."""
-    if p.gpu and not cuda:
+def unavailable(p: Problem, status: str, output: str, gpu_device: str) -> ProblemResult:
+    """Problem ``p`` not graded (``status`` and why), or not run for want of a
+    GPU (``gpu_device`` "": GPU problems do not run here). A problem that
+    needs a GPU here, or has no checks yet, is left out of every total:
+    max_score 0, its points in ``not_counted``."""
+    if p.gpu and not gpu_device:
         status, output = NOT_RUN_GPU, f"{p.name} needs a CUDA device, and this machine has none"
     if status in NOT_COUNTED:
         head = NEEDS_GPU if status == NOT_RUN_GPU else NO_CHECKS_YET

@@ -158,11 +158,11 @@ def test_the_grader_plugin_holds_the_lock_from_first_to_last_check_of_a_gpu_prob
     from grader.sandbox.limits import Limits
 
     monkeypatch.setenv(gpulock.LOCK_DIR_ENV, str(tmp_path))
-    monkeypatch.setattr(plugin, "_device_key", lambda: "fake0")
+    monkeypatch.setattr(plugin, "_device_key", lambda device: "fake0")
     problems = tuple(ProblemSpec(p, 60.0, (f"{p}.py",), gpu_lock=p == "mfu") for p in ("precision", "mfu", "training"))
     spec = GroupSpec(name="sub", repo=str(tmp_path), work="", scratch="", profile="dev", problems=problems,
                      sandbox=SandboxSpec("rlimits", "", True, Limits()), results_fd=-1, seed=0)
-    grading = plugin.GpuLock(plugin.Layout(spec), spec.gpu_lock_problems)
+    grading = plugin.GpuLock(plugin.Layout(spec), spec.gpu_lock_problems, "cuda")
     path = gpulock.lock_path("fake0")
 
     def run(problem: str) -> None:
@@ -179,3 +179,12 @@ def test_the_grader_plugin_holds_the_lock_from_first_to_last_check_of_a_gpu_prob
     assert held_by(os.getpid(), path), "the lock was let go between two checks of the GPU problem"
     run("training")
     assert not held_by(os.getpid(), path), "the lock outlived the GPU problem"
+
+
+def test_the_cpu_standing_in_for_a_gpu_takes_a_lock_of_its_own():
+    """With --cpu-stand-in the GPU problem's lock is the CPU's: rehearsals on
+    one machine take turns, and no CUDA is asked for a device."""
+    from grader import plugin
+
+    assert plugin._device_key("cpu") == gpulock.STAND_IN_KEY
+    assert gpulock.lock_path(gpulock.STAND_IN_KEY).name == f"grader-gpu-{gpulock.STAND_IN_KEY}.lock"

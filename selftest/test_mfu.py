@@ -7,6 +7,7 @@ test_mfu_arithmetic.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -379,3 +380,23 @@ def test_partial_work_fails_and_correct_styles_pass_at_every_width(dim, batch, t
         assert not on_gpu(report).passed
     else:
         assert report.verified, f"{train.__name__} is correct and failed: {report.verifications}"
+
+
+def test_a_run_faster_than_the_dense_peak_allows_never_passes():
+    """The speed of light: a timed run that beats its model FLOPs at the
+    device's dense peak did not do the work, whatever its verification says."""
+    report = on_gpu(check(good_train, 1e-3)[0])
+    floor = report.flops_per_call / report.peak_flops
+    too_fast = dataclasses.replace(report, submission_seconds=[floor / 2] * len(report.submission_seconds))
+    assert report.passed and not report.impossible
+    assert too_fast.verified and not too_fast.passed and len(too_fast.impossible) == len(report.submission_seconds)
+    assert "FASTER THAN THE DEVICE CAN RUN IT" in mfu_report.format_report(too_fast)
+
+
+def test_the_cpu_standing_in_reaches_a_verdict():
+    """With the CPU standing in for the GPU (a rehearsal) the report passes or
+    fails as on a GPU; any other run off CUDA is never a pass."""
+    report, *_ = check(good_train, 1e-3, stand_in=True)
+    assert report.stand_in and report.passed and "stood in for a GPU" in mfu_report.format_report(report)
+    slow, *_ = check(good_train, 0.02, ref_step=0.01, stand_in=True)
+    assert slow.verified and not slow.passed

@@ -62,7 +62,7 @@ def _outcome(**tests: dict[str, Any]) -> dict[str, Any]:
 
 
 def _score(problem, outcome, reveal: bool = False) -> results.ProblemResult:
-    return scoring.score_problem(problem, problem.check_files(REPO), RunResults.from_json(outcome), cuda=False,
+    return scoring.score_problem(problem, problem.check_files(REPO), RunResults.from_json(outcome), gpu_device="",
                                  reveal=reveal)
 
 

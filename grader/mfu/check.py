@@ -121,6 +121,7 @@ def run_check(
     seeds: Sequence[int] | None = None,
     matmul_size: int | None = None,
     isolation: Isolation | None = None,
+    stand_in: bool = False,
 ) -> MfuReport:
     """Warm up, then time ``workload.repeats`` pairs of calls (reference, then
     submission, same fresh seed each pair), measure the rounding noise
@@ -139,7 +140,8 @@ def run_check(
     fresh random ones. ``sync`` defaults to ``torch.cuda.synchronize`` on CUDA
     and a no-op elsewhere. ``matmul_size``: also measure an ``n x n`` matmul
     rate in this process (a ceiling to compare with; informational).
-    Errors raised by the submission propagate.
+    ``stand_in``: the CPU stands in for a GPU (a rehearsal; the report's
+    verdict is reached as on a GPU). Errors raised by the submission propagate.
     """
     dev = torch.device(device)
     if sync is None:
@@ -192,6 +194,7 @@ def run_check(
                          precision=workload.precision) for result, expected in zip(results, expected_runs, strict=True)]
     peak, note = peaks.dense_peak(device_name, workload.precision) if dev.type == "cuda" else (
         None, "not a GPU: no peak applies")
+
     matmul = None
     if matmul_size:
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[workload.precision]
@@ -202,4 +205,5 @@ def run_check(
     return MfuReport(device=str(dev), device_name=device_name, workload=workload, fraction=criteria.fraction,
                      flops_per_call=model_flops(workload, workload.steps), reference_seconds=ref_secs,
                      submission_seconds=sub_secs, verifications=checks, peak_flops=peak, peak_note=note,
-                     matmul_flops=matmul, calibration=calibration, isolation=how, isolation_violations=violations)
+                     matmul_flops=matmul, calibration=calibration, isolation=how, isolation_violations=violations,
+                     stand_in=stand_in and dev.type == "cpu")

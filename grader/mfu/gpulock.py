@@ -29,12 +29,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["LOCK_DIR_ENV", "WAIT_SECONDS", "DeviceBusy", "device_key", "device_lock", "lock_path"]
+__all__ = ["LOCK_DIR_ENV", "STAND_IN_KEY", "WAIT_SECONDS", "DeviceBusy", "device_key", "device_lock", "lock_path"]
 
 LOCK_DIR_ENV = "GRADER_GPU_LOCK_DIR"
 #: Seconds a GPU problem waits for its device before its checks error out
 #: ("the GPU stayed busy"); the engine adds this much to its own hard limit.
 WAIT_SECONDS = float(os.environ.get("GRADER_GPU_LOCK_WAIT", "1800"))
+
+
+#: The key of the CPU when it stands in for a GPU (``python -m grader
+#: --cpu-stand-in``): GPU problems rehearsed on one machine take turns too.
+STAND_IN_KEY = "cpu-stand-in"
 
 
 class DeviceBusy(RuntimeError):

@@ -38,10 +38,27 @@ class MfuReport:
     isolation: str = "none"
     #: Live submission processes seen where none may be: a failed check, never a pass.
     isolation_violations: list[str] = field(default_factory=list)
+    #: The CPU stood in for a GPU (``python -m grader --cpu-stand-in``): a
+    #: rehearsal, whose verdict is reached as on a GPU. Any other report off a
+    #: CUDA device is informational only, never a pass.
+    stand_in: bool = False
 
     @property
     def verified(self) -> bool:
         return bool(self.verifications) and all(v.ok for v in self.verifications)
+
+    @property
+    def impossible(self) -> list[str]:
+        """The timed submission runs faster than the device's dense peak allows
+        for their model FLOPs (the speed of light): work not done, never a pass.
+        The clock is the trusted side's and every run is verified, so no
+        submission should get here; a run that does exposes a broken measurement."""
+        if not self.peak_flops:
+            return []
+        floor = self.flops_per_call / self.peak_flops
+        tflop = self.flops_per_call / 1e12
+        return [f"run {i}: {t * 1e3:.2f} ms, where its {tflop:.3g} TFLOP take at least {floor * 1e3:.2f} ms at the "
+                "dense peak" for i, t in enumerate(self.submission_seconds, 1) if t < floor]
 
     @property
     def ratio(self) -> float:
@@ -66,7 +83,8 @@ class MfuReport:
 
     @property
     def passed(self) -> bool:
-        return self.device.startswith("cuda") and self.verified and not self.isolation_violations and score(
+        graded = self.device.startswith("cuda") or self.stand_in
+        return graded and self.verified and not self.isolation_violations and not self.impossible and score(
             min(self.submission_seconds), min(self.reference_seconds), self.fraction)
 
 
@@ -110,7 +128,10 @@ def format_report(report: MfuReport) -> str:
     ratio = report.ratio
     lines.append(f"  submission MFU / reference MFU = {ratio:.3f} (needs >= {report.fraction})")
     lines += [f"  run {i + 1}: {v.message}" for i, v in enumerate(report.verifications)]
-    if not report.device.startswith("cuda"):
+    lines += [f"  FASTER THAN THE DEVICE CAN RUN IT: {v}" for v in report.impossible]
+    if report.stand_in:
+        lines.append("  the CPU stood in for a GPU (a rehearsal): " + ("PASSED" if report.passed else "FAILED"))
+    elif not report.device.startswith("cuda"):
         lines.append("  not run on a GPU: informational only, never a pass")
     else:
         lines.append("  PASSED" if report.passed else "  FAILED")

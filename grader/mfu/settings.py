@@ -18,8 +18,8 @@ from typing import Any
 
 from grader.rubric import DEFAULT_RUBRIC, read_table
 
-__all__ = ["DEFAULT_CRITERIA", "DEFAULT_WORKLOAD", "DRIFT", "MAX_DRIFT", "Criteria", "Settings", "Workload",
-           "load_settings", "settings_from_table"]
+__all__ = ["DEFAULT_CRITERIA", "DEFAULT_WORKLOAD", "DRIFT", "MAX_DRIFT", "STAND_IN_KEYS", "STAND_IN_WORKLOAD",
+           "Criteria", "Settings", "Workload", "load_settings", "settings_from_table"]
 
 
 #: ``lr * dim * steps`` of the default learning rate (:class:`Workload`): on
@@ -148,6 +148,13 @@ class Criteria:
 
 DEFAULT_WORKLOAD = Workload()
 DEFAULT_CRITERIA = Criteria()
+#: The workload where the CPU stands in for the GPU (``python -m grader
+#: --cpu-stand-in``, a rehearsal of the GPU pipeline): 0.8 GFLOP per step,
+#: a few milliseconds on one CPU thread, so the matmuls still dominate a call
+#: and a loop doing more work is measurably slower; 64 steps make a timed
+#: call about 0.2 CPU s, 20 ticks of the clock that times it there (the
+#: workers' CPU time); overridden by the rubric's ``[mfu.stand_in]`` table.
+STAND_IN_WORKLOAD = Workload(dim=256, num_layers=4, batch=512, steps=64, warmup_steps=2, repeats=3, probe=256)
 
 
 @dataclass(frozen=True)
@@ -158,26 +165,42 @@ class Settings:
     criteria: Criteria = DEFAULT_CRITERIA
 
 
-def load_settings(path: Path = DEFAULT_RUBRIC) -> Settings:
+def load_settings(path: Path = DEFAULT_RUBRIC, *, stand_in: bool = False) -> Settings:
     """Workload and criteria from the rubric's ``[mfu]`` table (defaults for
     anything it leaves out, or when there is no such table); ValueError
     (RubricError) or TypeError for unknown keys or bad values.
 
     ``[mfu]`` keys: the fields of :class:`Workload` and :class:`Criteria`,
-    e.g. ``fraction = 0.8``, ``steps = 64``, ``noise_factor = 4.0``.
+    e.g. ``fraction = 0.8``, ``steps = 64``, ``noise_factor = 4.0``; its
+    ``[mfu.stand_in]`` table: the workload's sizes where the CPU stands in
+    for the GPU (``stand_in``; :data:`STAND_IN_WORKLOAD` for what it leaves out).
     """
-    return settings_from_table(read_table(path, "mfu"), str(path))
+    return settings_from_table(read_table(path, "mfu"), str(path), stand_in=stand_in)
 
 
-def settings_from_table(table: dict[str, Any], where: str = "[mfu]") -> Settings:
+#: The keys of ``[mfu.stand_in]``: the workload's sizes (its precision, learning
+#: rule and criteria are the graded workload's).
+STAND_IN_KEYS = ("dim", "num_layers", "batch", "steps", "warmup_steps", "repeats", "probe")
+
+
+def settings_from_table(table: dict[str, Any], where: str = "[mfu]", *, stand_in: bool = False) -> Settings:
     """:class:`Settings` from an ``[mfu]`` table as written (e.g.
-    ``grader.rubric.load().mfu``); ``where`` names it in errors."""
+    ``grader.rubric.load().mfu``); ``where`` names it in errors;
+    ``stand_in``: the workload where the CPU stands in for the GPU."""
     workload_keys = {f.name for f in dataclasses.fields(Workload)}
     criteria_keys = {f.name for f in dataclasses.fields(Criteria)}
+    table = dict(table)
+    small = table.pop("stand_in", {})
     unknown = set(table) - workload_keys - criteria_keys
     if unknown:
         raise ValueError(f"{where}: unknown keys in [mfu]: {', '.join(sorted(unknown))}")
-    return Settings(
-        Workload(**{k: v for k, v in table.items() if k in workload_keys}),
-        Criteria(**{k: v for k, v in table.items() if k in criteria_keys}),
-    )
+    if not isinstance(small, dict) or set(small) - set(STAND_IN_KEYS):
+        raise ValueError(f"{where}: [mfu.stand_in] must be a table of {', '.join(STAND_IN_KEYS)}")
+    workload = Workload(**{k: v for k, v in table.items() if k in workload_keys})
+    if stand_in:
+        sizes = {k: small.get(k, getattr(STAND_IN_WORKLOAD, k)) for k in STAND_IN_KEYS}
+        # (an explicit lr is the GPU workload's: the stand-in's follows the drift)
+        workload = dataclasses.replace(workload, **sizes, lr=None)
+    elif small:
+        Workload(**small)  # its values are checked whichever workload runs
+    return Settings(workload, Criteria(**{k: v for k, v in table.items() if k in criteria_keys}))

@@ -12,7 +12,7 @@ The ``--json`` schema (stable; other tools build on it)::
                    "output": str, "log": str, "time": float, "cpu": float, "not_counted": float,
                    "cpu_budget": float, "reference_cpu": float, "not_run": int,
                    "checks": [{"test": str, "outcome": str, "message": str,
-                               "duration": float, "cpu": float}],
+                               "duration": float, "cpu": float, "figures": {str: float}}],
                    "items": [{"name": str, "points": float, "score": float,
                               "status": str, "checks": int, "failed": int,
                               "not_run": int, "note": str, "not_counted": float, "failure": null | {
@@ -138,8 +138,10 @@ def _visible_checks(p: ProblemResult, reveal: bool) -> list[dict[str, Any]]:
             message = f"{message}\n{c.example}"
         shown = c.test if (not c.hidden or reveal) else f"hidden check {function_name(c.test)}"
         entry: dict[str, Any] = {"test": shown, "outcome": c.outcome, "message": message}
-        if not c.hidden or reveal:  # a hidden check's seconds are the submission's to steer
+        if not c.hidden or reveal:  # a hidden check's seconds (and figures) are the submission's to steer
             entry.update(duration=c.duration, cpu=c.cpu)
+            if c.figures:
+                entry["figures"] = c.figures
         out.append(entry)
     return out
 

@@ -163,6 +163,11 @@ class RemoteImpl(ImplBase):
                 rel = path.relative_to(self._package).with_suffix("")
                 self._sources[".".join(rel.parts)] = path.read_text(encoding="utf-8", errors="replace")
 
+    @property
+    def cuda(self) -> bool:
+        """Whether its workers may use CUDA."""
+        return self._sandbox.gpu
+
     # ------------------------------------------------------------ lifecycle
     def enter(self, problem: str) -> None:
         if problem != self.problem and self.problem in self._workers:
