@@ -1,0 +1,28 @@
+"""Partial work, fast: the reference's loop (bf16 autocast, no per-step host
+sync) for only the first half of the steps, each loss reported twice. Twice
+as fast as the reference, so the MFU check must reject it on its work: the
+parameters end up about half an update away from where a full run leaves
+them (the check's verification, grader/mfu/measure.py verify_run)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor, nn
+
+
+def train(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iterable[tuple[Tensor, Tensor]], *,
+          steps: int, precision: str = "fp32", **_: object) -> list[float]:
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    losses = []
+    for _step, (x, y) in zip(range(steps // 2), batches, strict=False):
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(x.device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            out = model(x)
+        loss = nn.functional.mse_loss(out.float(), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    done = torch.stack(losses).tolist() if losses else []
+    return (done * 2 + done[:1])[:steps]
