@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import datetime as _dt
 import functools
+import json
 import platform
 import re
 import sys
@@ -107,6 +108,21 @@ def half_steps_train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, b
     return (losses * 2 + losses[:1])[:steps]
 
 
+def no_step_train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: Any, *, steps: int,
+                  precision: str) -> list[float]:
+    """The reference's step without the optimizer's: forward and backward only
+    (where the step's time goes; not a loop to grade)."""
+    losses = []
+    for _, (x, y) in zip(range(steps), batches, strict=False):
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+            out = model(x)
+        loss = torch.nn.functional.mse_loss(out.float(), y)
+        loss.backward()
+        losses.append(loss.detach())
+    return torch.stack(losses).tolist()
+
+
 class _LoopImpl:
     """An in-process Impl whose ``training.train`` is one of the loops above."""
 
@@ -163,15 +179,18 @@ def copy_bandwidth(nbytes: int, device: torch.device, iters: int = 10) -> float:
 # ----------------------------------------------------------------- the run
 
 
-def verification_rows(workload: settings.Workload, device: torch.device, rows: Rows) -> None:
+def verification_rows(workload: settings.Workload, device: torch.device, rows: Rows,
+                      figures: dict[str, Any] | None = None) -> None:
     """Append the MFU check's verification on this device to ``rows``: the
-    measured rounding noise, the tolerance it gives, and the update error of
-    correct and partial loops."""
+    measured rounding noise at the graded learning rate, the tolerance it
+    gives, and the update error of correct and partial loops (each verdict
+    also in ``figures["verification"]``)."""
     try:
         reference = LocalImpl("reference")
     except (ImportError, ValueError) as e:  # pragma: no cover - only without reference/
         rows.append(Row("verification", "not available", str(e)))
         return
+    figures = {} if figures is None else figures
     one = dataclasses.replace(workload, repeats=1)
     sync, criteria = _sync_for(device), settings.DEFAULT_CRITERIA
     rows.append(Row("verification: the rule", f"tolerance = clamp({criteria.noise_factor:g} x noise, "
@@ -185,7 +204,14 @@ def verification_rows(workload: settings.Workload, device: torch.device, rows: R
                                clock=time.perf_counter, sync=sync, workload=one)
         v, c = report.verifications[0], report.calibration
         assert c is not None
+        if label.startswith("bf16"):  # the reference's own noise: what the tolerance follows
+            rows.append(Row(f"verification: rounding noise, {workload.precision} against {c.precision}",
+                            f"{c.noise:.4f}", f"the reference loop, same seed, lr {workload.learning_rate:.3g} "
+                            f"(lr x dim x steps = {workload.learning_rate * workload.dim * workload.steps:.3g}); "
+                            f"tolerance {c.tolerance:.4f}"))
+            figures["noise"] = c.noise
         want, got = ("verified" if honest else "rejected"), ("verified" if v.ok else "rejected")
+        figures.setdefault("verification", {})[label] = {"want": want, "got": got, "error": v.update_error}
         rows.append(Row(f"verification: {label}", f"update error {v.update_error:.4f}, tolerance {c.tolerance:.4f}",
                         f"noise {c.noise:.4f}; {got} (must be {want}){'' if got == want else ' **WRONG**'}"))
 
@@ -194,10 +220,12 @@ def _tflops(x: float) -> str:
     return f"{x / 1e12:.1f} TFLOP/s" if x >= 1e12 else f"{x / 1e9:.2f} GFLOP/s"
 
 
-def run(device: torch.device, tiny: bool) -> tuple[str, list[Row]]:
-    """All benchmarks; returns (title, rows)."""
+def run(device: torch.device, tiny: bool) -> tuple[str, list[Row], dict[str, Any]]:
+    """All benchmarks; returns (title, rows, figures): the figures other
+    scripts read (matmul rates in FLOP/s, the noise, the verdicts)."""
     gpu = device.type == "cuda"
-    workload = TINY if tiny else settings.DEFAULT_WORKLOAD
+    figures: dict[str, Any] = {"device": device.type}
+    workload = settings.STAND_IN_WORKLOAD if tiny else settings.DEFAULT_WORKLOAD
     name = torch.cuda.get_device_name(device) if gpu else f"CPU ({platform.processor() or platform.machine()})"
     n = 256 if tiny else 8192
     rows = Rows()
@@ -214,6 +242,7 @@ def run(device: torch.device, tiny: bool) -> tuple[str, list[Row]]:
                     f"{mm16 / peak:.2f} of dense peak" if peak else ""))
     rows.append(Row(f"fp32 matmul {n}^3 (TF32 {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'})",
                     _tflops(mm32), f"{mm32 / peak32:.2f} of fp32 peak" if peak32 else ""))
+    figures.update(bf16_matmul=mm16, fp32_matmul=mm32)
 
     flops = measure.model_flops(workload, workload.steps)
     shape = f"{workload.num_layers} x {workload.dim}^2, batch {workload.batch}, {workload.steps} steps"
@@ -224,30 +253,60 @@ def run(device: torch.device, tiny: bool) -> tuple[str, list[Row]]:
         rows.append(Row("reference train", "not available", str(e)))
     loops += [("bf16 autocast + loss.item() every step", _LoopImpl("synced", synced_bf16_train)),
               ("slow: fp32 + loss.item() every step", _LoopImpl("slow", slow_train))]
+    step_ms: dict[str, float] = {}
     for label, impl in loops:
         try:
             seconds = time_loop(impl, workload, device)
         except (NotImplementedError, AttributeError, ImportError) as e:
             rows.append(Row(label, "not available", f"{type(e).__name__}: {e}"))
             continue
+        step_ms[label] = seconds / workload.steps * 1e3
         achieved = flops / seconds
         note = [f"{shape}: {seconds / workload.steps * 1e3:.2f} ms/step"]
         if peak:
             note.append(f"MFU {measure.mfu(flops, seconds, peak):.3f} of dense bf16 peak")
         note.append(f"{achieved / mm16:.3f} of the measured bf16 matmul rate")
         rows.append(Row(label, _tflops(achieved), "; ".join(note)))
+    reference_ms = step_ms.get(loops[0][0]) if loops and loops[0][0].startswith("reference") else None
 
-    verification_rows(workload, device, rows)
+    verification_rows(workload, device, rows, figures)
 
     opt_steps = 5 if tiny else 20
     copy = copy_bandwidth(8 << 20 if tiny else 2 << 30, device)
     rows.append(Row("device copy bandwidth (read + write)", f"{copy / 1e9:.0f} GB/s", "practical memory ceiling"))
+    adamw_ms: dict[bool, float] = {}
+    params = measure.num_parameters(workload)
     for fused in ((True, False) if gpu else (False,)):
         bw = optimizer_bandwidth(workload, device, fused, opt_steps)
+        adamw_ms[fused] = ADAMW_BYTES_PER_PARAM * params / bw * 1e3
         rows.append(Row(f"AdamW step, {'fused' if fused else 'foreach'}", f"{bw / 1e9:.0f} GB/s",
-                        f"{ADAMW_BYTES_PER_PARAM} bytes/param; {bw / copy:.2f} of the copy bandwidth"))
+                        f"{ADAMW_BYTES_PER_PARAM} bytes/param; {bw / copy:.2f} of the copy bandwidth; "
+                        f"{adamw_ms[fused]:.2f} ms per step of the workload"))
+    if reference_ms is not None:
+        step_rows(workload, device, reference_ms, flops / workload.steps / mm16 * 1e3,
+                  adamw_ms.get(True, adamw_ms.get(False, 0.0)), rows)
     title = f"{name}, torch {torch.__version__}, {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
-    return title, rows
+    return title, rows, figures
+
+
+def step_rows(workload: settings.Workload, device: torch.device, reference_ms: float, matmul_ms: float,
+              optimizer_ms: float, rows: Rows) -> None:
+    """Where the reference loop's step goes: its matmuls at the measured
+    matmul rate, its forward and backward alone (the same loop without the
+    optimizer step), the optimizer step (the graded workload's AdamW, fused
+    on CUDA, alone), and what is left (casts, allocations, launches)."""
+    fwd_bwd = time_loop(_LoopImpl("no step", no_step_train), workload, device) / workload.steps * 1e3
+    rest = reference_ms - fwd_bwd - optimizer_ms
+    rows.append(Row("step: the reference loop's step", f"{reference_ms:.2f} ms", "as timed above"))
+    rows.append(Row("step: its matmuls at the measured bf16 matmul rate", f"{matmul_ms:.2f} ms",
+                    f"{matmul_ms / reference_ms:.2f} of the step: the ceiling the loop can reach"))
+    rows.append(Row("step: forward and backward alone (bf16 autocast)", f"{fwd_bwd:.2f} ms",
+                    f"{fwd_bwd / reference_ms:.2f} of the step; {fwd_bwd - matmul_ms:.2f} ms beyond the matmuls "
+                    "(autocast casts, the loss, allocations)"))
+    rows.append(Row("step: the optimizer step alone (AdamW)", f"{optimizer_ms:.2f} ms",
+                    f"{optimizer_ms / reference_ms:.2f} of the step"))
+    rows.append(Row("step: the rest (zero_grad, launches, overlap)", f"{rest:.2f} ms",
+                    f"{rest / reference_ms:.2f} of the step (negative: the parts overlap)"))
 
 
 def to_markdown(title: str, rows: list[Row], gpu: bool) -> str:
@@ -271,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--tiny", action="store_true", help="tiny sizes (forced on the CPU): a smoke test")
     parser.add_argument("--out", type=Path, default=None, help="markdown file (default: benchmarks/results/...)")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="also write the figures other scripts read (gpu_report.py) as JSON")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     gpu = device.type == "cuda"
@@ -283,9 +344,11 @@ def main(argv: list[str] | None = None) -> int:
     if not gpu:
         torch.set_num_threads(1)  # tiny matmuls: threads only add contention
     try:
-        title, rows = run(device, tiny)
+        title, rows, figures = run(device, tiny)
     finally:
         torch.set_num_threads(threads)
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=1))
     text = to_markdown(title, rows, gpu and not tiny)
     out = args.out or default_out(title, gpu and not tiny)
     out.parent.mkdir(parents=True, exist_ok=True)
