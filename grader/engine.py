@@ -45,7 +45,7 @@ from grader.sandbox.scratch import remove_tree
 from grader.sandbox.submission import locate
 from grader.sandbox.workcopy import SubmissionError, make_working_copy
 from grader.scoring import STAND_IN_NOTE, score_problem, strip_controls, total, unavailable
-from grader.util import PROFILES, REPO, cuda_available, memory_available, printable
+from grader.util import PROFILES, REPO, cuda_available, memory_available, printable, torch_support_note
 
 __all__ = ["STUDENT_RELEASE_CHECKS", "Options", "grade", "hidden_available"]
 
@@ -129,6 +129,8 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
     seed = opts.seed if opts.seed is not None else secrets.randbits(32)
     result = GradeResult(submission=str(path), profile=profile, sandbox=sandbox.describe(), seed=seed, reveal=reveal,
                          speed=round(speed, 3), calibration_cpu=round(calibration, 3))
+    if note := torch_support_note():
+        result.operator_notes.append(note)
     if limits.memory_bytes < configured:
         result.operator_notes.append(f"worker memory limit lowered to {limits.memory_bytes / (1 << 30):.1f} GiB "
                                      f"(from {configured / (1 << 30):g} GiB) to fit this machine's free memory")

@@ -155,6 +155,33 @@ def memory_available() -> int:
     return max(0, min(free, limit - held))
 
 
+#: The torch releases the grader supports (major, minor), oldest and newest:
+#: the lock's (constraints.txt, every CI run) down to what the course's GPU
+#: nodes have (benchmarks/rehearse_node.py --torch 2.11.0, a "full" selftest).
+SUPPORTED_TORCH = ((2, 11), (2, 13))
+
+
+def torch_support_note() -> str:
+    """What the operator should know of the installed torch ("" when it is a
+    supported release), read from its metadata (torch is not imported)."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return "torch is not installed"
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if match is None:
+        return f"torch {version}: a version the grader cannot read"
+    release = (int(match[1]), int(match[2]))
+    low, high = SUPPORTED_TORCH
+    if low <= release <= high:
+        return ""
+    return (f"torch {version} is outside the releases the grader is tested with ({low[0]}.{low[1]} to "
+            f"{high[0]}.{high[1]}): grade on a supported one, or rehearse this one first "
+            "(python -m benchmarks.rehearse_node --torch VERSION)")
+
+
 def cuda_available() -> bool:
     """Whether torch sees a CUDA device; False when torch is missing or broken.
 
