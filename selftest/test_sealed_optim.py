@@ -399,9 +399,11 @@ def test_carved_rules_reach_everything_but_the_holes(tmp_path):
 #: A process restricting itself as a uid-mode optimizers worker does; prints what it could still do.
 RESTRICTED = r'''
 import ctypes, json, os, socket, sys
-from grader.worker.confine import forbid, restrict_files
+from grader.worker.confine import dumpable, forbid, restrict_files
 allowed, other = sys.argv[1], sys.argv[2]
-out = {"landlock": restrict_files({"read": [allowed, "/usr", "/lib"]}), "seccomp": forbid(ipc=True)}
+out = {"landlock": restrict_files({"read": [allowed, "/usr", "/lib"]})}
+dumpable(False)  # as a uid-mode worker's config says (grader/worker/main.py)
+out["seccomp"] = forbid()
 
 def attempt(name, fn):
     try:

@@ -217,10 +217,11 @@ class Sandbox:
     def describe(self, seccomp: str | None = None) -> str:
         extra = "" if seccomp is None else f", seccomp {seccomp}"
         if self.mode == "bwrap":
-            return f"bubblewrap (no network, private filesystem) + rlimits{extra}"
+            landlock = " + Landlock" if self.landlocked else ""
+            return f"bubblewrap (no network, private filesystem){landlock} + rlimits{extra}"
         if self.mode == "uid":
             landlock = ("Landlock: it writes only to its scratch folder, and the optimizers' worker cannot read "
-                        "torch.optim's files" if self.seals_optim else
+                        "torch.optim's files" if self.landlocked else
                         "no Landlock: it may write the host's temporary folders, and the optimizers' worker can read "
                         "torch.optim's files")
             return (f"unprivileged uid {self.uid} (no namespaces; the reference, hidden checks and grader "
@@ -229,9 +230,10 @@ class Sandbox:
 
     @property
     def landlocked(self) -> bool:
-        """Uid mode on a kernel with Landlock: each worker restricts itself
-        (writes only to its scratch folder; the optimizers' one more)."""
-        return self.mode == "uid" and landlock_abi() >= 1
+        """Bubblewrap or uid mode on a kernel with Landlock: each worker
+        restricts the files it may write (:meth:`worker_config`; in uid mode
+        the optimizers' one its reads too)."""
+        return self.mode in ("bwrap", "uid") and landlock_abi() >= 1
 
     @property
     def seals_optim(self) -> bool:
@@ -267,13 +269,28 @@ class Sandbox:
 
     def worker_config(self, work: Path, scratch: Path, sealed_optim: SealedOptim | None) -> WorkerConfig:
         """What each worker of a fork server on ``work`` sets for itself: its
-        rlimits and, in uid mode with Landlock, the files it may write (only its
-        scratch folder) and, for a worker with torch.optim sealed, read."""
-        config = WorkerConfig(rlimits=self.limits.rlimits(self.gpu), growth=0 if self.gpu else self.limits.growth_bytes)
-        if self.landlocked:
-            config = replace(config, landlock=self._sealed_rules(work, sealed_optim) if sealed_optim is not None
-                             else {"write": [str(scratch)], "device": _devices()})
-        return config
+        rlimits and, on a kernel with Landlock, the files it may write: its
+        scratch folder (and in bubblewrap its sandbox's own ``/tmp`` and
+        ``/dev/shm``), the device nodes, nothing of ``/proc`` (no file there
+        changes its scheduling or OOM priority), but, for a worker that may use
+        CUDA, its own threads' files (the NVIDIA driver names its threads
+        through ``/proc/self/task/*/comm``); in uid mode the optimizers' sealed
+        worker writes nothing and reads only what :meth:`_sealed_rules` allows.
+        A uid-mode worker is not dumpable (no process of its uid may open its
+        memory); a bubblewrap one is (a grader of its uid reads its ``/proc``
+        files: memory, storage)."""
+        config = WorkerConfig(rlimits=self.limits.rlimits(self.gpu), growth=0 if self.gpu else self.limits.growth_bytes,
+                              dumpable=self.mode != "uid")
+        if not self.landlocked:
+            return config
+        if self.mode == "uid" and sealed_optim is not None:
+            rules = self._sealed_rules(work, sealed_optim)
+        else:
+            rules = {"write": [str(scratch), *(("/tmp", "/dev/shm") if self.mode == "bwrap" else ())],
+                     "device": _devices()}
+        if self.gpu:
+            rules["write"] = [*rules.get("write", []), "/proc/self/task"]
+        return replace(config, landlock=rules)
 
     def command(self, work: Path, scratch: Path, args: list[str],
                 sealed_optim: SealedOptim | None = None) -> tuple[list[str], dict[str, str], str]:

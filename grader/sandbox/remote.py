@@ -193,7 +193,7 @@ class RemoteImpl(ImplBase):
             st.fault = st.fault or self._seal_error or "torch.optim's sealed sources are gone (closed)"
             raise GraderFault(f"{self.problem}: not graded: {st.fault}")
         config = ServerConfig(seal=sealed, wipe=self._sandbox.wipe(), cuda=self._sandbox.gpu,
-                              dynamo=sealed and self._sandbox.landlocked)
+                              dynamo=sealed and self._sandbox.mode == "uid" and self._sandbox.landlocked)
         wall = self._wall(self.limits.start_cpu)
         try:
             server = ForkServer(self._sandbox, self._work, self._scratch, config, self.limits.reply_bytes,

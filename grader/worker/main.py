@@ -106,6 +106,9 @@ class WorkerConfig:
     take beyond what it holds when it starts (0: no such limit; its
     ``RLIMIT_DATA``, so a call past it fails with MemoryError and the kernel
     never has to kill it for memory on a machine that holds the promise).
+    ``dumpable``: whether a process of its uid may read its memory and its
+    ``/proc`` files that need that (a grader of its uid reads them: bubblewrap
+    and rlimits modes) or not (uid mode, where the grader is root).
     ``landlock``: the only files it may write (and with a "read" entry, read)
     once started (:func:`grader.worker.confine.restrict_files`; empty: no such
     restriction).
@@ -114,6 +117,7 @@ class WorkerConfig:
     rlimits: dict[str, int] = field(default_factory=dict)
     landlock: dict[str, list[str]] = field(default_factory=dict)
     growth: int = 0
+    dumpable: bool = True
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -122,13 +126,13 @@ class WorkerConfig:
     def from_json(cls, text: str) -> WorkerConfig:
         """The config ``to_json`` wrote; raises ValueError/TypeError on anything else."""
         raw = json.loads(text)
-        if type(raw) is not dict or set(raw) - {"rlimits", "landlock", "growth"}:
+        if type(raw) is not dict or set(raw) - {"rlimits", "landlock", "growth", "dumpable"}:
             raise ValueError(f"not a worker config: {text[:200]!r}")
         landlock = {str(k): [str(p) for p in v] for k, v in dict(raw.get("landlock", {})).items()}
         if set(landlock) - {"read", "device", "write"}:
             raise ValueError(f"not a worker config: landlock {sorted(landlock)}")
         return cls(rlimits={str(k): int(v) for k, v in dict(raw.get("rlimits", {})).items()}, landlock=landlock,
-                   growth=int(raw.get("growth", 0)))
+                   growth=int(raw.get("growth", 0)), dumpable=bool(raw.get("dumpable", True)))
 
 
 # ----------------------------------------------------------------------------- what a worker answers
@@ -293,14 +297,13 @@ def _work(harness: _Harness, server: ServerConfig, config: WorkerConfig, in_fd: 
     confine.set_rlimits(config.rlimits)
     if config.growth:
         confine.limit_growth(config.growth)
-    if config.landlock:  # before the filter, which keeps the dumpable flag as it is
+    if config.landlock:
         state = confine.restrict_files(config.landlock)
         if state != "on":  # asked for: the files it would keep from the submission are open
             os.write(2, f"grader worker: Landlock could not restrict its files ({state}); refusing to run\n".encode())
             os._exit(EXIT_NO_LANDLOCK)
-    else:
-        confine.dumpable(True)
-    seccomp = confine.forbid(ipc="read" in config.landlock)
+    confine.dumpable(config.dumpable)  # before the filter, which keeps the flag as it is
+    seccomp = confine.forbid(cuda=server.cuda)
     if seccomp != "on" and confine.seccomp_available():
         # Mandatory where the platform has it: RLIMIT_NPROC does not bind root
         # (graders often run as root), so without the filter nothing would.
