@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from grader.sandbox.cgroups import PidsCgroup, pids_limit
-from grader.sandbox.client import WorkerCrashed
+from grader.sandbox.client import FORKS, WorkerCrashed
 from grader.sandbox.scratch import remove_tree
 from selftest.sandboxing import (  # noqa: F401 (the fixtures impl and work)
     REPO,
@@ -212,5 +212,29 @@ def test_the_seccomp_filter_refuses_ptrace_without_bubblewrap_too(work):
     impl = make_impl(work, want="rlimits")
     try:
         assert impl.precision.tensor_bytes("ptrace-parent") == "Operation not permitted"
+    finally:
+        impl.close()
+
+
+@pytest.mark.skipif(not FORKS, reason="workers fork from a server on Linux only")
+def test_a_server_reached_after_its_workers_ran_is_replaced_not_blamed(work):
+    """A fork server whose earlier worker ran submission code may have been
+    reached by it (its open-file limit lowered to 3, as the server_limits
+    cheat tried before the filter refused prlimit64): its failed spawn is
+    retried once in a fresh server, and the problem carries on with no
+    grader error. A fresh server that fails too would be the machine's."""
+    import resource
+
+    impl = make_impl(work)
+    try:
+        assert impl.precision.bytes_per_element("ok") == 4
+        server = impl._server
+        assert server is not None and server.spawned == 1
+        resource.prlimit(server.server_pid, resource.RLIMIT_NOFILE, (3, 3))  # what a worker could not do
+        impl._fresh()  # the next call needs a new worker: the reached server cannot start one
+        assert impl.precision.bytes_per_element("ok") == 4
+        assert impl._server is not server and impl.servers == 2
+        assert not impl.states["precision"].fault
+        assert "a fresh sandbox for a worker" in impl.states["precision"].output.decode()
     finally:
         impl.close()

@@ -422,6 +422,7 @@ class ForkServer:
         self.work = private_copy(work)
         self.worker_config = sandbox.worker_config(self.work, scratch, sealed_optim)
         self.forks = FORKS
+        self.spawned = 0  # workers started: once one has, submission code has run beside this server
         self.log = bytearray()
         self.log_dropped = 0
         self.hello: dict[str, Any] | None = None
@@ -521,6 +522,7 @@ class ForkServer:
         if server is None:
             raise WorkerCrashed("the sandbox's fork server ended before it was ready")
         self.server_pid, self._server_start = server.pid, server.start
+        pin_oom_score(self.server_pid, 900)  # (it set 900 itself; as root this makes it its least)
         self.cpu_at_hello = self.meter.read().cpu
         self.hello = msg["hello"]
         return self.hello
@@ -547,9 +549,11 @@ class ForkServer:
             if type(msg.get("pid")) is not int:
                 raise GraderFault(f"the sandbox could not start a worker ({str(msg.get('error'))[:200]})")
             pid = self._child()
+            self.spawned += 1
             if cgroup is not None:
                 # Before its first request: nothing of the submission has run.
                 (cgroup.path / "cgroup.procs").write_text(str(pid))
+            pin_oom_score(pid)
             return Worker(pid, req_w, rep_r, log_r, self.max_reply, cgroup=cgroup)
         except BaseException:
             for fd in (req_w, rep_r, log_r):
@@ -586,6 +590,7 @@ class ForkServer:
             argv = cgroup.wrap(argv)
         proc = subprocess.Popen(argv, env=env, cwd=cwd, pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL,
                                 stdout=log_w, stderr=log_w, start_new_session=True, **credentials)
+        self.spawned += 1
         if cgroup is not None and credentials:
             (cgroup.path / "cgroup.procs").write_text(str(proc.pid))
         return Worker(proc.pid, req_w, rep_r, log_r, self.max_reply, proc=proc, cgroup=cgroup)
@@ -620,6 +625,19 @@ def replace_parent(config: ServerConfig, sandbox: Sandbox) -> ServerConfig:
     from dataclasses import replace
 
     return replace(config, parent=0 if sandbox.mode == "bwrap" else os.getpid())
+
+
+def pin_oom_score(pid: int, score: int = 1000) -> None:
+    """Set ``pid``'s ``oom_score_adj`` to ``score`` from here; as root
+    (``CAP_SYS_RESOURCE``) that also makes it the least the process may set
+    for itself (the kernel's ``oom_score_adj_min``), so a worker can never
+    make the kernel kill a trusted process before it. Without the privilege
+    the worker's own setting stands (grader/worker/confine.py ``oom_score``);
+    best effort."""
+    if os.geteuid() != 0:
+        return
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/oom_score_adj", "w") as f:
+        f.write(str(score))
 
 
 def oom_kills() -> int:
