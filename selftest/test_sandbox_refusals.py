@@ -220,3 +220,24 @@ def test_the_filter_allows_what_it_lists_and_nothing_else():
             for name in ("socket", "io_uring_setup", "add_key", "shmget", "execve", "ptrace", "personality"):
                 assert nrs[name] not in direct or name in confine.REFUSED, (machine, name)
 
+
+def test_a_priority_lowered_is_read_from_outside(tmp_path):
+    """Where no filter or Landlock stops it (rlimits mode, an old kernel), a
+    worker that lowers its own priority makes its wait its own doing, read
+    from /proc (grader/sandbox/proctree.py lowered_priority): never the
+    machine starving it."""
+    import sys
+
+    from grader.sandbox import proctree
+
+    nice = os.getpriority(os.PRIO_PROCESS, 0)
+    for code, lowered in (("", False), ("os.nice(5)", True),
+                          ("os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))", True)):
+        proc = subprocess.Popen([sys.executable, "-c", f"import os, sys, time\n{code}\nprint(1, flush=True)\n"
+                                 "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "1"
+            assert bool(proctree.lowered_priority(proc.pid, nice)) == lowered, code
+        finally:
+            proc.kill()
+            proc.wait()

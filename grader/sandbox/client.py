@@ -139,14 +139,17 @@ class Limit:
     wall: float
     polls: int = 0
     runnable: int = 0
+    lowered: str = ""  # how the tree ran below its priority when the wait ended ("": it did not)
 
     @property
     def starved(self) -> bool:
         """Whether the tree mostly wanted a CPU while it waited (the machine was
-        too busy to run it) rather than sleeping or blocking (its own doing:
-        the seccomp filter keeps a worker from lowering its own priority or
-        pinning itself to a busy CPU)."""
-        return self.polls >= 4 and self.runnable * 2 >= self.polls
+        too busy to run it) at the priority it was started at, rather than
+        sleeping, blocking or lowering its own priority (its own doing: the
+        seccomp filter and Landlock keep a worker from doing it, and where
+        they could not, :func:`grader.sandbox.proctree.lowered_priority` reads
+        it from outside)."""
+        return self.polls >= 4 and self.runnable * 2 >= self.polls and not self.lowered
 
 
 class OutOfTime(WorkerTimeout):
@@ -267,6 +270,7 @@ class Worker:
         if reading.cpu >= limit.cpu:
             raise OutOfTime(what, cpu=True, limit=limit)
         if reading.at >= limit.wall:
+            limit.lowered = proctree.lowered_priority(self.pid, os.getpriority(os.PRIO_PROCESS, 0))
             raise OutOfTime(what, cpu=False, limit=limit)
 
     def readable(self, timeout: float) -> bool:

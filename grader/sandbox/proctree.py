@@ -96,6 +96,40 @@ def read(pid: int, threads: bool = False) -> Proc | None:
                 cpu=ticks / _TICK, rss=rss, live=live, runnable=runnable, leader_exited=leader_exited)
 
 
+#: Scheduling policies that run a thread only when nothing else wants its CPU (linux/sched.h).
+_SCHED_BATCH, _SCHED_IDLE = 3, 5
+
+
+def lowered_priority(pid: int, nice: int) -> str:
+    """How a thread of ``pid`` runs below the priority it was started at (its
+    ``nice``, as its starter's): a higher nice, a batch or idle policy, or its
+    scheduling group's (``/proc/PID/autogroup``) nice raised; "" when none
+    does (or there is no /proc). Read from outside: a wait that follows is
+    its own doing, never the machine starving it."""
+    if not AVAILABLE:
+        return ""
+    base = PROC / str(pid)
+    try:
+        tids = os.listdir(base / "task")
+    except OSError:
+        return ""
+    for tid in tids:
+        fields = _stat_fields(base / "task" / tid / "stat")
+        if fields is None or len(fields) < 39:
+            continue
+        if int(fields[16]) > nice:
+            return f"a thread of it runs at nice {fields[16]}"
+        if int(fields[38]) in (_SCHED_BATCH, _SCHED_IDLE):
+            return "a thread of it runs under a batch or idle scheduling policy"
+    try:
+        group = (base / "autogroup").read_text().split()
+    except OSError:
+        group = []
+    if len(group) >= 3 and group[1] == "nice" and int(group[2]) > 0:
+        return f"its scheduling group runs at nice {group[2]}"
+    return ""
+
+
 def snapshot() -> dict[int, Proc]:
     """Every process in this PID namespace, by pid (empty without /proc)."""
     if not AVAILABLE:

@@ -506,6 +506,8 @@ class RemoteImpl(ImplBase):
                 st.fault = st.fault or "the machine was too busy: a call waited too long for a CPU"
                 raise GraderFault(f"{self.problem}: not graded: {st.fault}") from None
             what = (f"a call used more than {cpu:.4g} CPU s" if e.cpu else
+                    f"a call waited {self._wall(cpu):.0f} s below the priority it was started at (it lowered "
+                    "its own)" if e.limit.lowered else
                     f"a call waited {self._wall(cpu):.0f} s while hardly using the CPU (asleep or blocked)")
             st.note(f"timeout: {what} ({_describe(req)})")
             shown = TIMED_OUT if self.hidden else f"{what} ({_describe(req)})"
