@@ -114,7 +114,25 @@ ITEM_CASES: dict[str, tuple[dict[str, list[str]], str | None, bool]] = {
                       "training": ["test_checkpointed_forward_holds_fewer_activations"]}, None, True),
     # A load that does not restore the RNG states:
     "forge_resume": ({"training": ["test_resumed_run_equals_the_uninterrupted_run_bit_for_bit"]}, None, True),
+    # Activations parked in kernel memory no meter reads: socket pair queues, detached SysV shared memory.
+    "kernel_memory_parking": ({"training": ["test_checkpointed_forward_holds_fewer_activations"]}, "seccomp",
+                              False),
+    # Its fork server's open-file limit lowered (prlimit64 on its parent), so that the next problem's worker
+    # cannot start there: the grader's fault, had it been allowed. views must keep every point.
+    "server_limits": ({"precision": ["test_bytes_per_element_matches_element_size",
+                                     "test_tensor_bytes_matches_measured_storage"],
+                       "views": []}, "seccomp", False),
+    # Each function answers right only when a call the sandbox refuses went through (io_uring, a keyring,
+    # System V shared memory, a socket pair and a pipe, its own scheduling): it loses what calls them.
+    "refused_calls": ({"precision": ["test_bytes_per_element_matches_element_size",
+                                     "test_tensor_bytes_matches_measured_storage",
+                                     "test_float_format_matches_finfo", "test_underflows_matches_cast",
+                                     "test_overflows_matches_cast", "test_worked_examples",
+                                     "test_results_have_the_promised_python_types"]}, "seccomp", False),
 }
+#: The entries of ITEM_CASES graded in both isolations (bubblewrap, and the uid mode a GPU node grades in),
+#: each losing exactly its targeted items (every other item of its problems keeps its points).
+ITEM_BOTH_ISOLATIONS = ("kernel_memory_parking", "server_limits", "refused_calls", "scheduler_starved")
 #: Folders of the corpus that are not one submission (graded by their own tests below).
 NOT_SUBMISSIONS = {"bad_archives"}
 
@@ -263,24 +281,44 @@ def _visible(proc: subprocess.CompletedProcess, gradescope: dict, junit: Path) -
     return proc.stdout + json.dumps(gradescope) + junit.read_text()
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.full] if full else [])
-                                  for n, (_, _, full) in sorted(ITEM_CASES.items())])
-def test_cheat_loses_what_it_targets_and_no_more_is_the_machines(name, tmp_path):
+def _item_cases() -> list:
+    params = []
+    for n, (_, _, full) in sorted(ITEM_CASES.items()):
+        for mode in ("bwrap", "uid") if n in ITEM_BOTH_ISOLATIONS else ("auto",):
+            params.append(pytest.param(n, mode, marks=[pytest.mark.full] if full else [],
+                                       id=n if mode == "auto" else f"{n}-{mode}"))
+    return params
+
+
+@pytest.mark.parametrize(("name", "isolation"), _item_cases())
+def test_cheat_loses_what_it_targets_and_no_more_is_the_machines(name, isolation, tmp_path):
     targets, needs, _ = ITEM_CASES[name]
-    if needs == "bwrap" and not BWRAP:
+    python, sandbox, guard = sys.executable, [], contextlib.nullcontext()
+    if isolation == "uid":
+        uid_python, why = uid_setup(uidsandbox.worker_ids()[0])
+        if uid_python is None:
+            pytest.skip(f"grading {name} in uid mode: {why}")
+        python, sandbox, guard = uid_python, ["--sandbox", "uid"], locked_checkout()
+    elif (needs == "bwrap" or isolation == "bwrap") and not BWRAP:
         pytest.skip(f"grading {name} safely needs bubblewrap ({WHY})")
+    elif isolation == "bwrap":
+        sandbox = ["--sandbox", "bwrap"]
     if needs == "seccomp" and not SECCOMP:
         pytest.skip(f"grading {name} needs the seccomp filter (Linux x86_64/aarch64)")
     out, gs, junit = tmp_path / "result.json", tmp_path / "gradescope.json", tmp_path / "junit.xml"
     folder = build_cheat(name, tmp_path / "built")
-    proc = subprocess.run(
-        [sys.executable, "-m", "grader", str(folder), "--problems", ",".join(targets), "--profile", "dev",
-         "--json", str(out), "--gradescope", str(gs), "--junit", str(junit),
-         # the forged ones are whole problems of real work: the rubric's limits, as a real submission gets
-         *([] if name.startswith("forge_") else ["--call-cpu", "4"])],
-        cwd=REPO, capture_output=True, text=True, timeout=1800, env={**os.environ, "PYTHONPATH": str(REPO)})
+    with guard:
+        proc = subprocess.run(
+            [python, "-m", "grader", str(folder), "--problems", ",".join(targets), "--profile", "dev",
+             "--json", str(out), "--gradescope", str(gs), "--junit", str(junit), *sandbox,
+             # the forged ones are whole problems of real work: the rubric's limits, as a real submission gets
+             *([] if name.startswith("forge_") else ["--call-cpu", "4"])],
+            cwd=REPO, capture_output=True, text=True, timeout=1800, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, f"the grader failed on {name}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     result, gradescope = json.loads(out.read_text()), json.loads(gs.read_text())
+    if isolation != "auto":
+        assert result["sandbox"].startswith("bubblewrap" if isolation == "bwrap" else "unprivileged uid "), \
+            result["sandbox"]
     by = {p["name"]: p for p in result["problems"]}
     rubric = {p.name: p for p in load().problems}
     for problem, tests in targets.items():
@@ -291,6 +329,8 @@ def test_cheat_loses_what_it_targets_and_no_more_is_the_machines(name, tmp_path)
         for item in p["items"]:
             if item["name"] in lost:
                 assert item["score"] == 0, (name, item)
+            elif name in ITEM_BOTH_ISOLATIONS and name != "scheduler_starved":  # exactly its items
+                assert item["score"] == item["points"], (name, item, p["output"][:2000])
         if not tests:  # nothing to lose: a correct part, graded as one
             assert p["score"] == p["max_score"], p["output"][:2000]
     visible = _visible(proc, gradescope, junit)
@@ -304,6 +344,9 @@ def test_cheat_loses_what_it_targets_and_no_more_is_the_machines(name, tmp_path)
         assert "<grader's folder>" in visible, visible[:3000]
     if name == "scheduler_starved":
         assert by["precision"]["status"] == "timeout" and "LOWERED" not in by["precision"]["log"], \
+            by["precision"]["log"][:2000]
+    if name == "server_limits":  # refused, and the next problem's worker started as ever
+        assert "SERVER REACHED" not in by["precision"]["log"] and "REFUSED" in by["precision"]["log"], \
             by["precision"]["log"][:2000]
     if name == "namespace_offload":
         assert "PRIVATE TMPFS MOUNTED" not in by["training"]["log"], by["training"]["log"][:2000]
