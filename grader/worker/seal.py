@@ -104,23 +104,10 @@ def seal_torch_optim() -> list[str]:
             if cls not in classes and cls.__module__.startswith("torch."):
                 classes.append(cls)
                 todo.append(cls)
-    for cls in classes:
-        for key, value in list(vars(cls).items()):
-            if key in ("__module__", "__doc__", "__dict__", "__weakref__", "__qualname__", "__annotations__"):
-                continue
-            if callable(value) or hasattr(value, "__get__"):
-                fn = getattr(value, "__func__", value)
-                originals[id(fn)] = replacement = _sealed(f"torch.optim's {cls.__name__}.{key}")
-                setattr(cls, key, replacement)
-        for key in ("__init__", "step"):
-            if key not in vars(cls):
-                setattr(cls, key, _sealed(f"torch.optim's {cls.__name__}.{key}"))
+    # (each pass is a function of its own: no local variable here may keep an original alive)
+    _seal_classes(classes, originals)
     files = {getattr(m, "__file__", None) for m in modules.values()} - {None}
-    for name, module in modules.items():
-        for key, value in list(vars(module).items()):
-            if isinstance(value, types.FunctionType) and value.__code__.co_filename in files:
-                originals[id(value)] = replacement = _sealed(f"{name}.{key}")
-                setattr(module, key, replacement)
+    _seal_module_functions(modules, files, originals)
     sys.meta_path.insert(0, _SealedModules(frozenset(modules)))
     _seal_fused_kernels(torch)
 
@@ -135,18 +122,61 @@ def seal_torch_optim() -> list[str]:
         left = survivors()
         if not left:
             break
-        for fn in left:
-            replacement = originals.get(id(fn)) or _sealed(f"{fn.__module__}.{fn.__qualname__}")
-            for ref in gc.get_referrers(fn):
-                if isinstance(ref, dict):
-                    for key in [k for k, v in ref.items() if v is fn]:
-                        ref[key] = replacement
-                elif isinstance(ref, list):
-                    ref[:] = [replacement if v is fn else v for v in ref]
-                elif isinstance(ref, types.CellType):
-                    ref.cell_contents = replacement
+        _replace_references(left, originals)
         del left
     return [f"{fn.__module__}.{fn.__qualname__}" for fn in survivors()]
+
+
+def _seal_classes(classes: list[type], originals: dict[int, Any]) -> None:
+    """Replace each method and attribute the class bodies of ``classes`` define."""
+    for cls in classes:
+        for key, value in list(vars(cls).items()):
+            if key in ("__module__", "__doc__", "__dict__", "__weakref__", "__qualname__", "__annotations__"):
+                continue
+            if callable(value) or hasattr(value, "__get__"):
+                originals[id(getattr(value, "__func__", value))] = replacement = \
+                    _sealed(f"torch.optim's {cls.__name__}.{key}")
+                setattr(cls, key, replacement)
+        for key in ("__init__", "step"):
+            if key not in vars(cls):
+                setattr(cls, key, _sealed(f"torch.optim's {cls.__name__}.{key}"))
+
+
+def _seal_module_functions(modules: dict[str, types.ModuleType], files: set[str], originals: dict[int, Any]) -> None:
+    """Replace every function the algorithm modules define."""
+    for name, module in modules.items():
+        for key, value in list(vars(module).items()):
+            if isinstance(value, types.FunctionType) and value.__code__.co_filename in files:
+                originals[id(value)] = replacement = _sealed(f"{name}.{key}")
+                setattr(module, key, replacement)
+
+
+def _replace_references(functions: list[types.FunctionType], originals: dict[int, Any]) -> None:
+    """Replace every reference the garbage collector sees to each of
+    ``functions`` (in dicts, lists and closure cells) by its sealed
+    replacement. A function of its own, so that no local variable of the
+    caller keeps the last of them alive; and no comprehension here: before
+    Python 3.12 one that names the function makes a closure cell of this
+    frame's variable, which is then among the function's referrers, and
+    rebinding it mid-way would leave the later referrers alone."""
+    import gc
+
+    for original in list(functions):
+        replacement = originals.get(id(original)) or _sealed(f"{original.__module__}.{original.__qualname__}")
+        for ref in gc.get_referrers(original):
+            if isinstance(ref, dict):
+                keys = []
+                for key, value in ref.items():
+                    if value is original:
+                        keys.append(key)
+                for key in keys:
+                    ref[key] = replacement
+            elif isinstance(ref, list):
+                for i, value in enumerate(ref):
+                    if value is original:
+                        ref[i] = replacement
+            elif isinstance(ref, types.CellType):
+                ref.cell_contents = replacement
 
 
 def _seal_fused_kernels(torch: Any) -> None:
