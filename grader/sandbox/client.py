@@ -529,6 +529,11 @@ class ForkServer:
         pin_oom_score(self.server_pid, 900)  # (it set 900 itself; as root this makes it its least)
         self.cpu_at_hello = self.meter.read().cpu
         self.hello = msg["hello"]
+        if self.hello.get("cuda_forks") is False:
+            # Its workers could not use CUDA (nor would torch.manual_seed seed it there, as in a
+            # student's process): each is started as a process of its own instead.
+            self._stop_server()
+            self.forks = False
         return self.hello
 
     def spawn(self, limit: Limit, config: WorkerConfig | None = None) -> Worker:
@@ -598,6 +603,15 @@ class ForkServer:
         if cgroup is not None and credentials:
             (cgroup.path / "cgroup.procs").write_text(str(proc.pid))
         return Worker(proc.pid, req_w, rep_r, log_r, self.max_reply, proc=proc, cgroup=cgroup)
+
+    def _stop_server(self) -> None:
+        """Stop the server process (its copy of the files stays: workers may still start on it)."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
 
     def kill(self) -> None:
         """Stop the sandbox and everything in it; remove its copy of the files."""

@@ -74,8 +74,12 @@ def _worker_env(gpu: bool) -> dict[str, str]:
     # A user name of its own: the uid mode's worker uid has no passwd entry, and
     # getpass.getuser() (torch's inductor cache folder asks it, before torch
     # 2.13 without a fallback) raises KeyError without LOGNAME or USER.
+    # PYTORCH_NVML_BASED_CUDA_CHECK: torch asks NVML, not the CUDA driver,
+    # whether CUDA is available (torch.utils.checkpoint asks, in the fork
+    # server's warm-up): a fork server that initialised the driver could fork
+    # no worker able to use CUDA (torch 2.11's CUDA build marks them "in bad fork").
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp",
-           "LOGNAME": WORKER_USER, "USER": WORKER_USER,
+           "LOGNAME": WORKER_USER, "USER": WORKER_USER, "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
            "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
            "TORCHINDUCTOR_COMPILE_THREADS": "1", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
     if gpu:

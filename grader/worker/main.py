@@ -266,10 +266,16 @@ def _warm_up(torch: Any, optimizers: bool) -> None:
     torch.optim), so that each forked worker shares it instead of paying for
     it again (about a second of CPU and 70 MiB each): harness code, on
     tensors of its own, before any submission code exists in the process. On
-    one thread: a thread pool would make forking unsafe."""
+    one thread: a thread pool would make forking unsafe. Not with a torch
+    built for CUDA, its checkpointing and optimizers: their first use asks
+    the CUDA driver whether a device exists (torch 2.11, even on a machine
+    without one), after which no process forked from this one may use CUDA,
+    and ``torch.manual_seed`` there no longer seeds it."""
     import io
 
     import torch.utils.checkpoint
+
+    cuda_build = torch.version.cuda is not None
 
     g = torch.Generator().manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.ReLU(), torch.nn.Linear(8, 1))
@@ -279,12 +285,13 @@ def _warm_up(torch: Any, optimizers: bool) -> None:
     for dtype in (torch.bfloat16, torch.float16):
         with torch.autocast("cpu", dtype=dtype):
             model(x).float().sum().backward()
-    torch.utils.checkpoint.checkpoint(model, x, use_reentrant=False).sum().backward()
+    if not cuda_build:
+        torch.utils.checkpoint.checkpoint(model, x, use_reentrant=False).sum().backward()
     buffer = io.BytesIO()
     torch.save({"model": model.state_dict(), "rng": torch.get_rng_state()}, buffer)
     buffer.seek(0)
     torch.load(buffer, weights_only=True)
-    if optimizers:
+    if optimizers and not cuda_build:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
         optimizer.step()
         optimizer.zero_grad()
@@ -436,9 +443,23 @@ def main(argv: list[str]) -> None:
     # would otherwise write to (and so copy into each worker) every page of it.
     gc.collect()
     gc.freeze()
-    control.send(json.dumps({"hello": {"python": sys.version.split()[0],
-                                       "torch": str(harness.torch.__version__)}}).encode())
+    control.send(json.dumps({"hello": {"python": sys.version.split()[0], "torch": str(harness.torch.__version__),
+                                       "cuda_forks": _cuda_survives_fork()}}).encode())
     _serve_forks(harness, server, control)
+
+
+def _cuda_survives_fork() -> bool:
+    """Whether a process forked from this one may still use CUDA: false once
+    this process initialised the CUDA driver (torch then marks every child
+    "in bad fork" and refuses CUDA there). Asked of a forked child, which
+    exits at once."""
+    pid = os.fork()
+    if pid == 0:
+        import torch
+
+        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
 
 
 if __name__ == "__main__":
