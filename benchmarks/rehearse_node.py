@@ -122,15 +122,20 @@ def outside_home(python: Path) -> Path:
 
 
 def _lock_pins(torch: str | None) -> list[str]:
-    """The lock's pins for this platform, without the torch stack when another torch is asked for."""
-    pins = []
-    for line in (REPO / "constraints.txt").read_text().splitlines():
-        line = line.split("#")[0].strip()
-        name = line.split("==")[0].split(";")[0].strip().lower()
-        if not line or (torch and (name == "torch" or name.startswith(("nvidia-", "triton", "cuda-")))):
-            continue
-        pins.append(line)
-    return pins
+    """The lock's pins, without torch, its CUDA libraries and what the lock
+    holds for torch's sake (its ``# via torch`` entries: another release asks
+    for other versions) when another torch is asked for."""
+    pins: list[tuple[str, set[str]]] = []
+    for raw in (REPO / "constraints.txt").read_text().splitlines():
+        line = raw.split("#")[0].strip()
+        if line:
+            pins.append((line, set()))
+        elif pins and raw.strip().startswith("#"):
+            pins[-1][1].update(raw.strip("# \t").removeprefix("via").split())
+    if torch is None:
+        return [pin for pin, _ in pins]
+    stack = ("torch", "triton", "nvidia-", "cuda-")  # torch and its CUDA libraries
+    return [pin for pin, via in pins if "torch" not in via and not pin.lower().startswith(stack)]
 
 
 def node_environment(python: Path, torch: str | None) -> Path:
