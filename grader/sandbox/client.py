@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import IO, Any, ClassVar
 
 from grader.sandbox import proctree
-from grader.sandbox.cgroups import PidsCgroup, pids_limit
+from grader.sandbox.cgroups import MemoryCgroup, PidsCgroup, pids_limit
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import LOG_CAP
 from grader.sandbox.meter import Meter
@@ -209,6 +209,7 @@ class Worker:
     def __init__(self, pid: int, req_w: int, rep_r: int, log_r: int, max_reply: int,
                  proc: subprocess.Popen[bytes] | None = None, cgroup: PidsCgroup | None = None) -> None:
         self.pid, self.proc, self.max_reply, self.cgroup = pid, proc, max_reply, cgroup
+        self.memcg: MemoryCgroup | None = None  # where a call's memory is measured (measure_memory)
         self.req_w, self.rep_r = req_w, rep_r
         first = proctree.read(pid)
         self.start = first.start if first is not None else -1
@@ -273,6 +274,23 @@ class Worker:
             limit.lowered = proctree.lowered_priority(self.pid, os.getpriority(os.PRIO_PROCESS, 0))
             raise OutOfTime(what, cpu=False, limit=limit)
 
+    def measure_memory(self) -> None:
+        """From now on, where a memory cgroup can be made, the kernel counts
+        what this worker charges (:class:`grader.sandbox.cgroups.MemoryCgroup`):
+        :meth:`kernel_memory` reads it."""
+        if self.memcg is None:
+            memcg = MemoryCgroup.create()
+            if memcg is not None and not memcg.join(self.pid):
+                memcg.close()
+                memcg = None
+            self.memcg = memcg
+        if self.memcg is not None:
+            self.memcg.start()
+
+    def kernel_memory(self) -> int:
+        """The most bytes the kernel charged this worker since :meth:`measure_memory` (0 where it cannot say)."""
+        return self.memcg.growth() if self.memcg is not None else 0
+
     def readable(self, timeout: float) -> bool:
         return bool(select.select([self.rep_r], [], [], timeout)[0])
 
@@ -317,6 +335,9 @@ class Worker:
         if self.cgroup is not None:
             self.cgroup.close()
             self.cgroup = None
+        if self.memcg is not None:
+            self.memcg.close()
+            self.memcg = None
         for fd in (self.req_w, self.rep_r, self.pidfd):
             with contextlib.suppress(OSError):
                 if fd >= 0:

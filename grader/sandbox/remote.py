@@ -479,6 +479,7 @@ class RemoteImpl(ImplBase):
             stored = StorageWatch(worker.pid, self._scratch, self._sandbox.mode == "bwrap",
                                   owner=self._sandbox.uid if self._sandbox.mode == "uid" else None) if measure else None
             if watch is not None and stored is not None:
+                worker.measure_memory()  # (the kernel's accounting too, where a memory cgroup can be made)
                 watch.start()
                 stored.start()
             worker.check(limit, "no reply in time")  # (one left running by its last call's doing is ended here)
@@ -496,7 +497,9 @@ class RemoteImpl(ImplBase):
             try:
                 reply = decode_reply(worker.read_frame(limit), worker)
             finally:
-                peak = watch.stop() + stored.stop() if watch is not None and stored is not None else 0
+                # What it holds in its memory and files, or what the kernel charged it: the most of the two.
+                peak = max(watch.stop() + stored.stop(), worker.kernel_memory()) \
+                    if watch is not None and stored is not None else 0
         except OutOfTime as e:
             self._retire(self.problem)
             if e.cpu and cpu < self.limits.call_cpu:  # the problem's budget ran out, not the call's own limit
