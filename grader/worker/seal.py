@@ -106,7 +106,7 @@ def seal_torch_optim() -> list[str]:
                 todo.append(cls)
     # (each pass is a function of its own: no local variable here may keep an original alive)
     _seal_classes(classes, originals)
-    files = {getattr(m, "__file__", None) for m in modules.values()} - {None}
+    files = {path for m in modules.values() if isinstance(path := getattr(m, "__file__", None), str)}
     _seal_module_functions(modules, files, originals)
     sys.meta_path.insert(0, _SealedModules(frozenset(modules)))
     _seal_fused_kernels(torch)
