@@ -210,6 +210,9 @@ class Worker:
                  proc: subprocess.Popen[bytes] | None = None, cgroup: PidsCgroup | None = None) -> None:
         self.pid, self.proc, self.max_reply, self.cgroup = pid, proc, max_reply, cgroup
         self.memcg: MemoryCgroup | None = None  # where a call's memory is measured (measure_memory)
+        #: whether it could lower its own priority (no Landlock keeps it from /proc/self/autogroup): a wait
+        #: then reads its priority from outside before calling it starvation (proctree.lowered_priority)
+        self.can_lower_priority = True
         self.req_w, self.rep_r = req_w, rep_r
         first = proctree.read(pid)
         self.start = first.start if first is not None else -1
@@ -271,7 +274,8 @@ class Worker:
         if reading.cpu >= limit.cpu:
             raise OutOfTime(what, cpu=True, limit=limit)
         if reading.at >= limit.wall:
-            limit.lowered = proctree.lowered_priority(self.pid, os.getpriority(os.PRIO_PROCESS, 0))
+            if self.can_lower_priority:
+                limit.lowered = proctree.lowered_priority(self.pid, os.getpriority(os.PRIO_PROCESS, 0))
             raise OutOfTime(what, cpu=False, limit=limit)
 
     def measure_memory(self) -> None:
@@ -584,7 +588,7 @@ class ForkServer:
                 # Before its first request: nothing of the submission has run.
                 (cgroup.path / "cgroup.procs").write_text(str(pid))
             pin_oom_score(pid)
-            return Worker(pid, req_w, rep_r, log_r, self.max_reply, cgroup=cgroup)
+            return self._worker(Worker(pid, req_w, rep_r, log_r, self.max_reply, cgroup=cgroup))
         except BaseException:
             for fd in (req_w, rep_r, log_r):
                 with contextlib.suppress(OSError):
@@ -623,7 +627,14 @@ class ForkServer:
         self.spawned += 1
         if cgroup is not None and credentials:
             (cgroup.path / "cgroup.procs").write_text(str(proc.pid))
-        return Worker(proc.pid, req_w, rep_r, log_r, self.max_reply, proc=proc, cgroup=cgroup)
+        return self._worker(Worker(proc.pid, req_w, rep_r, log_r, self.max_reply, proc=proc, cgroup=cgroup))
+
+    def _worker(self, worker: Worker) -> Worker:
+        """``worker``, told what its sandbox lets it do: with Landlock (and the
+        seccomp filter) it cannot lower its own priority, so a lowered one is
+        another's doing, never its own."""
+        worker.can_lower_priority = not self.sandbox.landlocked
+        return worker
 
     def _stop_server(self) -> None:
         """Stop the server process (its copy of the files stays: workers may still start on it)."""
