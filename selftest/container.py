@@ -84,8 +84,25 @@ def _status(pid: str) -> tuple[int, int]:
     return rss, anon
 
 
+def _members(procs: Path) -> list[str]:
+    """The processes of a cgroup and of every cgroup below it (the grader puts
+    a measured worker in a memory cgroup of its own, below the container's)."""
+    pids: list[str] = []
+    for listing in [procs, *procs.parent.glob("*/cgroup.procs")]:
+        with contextlib.suppress(OSError):
+            pids += listing.read_text().split()
+    return pids
+
+
+def _oom_kills() -> int:
+    """The kernel's count of processes killed for memory since boot (``/proc/vmstat``)."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        return int(next(line.split()[1] for line in open("/proc/vmstat") if line.startswith("oom_kill ")))
+    return 0
+
+
 class _Sampler:
-    """The summed resident memory of the processes listed in ``procs``, sampled."""
+    """The summed resident memory of the processes in ``procs``'s cgroup (and below it), sampled."""
 
     def __init__(self, procs: Path) -> None:
         self.procs, self.rss, self.anon = procs, 0, 0
@@ -95,11 +112,7 @@ class _Sampler:
 
     def _run(self) -> None:
         while not self._stop.wait(0.2):
-            try:
-                pids = self.procs.read_text().split()
-            except OSError:
-                continue
-            sums = [_status(p) for p in pids]
+            sums = [_status(p) for p in _members(self.procs)]
             self.rss = max(self.rss, sum(r for r, _ in sums))
             self.anon = max(self.anon, sum(a for _, a in sums))
 
@@ -178,6 +191,7 @@ def run(argv: list[str], *, memory_bytes: int, cpus: str | None = "0", cpu_quota
                 return 0.0
         enter = " ".join(f'echo $$ > "{g / "cgroup.procs"}";' for g in groups)
         sampler = _Sampler(procs)
+        kills_before = _oom_kills()
         start = time.monotonic()
         proc = subprocess.Popen(["/bin/sh", "-c", f'{enter} exec "$@"', "sh", *argv], cwd=cwd, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -194,9 +208,8 @@ def run(argv: list[str], *, memory_bytes: int, cpus: str | None = "0", cpu_quota
         wall = time.monotonic() - start
         sampler.stop()
         for _ in range(500):  # every process has left before the figures are read
-            with contextlib.suppress(OSError):
-                if not procs.read_text().strip():
-                    break
+            if not _members(procs):
+                break
             time.sleep(0.01)
         oom = 0
         with contextlib.suppress(OSError, ValueError):
@@ -204,6 +217,9 @@ def run(argv: list[str], *, memory_bytes: int, cpus: str | None = "0", cpu_quota
                 key, _, value = line.partition(" ")
                 if key == "oom_kill":
                     oom = int(value)
+        # (a kill in a cgroup below the container's is counted there, not in its own file: the
+        # kernel's count, with nothing else on this machine out of memory meanwhile)
+        oom = max(oom, _oom_kills() - kills_before)
         peak = 0
         with contextlib.suppress(OSError, ValueError):
             peak = int(peak_file.read_text())
