@@ -20,7 +20,7 @@ VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 
 __all__ = [
     "DEFAULT_RUBRIC", "VISIBILITIES", "Item", "Problem", "Rubric", "RubricError", "Settings", "function_name",
-    "is_hidden", "load", "read_table",
+    "is_hidden", "load", "param_ids", "read_table",
 ]
 
 
@@ -36,9 +36,15 @@ class Item:
     points: float
     checks: tuple[str, ...]  # fnmatch patterns over check (test function) names, without parameters
     gate: bool = False  # the problem's other items earn nothing unless this one passes
+    #: fnmatch patterns over a parametrized check's parameter ids (``SGD`` of
+    #: ``test_x[SGD-lr]``): the item holds only the checks one of whose ids
+    #: matches (every check, when empty; an unparametrized check, always)
+    params: tuple[str, ...] = ()
 
-    def matches(self, function: str) -> bool:
-        return any(fnmatchcase(function, pattern) for pattern in self.checks)
+    def matches(self, function: str, ids: tuple[str, ...] = ()) -> bool:
+        if not any(fnmatchcase(function, pattern) for pattern in self.checks):
+            return False
+        return not self.params or not ids or any(fnmatchcase(i, p) for i in ids for p in self.params)
 
 
 #: Keys an older rubric file used, and what they are now: a problem's check
@@ -50,6 +56,12 @@ _RENAMED_HINT = {"tests": " (an item's patterns are now `checks`)",
 def function_name(test: str) -> str:
     """The test function of a node id or name: ``tests/x.py::test_a[p]`` -> ``test_a``."""
     return test.split("::")[-1].split("[")[0]
+
+
+def param_ids(test: str) -> tuple[str, ...]:
+    """The parameter ids of a node id: ``tests/x.py::test_a[SGD-lr]`` -> ``("SGD", "lr")``."""
+    name = test.split("::")[-1]
+    return tuple(name[name.index("[") + 1: name.rindex("]")].split("-")) if "[" in name else ()
 
 
 @dataclass(frozen=True)
@@ -69,13 +81,15 @@ class Problem:
         ``test`` is the check's node id or function name; ``extends`` the node id
         its ``extends`` marker names (hidden checks). The extended public test
         decides; a check without the marker, or whose named test no pattern
-        matches, is matched by its own name.
+        matches, is matched by its own name. An item with ``params`` holds
+        only the checks of those parameters (its own node id's).
         """
+        ids = param_ids(test)
         if extends:
-            found = [i for i in self.items if i.matches(function_name(extends))]
+            found = [i for i in self.items if i.matches(function_name(extends), ids)]
             if found:
                 return found
-        return [i for i in self.items if i.matches(function_name(test))]
+        return [i for i in self.items if i.matches(function_name(test), ids)]
 
     def check_files(self, root: Path = REPO, *, public_only: bool = False) -> list[str]:
         """The check files that exist (hidden ones dropped in public-only mode)."""
@@ -132,7 +146,7 @@ def _items(where: str, raw: Any, points: float) -> tuple[Item, ...]:
         at = f"{where} item #{j + 1}"
         if not isinstance(it, dict):
             raise RubricError(f"{at}: must be a table")
-        extra = set(it) - {"name", "points", "checks", "gate"}
+        extra = set(it) - {"name", "points", "checks", "gate", "params"}
         if extra:
             raise RubricError(f"{at}: unknown keys {sorted(extra)}" + _RENAMED_HINT.get(min(extra), ""))
         name = it.get("name")
@@ -146,7 +160,10 @@ def _items(where: str, raw: Any, points: float) -> tuple[Item, ...]:
         gate = it.get("gate", False)
         if not isinstance(gate, bool):
             raise RubricError(f"{at} ({name}): gate must be true or false")
-        items.append(Item(name, _num(f"{at}.points", it.get("points")), tuple(checks), gate))
+        params = it.get("params", [])
+        if not isinstance(params, list) or not all(isinstance(p, str) and p for p in params):
+            raise RubricError(f"{at} ({name}): params must be a list of parameter id patterns, got {params!r}")
+        items.append(Item(name, _num(f"{at}.points", it.get("points")), tuple(checks), gate, tuple(params)))
     total = sum(i.points for i in items)
     if abs(total - points) > 1e-9:
         raise RubricError(f"{where}: its items' points add up to {total:g}, not the problem's {points:g}")

@@ -280,8 +280,11 @@ def _check_tests(problem: rubric_module.Problem, root: Path, stubbed: Sequence[s
             if any(m == "feedback_only" for m, _ in _decorator_marks(fn)):
                 continue  # deselected by the grader; a hidden check extends it
             names.add(test)
-            items = [i.name for i in problem.items if i.matches(test)]
-            f.need(len(items) == 1, f"grader/rubric.toml: {file}::{test} counts toward "
+            matching = [i for i in problem.items if i.matches(test)]
+            items = [i.name for i in matching]
+            # (items that split a test by its parameters may share it: test_rubric_items checks each node)
+            f.need(len(items) == 1 or (len(items) > 1 and all(i.params for i in matching)),
+                   f"grader/rubric.toml: {file}::{test} counts toward "
                                     + (f"{len(items)} items of {problem.name} ({', '.join(items)})" if items else
                                        f"no item of {problem.name}") + ": add or fix a `checks` pattern")
     for file, tests in hidden.items():
