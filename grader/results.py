@@ -42,7 +42,7 @@ UNFINISHED_TEXT = ("not graded yet: the grade had not finished this problem's ch
 __all__ = [
     "GRADER_ERROR", "NEEDS_GPU", "NOT_COUNTED", "NOT_GRADED", "NOT_RUN", "NO_CHECKS_YET", "UNFINISHED",
     "UNFINISHED_TEXT", "Check", "GradeResult",
-    "ItemResult", "ProblemResult", "failure_text", "fmt", "item_text", "stub_of",
+    "ItemResult", "ProblemResult", "failure_text", "fmt", "item_text", "stub_in", "stub_of",
 ]
 
 
@@ -178,7 +178,12 @@ _STUB_FAILURE = re.compile(r"NotImplementedYet: ([\w.]+) is not implemented yet:
 def stub_of(f: Failure | None) -> tuple[str, str] | None:
     """``(function, section)`` when failure ``f`` is a call reaching an
     untouched stub (no input could have passed: it reads as one line), else None."""
-    found = _STUB_FAILURE.match(f.message) if f is not None else None
+    return stub_in(f.message) if f is not None else None
+
+
+def stub_in(message: str) -> tuple[str, str] | None:
+    """``(function, section)`` when a check's failure ``message`` is a call reaching an untouched stub."""
+    found = _STUB_FAILURE.match(message)
     return (found.group(1), found.group(2)) if found else None
 
 

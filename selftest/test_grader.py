@@ -92,7 +92,7 @@ def test_stubs_score_zero_with_no_arguments(tmp_path):
         assert p["status"] in ("failed", "error", "not run on a GPU", "no checks"), p
         if p["status"] == "failed":
             # a stub's failure is one line per item (as pytest folds it); the command stays in the item
-            assert re.search(r"^\[0/\d+\] .*\bnot implemented yet \(handout §[\d.]+\)$", p["output"], re.M), \
+            assert re.search(r"^\[0/[\d.]+\] .*\bnot implemented yet \(handout §[\d.]+\)$", p["output"], re.M), \
                 p["output"]
             failed = [i for i in p["items"] if i["failure"]]
             assert failed and all(i["failure"]["reproduce"].startswith("pytest tests/") for i in failed), failed

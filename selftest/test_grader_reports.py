@@ -322,7 +322,9 @@ def test_every_report_adds_up(case, tmp_path):
     if case == "reference":
         assert total == most > 0 and all(t["status"] == "passed" for t in gs["tests"])
     if case == "stubs":  # what failed, and the command the student runs in their checkout
-        assert "not implemented yet: bytes_per_element, tensor_bytes," in proc.stdout
+        # every stub of the problem, in the order pytest lists them (by section, then name)
+        assert "not implemented yet: bytes_per_element, float_format, overflows, tensor_bytes, underflows" \
+            in " ".join(proc.stdout.split())
         assert "bytes_per_element: not implemented yet (handout §1.1)" in gs["tests"][0]["output"]
         reproduce = [i["failure"]["reproduce"] for p in result["problems"] for i in p["items"] if i["failure"]]
         assert reproduce and all(re.fullmatch(r"pytest tests/test_\w+\.py::test_\w+", r) for r in reproduce), \

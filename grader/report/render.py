@@ -90,6 +90,7 @@ from grader.results import (
     ItemResult,
     ProblemResult,
     item_text,
+    stub_in,
     stub_of,
 )
 from grader.results import fmt as _fmt
@@ -291,21 +292,27 @@ def _reason(f: Failure | None, note: str) -> str:
 
 
 def _only_stubs(p: ProblemResult) -> dict[str, str]:
-    """The stubs a problem's every lost item failed on (function: handout
-    section, in item order), when it earned nothing and that is all there is to
-    say of it (its row names them: no details to print); else {}."""
+    """Every untouched stub a check of the problem reached (function: handout
+    section, in the order ``pytest`` lists them: by section, then name), when
+    it earned nothing and each lost item's first failure is a stub, so that is
+    all there is to say of it (its row names them: no details to print); else {}."""
     failed = [i for i in p.items if i.score < i.max_score and i.status not in NOT_COUNTED]
-    stubs = [None if i.note else stub_of(i.failure) for i in failed]
-    if p.status != FAILED or p.score or not failed or None in stubs:
+    if p.status != FAILED or p.score or not failed or any(i.note or stub_of(i.failure) is None for i in failed):
         return {}
-    return {s[0]: s[1] for s in stubs if s is not None}
+    found = {s for c in p.checks if c.outcome != PASSED and (s := stub_in(c.message))}
+    return dict(sorted(found, key=lambda s: (_section_key(s[1]), s[0])))
+
+
+def _section_key(section: str) -> tuple[int, ...]:
+    """A handout section ("3.1") in reading order."""
+    return tuple(int(x) for x in section.split(".") if x.isdigit())
 
 
 #: How many lines the first-failure column may take per row.
 _CELL_LINES = 3
 
 
-def table(r: GradeResult, *, details: bool = True, width: int = 110) -> str:
+def table(r: GradeResult, *, details: bool = True, width: int = 100) -> str:
     """The terminal report: a per-problem table (with an item breakdown for a
     problem partly earned; one row for a submission that could not be read),
     the summary, then each problem's failed items. The first-failure column
