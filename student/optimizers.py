@@ -30,8 +30,15 @@ Rules shared by all six (see the handout for the update rules):
   [0, 1), momentum outside (0, 1), dampening outside [0, 1], ``lr_decay < 0``,
   ``initial_accumulator_value < 0``. Hyperparameters are Python numbers (int or
   float): a tensor (even a 0-d one, which torch.optim accepts for ``lr``), a
-  bool or a string is a TypeError. The ends of the ranges are valid: ``lr``
+  bool or a string is a TypeError. ``betas`` is a pair (a tuple or list of two
+  numbers): one of another length is a ValueError, one that is not a sequence
+  (``betas=0.9``) a TypeError. The ends of the ranges are valid: ``lr``
   and ``weight_decay`` may be 0 for every optimizer.
+* The state of a param may be made in the constructor (torch.optim's Adagrad
+  does) or at its first step: the tests read it after steps only. What
+  counts is the tensors shaped like the param (§1.3); a step count kept as a
+  number or a 0-d tensor is yours to keep or not (torch.optim's RMSprop keeps
+  one its update never reads: RMSProp's State line leaves it out).
 
 Results: trajectories in float32 and float64 equal torch.optim's up to
 rounding (every correct formulation does), and the state is as above in

@@ -3,7 +3,8 @@ checkpoints and the training loop.
 
 The loss throughout is the mean-squared error ``F.mse_loss(out, y)`` between
 ``out = model(x)`` and ``y``, computed in fp32 (the Cruncher of §3.2 predicts
-one scalar per example). ``precision`` is one of:
+one scalar per example): ``F.mse_loss(out.float(), y.float())``, whatever the
+model's dtype (the tests' models are float32). ``precision`` is one of:
 
 * ``"fp32"``: everything in float32;
 * ``"bf16"``: the forward pass under ``torch.autocast(device_type, torch.bfloat16)``
