@@ -162,6 +162,8 @@ def node_environment(python: Path, torch: str | None) -> Path:
         for entry in ours.iterdir():
             if entry.name in ("pip", "setuptools") or entry.name.startswith(("pip-", "setuptools-", "_distutils")):
                 continue
+            if entry.name.startswith(("__editable__", "resource_accounting_lab")):
+                continue  # this checkout's own install (its pytest11 entry point): a node has none
             target = theirs / entry.name
             if entry.is_dir():
                 shutil.copytree(entry, target, symlinks=True, dirs_exist_ok=True)

@@ -109,8 +109,8 @@ def _fake_setup(tmp_path: Path, system: str, **env: str) -> tuple[subprocess.Com
     venv logs pip's arguments instead of installing (``uname`` says ``system``; a
     stand-in ``bwrap`` keeps it from installing bubblewrap); (the run, pip's calls)."""
     repo = tmp_path / "clone"
-    (repo / "tests").mkdir(parents=True)
-    for name in ("lab", "pyproject.toml", "constraints.txt", "tests/impl_option.py"):
+    (repo / "tests" / "entry_point").mkdir(parents=True)
+    for name in ("lab", "pyproject.toml", "constraints.txt", "tests/entry_point/lab_impl_option.py"):
         shutil.copy2(REPO / name, repo / name)
     fake = tmp_path / "bin"
     fake.mkdir()
@@ -142,6 +142,8 @@ def test_lab_setup_says_what_it_installs(tmp_path):
     assert all("==" in name for name in listed), f"not pinned by the lock: {listed}"
     assert "matplotlib" not in installing[0]  # no selftest/: a student's checkout, no instructor extras
     assert any("install -q -c constraints.txt -r .venv/requirements.txt" in p for p in pips), pips
+    # then the project itself, without its dependencies: its pytest11 entry point
+    assert pips[-1].endswith("install -q --disable-pip-version-check --no-deps -e ."), pips
     assert "lab: asking for PyPI's torch (on macOS" in proc.stderr
     assert (tmp_path / "clone" / ".venv" / ".lab-stamp").is_file()
 

@@ -283,8 +283,9 @@ def _borrow_venv(repo: Path) -> None:
     (venv / "bin" / "python").symlink_to(Path(sys.executable))
     (venv / "pyvenv.cfg").write_text((here / "pyvenv.cfg").read_text())
     (venv / "lib").symlink_to(here / "lib")
-    files = subprocess.run("cat pyproject.toml constraints.txt tests/impl_option.py | cksum | cut -d' ' -f1",
-                           shell=True, cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+    files = subprocess.run("cat pyproject.toml constraints.txt tests/entry_point/lab_impl_option.py"
+                           " | cksum | cut -d' ' -f1", shell=True, cwd=repo, capture_output=True, text=True,
+                           check=True).stdout.strip()
     # The torch build ./lab asks for on this machine: the one it set this venv up with.
     ours = here / ".lab-stamp"
     build = ours.read_text().strip().partition(" torch=")[2] if ours.is_file() else ""
