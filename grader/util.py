@@ -238,6 +238,19 @@ _STUDENT_PATH = re.compile(r"(?<![\w.-])/[^\s\"':]*?/(student/[\w.-]+\.py)\b")
 #: pytest base, grader/groups.py): a student's pytest names neither so.
 _RUN_FOLDER = re.compile(r"(?<![\w.-])(?:/[\w.-]+)*?/grader-\w{8}(?![\w.-])")
 _TMP_PATH = re.compile(r"<grader's folder>/(?:[\w.-]+/)*?scratch/pytest/[\w.-]+/")
+#: An installed package's folder (``.../site-packages/``, Debian's
+#: ``dist-packages``) and the standard library's (``.../lib/python3.12/``), on
+#: whatever machine graded: where Python is installed is the grading machine's,
+#: not the student's business; what follows it (``torch/nn/...``) is kept.
+_PACKAGES_PATH = re.compile(r"(?<![\w.-])(?:/[^\s\"':/]+)+?/(?:site|dist)-packages/")
+_STDLIB_PATH = re.compile(r"(?<![\w.-])(?:/[^\s\"':/]+)+?/lib(?:64)?/python3\.\d+/")
+#: This interpreter and its installation's folders, longest first (a system
+#: prefix such as ``/usr`` is left: it names no one's machine).
+_INTERPRETER_PATHS = sorted({*((p, "python") for p in {sys.executable, os.path.realpath(sys.executable)} if p),
+                             *((f"{p.rstrip('/')}/", "<python>/") for p in {sys.prefix, sys.base_prefix,
+                                                                              sys.exec_prefix}
+                               if p.rstrip("/") not in ("", "/usr", "/usr/local"))},
+                            key=lambda pair: -len(pair[0]))
 
 
 def student_paths(text: str) -> str:
@@ -248,10 +261,15 @@ def student_paths(text: str) -> str:
     ``student/`` its ``student/...`` part; the grader's checkout
     (``tests/``, ``grader/``) is written relative to the repository; a
     test's temporary folder in the grade's own folder is ``tmp_path/``, and
-    any other path into that folder ``<grader's folder>/``."""
+    any other path into that folder ``<grader's folder>/``; an installed
+    package's folder is ``<site-packages>/`` and the standard library's
+    ``<python>/`` (``File "<site-packages>/torch/nn/functional.py"``)."""
     text = _STUDENT_FRAME.sub(r"\1:\2", text)
     text = _STUDENT_PATH.sub(r"\1", text)
     text = _TMP_PATH.sub("tmp_path/", _RUN_FOLDER.sub("<grader's folder>", text))
+    text = _STDLIB_PATH.sub("<python>/", _PACKAGES_PATH.sub("<site-packages>/", text))
+    for path, name in _INTERPRETER_PATHS:
+        text = text.replace(path, name)
     return text.replace(f"{REPO}{os.sep}", "")
 
 

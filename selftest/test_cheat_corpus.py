@@ -343,8 +343,11 @@ def test_cheat_loses_what_it_targets_and_no_more_is_the_machines(name, isolation
         shown = {int(s) for s in re.findall(r"exited with status (\d+)", visible)}
         assert shown <= public, (shown, public)
         assert "LEAKED-TEXT" not in visible and "LEAKED-TEXT" not in json.dumps(by["precision"]["checks"])
-    if name == "paths_in_messages":  # said, with the grader's folder named as such
-        assert "<grader's folder>" in visible, visible[:3000]
+    if name == "paths_in_messages":  # said, with the grader's folder named as such, and no install path
+        assert "<grader's folder>" in visible and "<site-packages>/torch/" in visible, visible[:3000]
+        installed = {sys.prefix, sys.base_prefix, os.path.dirname(os.__file__), os.path.dirname(torch.__file__)}
+        assert not [p for p in installed if p in visible] and "-packages/" not in visible.replace(
+            "<site-packages>/", ""), visible[:3000]
     if name == "scheduler_starved":
         assert by["precision"]["status"] == "timeout" and "LOWERED" not in by["precision"]["log"], \
             by["precision"]["log"][:2000]
