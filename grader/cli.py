@@ -4,7 +4,7 @@
                      [--profile dev|ci|grade] [--problems a,b] [--public-only]
                      [--sandbox auto|bwrap|uid|rlimits] [--call-cpu S] [--cpu-budget S]
                      [--memory-limit GIB] [--parallel N] [--reveal-hidden] [--seed N] [--rubric FILE] [--quiet]
-                     [--no-progress] [--cpu-stand-in]
+                     [--verbose] [--no-progress] [--cpu-stand-in]
 
 SUBMISSION is a folder or zip holding ``student/`` (default: this repository's
 ``student/``). The exit code is 0 whenever grading completed, whatever the
@@ -12,9 +12,15 @@ score (a submission without ``student/`` gets an error result, not a crash);
 2 for bad arguments (a SUBMISSION path that does not exist among them); 1 when
 the grader itself could not run.
 
-While it grades, each problem's start and finish go to stderr
-(:mod:`grader.report.progress`: a rich display on a terminal, plain lines otherwise);
-the table goes to stdout. ``--help`` imports nothing heavy (no torch, not the
+The table goes to stdout: what a student needs (points, first failures, where
+to look), no path, sandbox or machine figures. While it grades, a terminal
+shows each problem's progress on stderr, cleared at the end
+(:mod:`grader.report.progress`); ``--verbose`` keeps it (plain lines where
+stderr is no terminal), adds the operator's header to the table (the
+submission's path, the sandbox, the profile) and the notes about this machine
+(e.g. how much slower it is than the one the budgets were measured on) to
+stderr. Warnings about this machine that may change a result (an unsupported
+torch, too little memory) go to stderr always. ``--help`` imports nothing heavy (no torch, not the
 engine): the pipeline is imported after the arguments are parsed.
 """
 
@@ -44,8 +50,8 @@ WORKFLOWS = {
 DESCRIPTION = "Grade one submission (a folder or zip holding student/) and print a score table per problem."
 EPILOG = "\n".join([
     "Exit code: 0 when grading completed, whatever the score; 2 for bad arguments (a SUBMISSION that does not",
-    "exist among them); 1 when the grader could not run. Each problem's start and finish are shown on stderr as",
-    "it grades; the table goes to stdout.",
+    "exist among them); 1 when the grader could not run. The table goes to stdout; on a terminal each problem's",
+    "progress is shown on stderr while it grades (--verbose: kept, with the operator's notes).",
     "",
     "Instructor commands (python -m grader NAME --help for each; absent from the student release):",
     *(f"  {name:<11} {what}" for name, what in WORKFLOWS.items()),
@@ -94,8 +100,11 @@ def parser() -> argparse.ArgumentParser:
                          "pass a recorded one to replay a grade exactly)")
     ap.add_argument("--rubric", type=Path, metavar="FILE", help="rubric TOML file (default: grader/rubric.toml)")
     ap.add_argument("--quiet", "-q", action="store_true", help="print the table only, without details")
+    ap.add_argument("--verbose", "-v", action="store_true",
+                    help="for whoever runs the grader: the submission's path, the sandbox and the profile above "
+                         "the table; each problem's start and finish, and the notes about this machine, on stderr")
     ap.add_argument("--no-progress", action="store_true",
-                    help="do not show each problem's start and finish on stderr")
+                    help="show no progress on stderr")
     ap.add_argument("--cpu-stand-in", action="store_true",
                     help="without a CUDA device, grade the GPU problems (mfu) on the CPU standing in for one, with "
                          "the small workload of the rubric's [mfu.stand_in]: a rehearsal of the GPU pipeline "
@@ -120,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     from grader.results import GradeResult
     from grader.rubric import DEFAULT_RUBRIC, RubricError
 
-    progress = None if args.no_progress else GradeProgress(sys.stderr)
+    terminal = bool(getattr(sys.stderr, "isatty", lambda: False)())
+    progress = None if args.no_progress or not (args.verbose or terminal) else \
+        GradeProgress(sys.stderr, transient=not args.verbose)
 
     def rewrite(result: GradeResult) -> None:  # as it grades: a grade stopped from outside keeps its points
         report.write_reports(result, json_path=args.json, gradescope=args.gradescope, junit=args.junit,
@@ -149,7 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     for failure in report.write_reports(result, json_path=args.json, gradescope=args.gradescope, junit=args.junit,
                                         reveal=result.reveal):
         print(f"grader: {failure}", file=sys.stderr)
-    for note in result.operator_notes:  # about this machine: for whoever runs the grader, not in the reports
+    # About this machine: for whoever runs the grader, never in the reports.
+    for warning in result.operator_warnings:
+        print(f"grader: warning: {warning}", file=sys.stderr)
+    for note in result.operator_notes if args.verbose else ():
         print(f"grader: note: {note}", file=sys.stderr)
-    report.print_table(result, details=not args.quiet)
+    report.print_table(result, details=not args.quiet, verbose=args.verbose)
     return 0

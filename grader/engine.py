@@ -130,7 +130,7 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
     result = GradeResult(submission=str(path), profile=profile, sandbox=sandbox.describe(), seed=seed, reveal=reveal,
                          speed=round(speed, 3), calibration_cpu=round(calibration, 3))
     if note := torch_support_note():
-        result.operator_notes.append(note)
+        result.operator_warnings.append(note)
     if limits.memory_bytes < configured:
         result.operator_notes.append(f"worker memory limit lowered to {limits.memory_bytes / (1 << 30):.1f} GiB "
                                      f"(from {configured / (1 << 30):g} GiB) to fit this machine's free memory")
@@ -140,7 +140,7 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
         result.operator_notes.append(speed_note)
     needed = grade_memory(limits)
     if memory_available() < needed:
-        result.operator_notes.append(
+        result.operator_warnings.append(
             f"this machine has {memory_available() >> 20} MiB of memory free, and a grade may need {needed >> 20} "
             f"MiB (a worker is promised {limits.growth_bytes >> 20} MiB): a worker the kernel kills for memory "
             "is a grader error here, not the submission's (docs/instructors.md: the memory to give a grader)")

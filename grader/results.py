@@ -128,6 +128,7 @@ class GradeResult:
     problems: list[ProblemResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     operator_notes: list[str] = field(default_factory=list)  # about the machine, for whoever runs the grader
+    operator_warnings: list[str] = field(default_factory=list)  # the same, where the machine may change a result
     error: str = ""
     checks: str = ""  # which checks ran: public + hidden, or public only and why
     points_without_checks: float = 0.0

@@ -274,16 +274,17 @@ def test_progress_on_a_terminal_is_a_rich_display_that_ends_with_each_result():
     assert "regrading views alone" in text
 
 
-def test_a_grade_shows_each_problem_on_stderr_and_keeps_stdout_for_the_table(tmp_path):
-    """A real grade (the reference, one problem): its start and its finish on
-    stderr, in that order, counting the checks the JSON records; stdout is the
-    table. Its public checks, then its hidden ones (a phase after all public
-    checks of the grade): a start and a finish each."""
+def test_a_verbose_grade_shows_each_problem_on_stderr_and_keeps_stdout_for_the_table(tmp_path):
+    """A real grade with --verbose (the reference, one problem): its start and
+    its finish on stderr, in that order, counting the checks the JSON records;
+    stdout is the table, under the operator's header. Its public checks, then
+    its hidden ones (a phase after all public checks of the grade): a start and
+    a finish each."""
     (tmp_path / "sub").mkdir()
     shutil.copytree(REPO / "reference", tmp_path / "sub" / "student")
     out = tmp_path / "r.json"
     proc = subprocess.run([sys.executable, "-m", "grader", str(tmp_path / "sub"), "--problems", "precision",
-                           "--hypothesis-profile", "dev", "--json", str(out)],
+                           "--hypothesis-profile", "dev", "--json", str(out), "--verbose"],
                           cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     result = json.loads(out.read_text())
@@ -300,3 +301,32 @@ def test_a_grade_shows_each_problem_on_stderr_and_keeps_stdout_for_the_table(tmp
     assert re.fullmatch(rf"precision \(hidden checks\): {hidden}/{hidden} checks passed in [0-9.]+ s", lines[3])
     assert "started" not in proc.stdout and "checks passed" not in proc.stdout
     assert re.search(r"^precision +1\.1 +10/10 +passed", proc.stdout, flags=re.M), proc.stdout  # the table
+    assert proc.stdout.startswith(f"grading {tmp_path / 'sub'}\nsandbox: "), proc.stdout[:500]
+
+
+def test_a_students_grade_holds_what_a_student_needs_only(tmp_path):
+    """Without --verbose (stderr no terminal): nothing on stderr, no path, no
+    sandbox, no note about this machine; the table fits 100 columns; below it
+    each lost item's first failure once, never a line of the table again, and
+    one line on where to look."""
+    from grader.corpus import build_wrong, wrong_submissions
+
+    (entry,) = [w for w in wrong_submissions() if w.name == "einops_ops-mean_as_sum"]
+    sub = build_wrong(entry, tmp_path / "w")
+    proc = subprocess.run([sys.executable, "-m", "grader", str(sub), "--problems", "einops_ops",
+                           "--profile", "dev"], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-2000:]
+    out = proc.stdout
+    for operator in (str(tmp_path), str(REPO), "sandbox", "calibration", "bubblewrap", "profile"):
+        assert operator not in out, (operator, out[:3000])
+    table, _, rest = out.partition("\nchecks: ")
+    assert table.startswith("problem ") and all(len(ln) <= 100 for ln in table.splitlines()), table
+    assert re.search(r"^einops_ops +2 +7/10 +failed", table, flags=re.M), table
+    shown = [ln.strip() for ln in table.splitlines()[2:] if ln.strip()]
+    assert not [ln for ln in rest.splitlines() if ln.strip() in shown], rest
+    heads = [ln for ln in rest.splitlines() if ln.startswith("── ")]
+    assert heads == ["── einops_ops · sum_hidden and mean_hidden",
+                     "── einops_ops · worked examples and non-contiguous views"], rest
+    assert rest.count("Reproduce: pytest tests/test_einops_ops.py::") == 2, rest
+    assert rest.rstrip().splitlines()[-1] == \
+        "where to look: handout §2 (einops_ops); `pytest -m einops_ops` shows each failing public test", rest

@@ -84,4 +84,4 @@ def test_a_worker_killed_for_memory_within_its_promise_is_a_grader_error(tmp_pat
     assert p["status"] == "grader error", p["output"][:1000]
     assert "ran out of memory" in p["output"] or "killed by SIGKILL" in p["output"], p["output"][:1000]
     assert "not of your code" in p["output"], p["output"][:1000]
-    assert any("a worker the kernel kills for memory is a grader error here" in n for n in result["operator_notes"])
+    assert any("a worker the kernel kills for memory is a grader error here" in n for n in result["operator_warnings"])

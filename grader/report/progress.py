@@ -79,10 +79,12 @@ class GradeProgress:
     """The progress of one grade, fed by the engine from several threads.
 
     ``rich``: None picks a rich display when ``stream`` is a terminal and plain
-    lines otherwise. Call :meth:`plan` before a run's events, :meth:`close`
-    before anything else is printed (it stops the rich display)."""
+    lines otherwise; ``transient``: the rich display is cleared when it
+    closes (a student's terminal keeps the table, not the bars). Call
+    :meth:`plan` before a run's events, :meth:`close` before anything else is
+    printed (it stops the rich display)."""
 
-    def __init__(self, stream: TextIO | None = None, *, rich: bool | None = None,
+    def __init__(self, stream: TextIO | None = None, *, rich: bool | None = None, transient: bool = False,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.clock = clock
@@ -105,7 +107,7 @@ class GradeProgress:
             self.bar = Progress(SpinnerColumn(finished_text="•"), TextColumn("{task.description:<20}"),
                                 BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                 TextColumn("{task.fields[status]}"),
-                                console=Console(file=self.stream), transient=False)
+                                console=Console(file=self.stream), transient=transient)
             self.bar.start()
 
     # ------------------------------------------------------------------ fed by the engine

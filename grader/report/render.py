@@ -56,8 +56,9 @@ as it could carry a hidden input: each problem's ``hidden_log``,
 ``hidden_time``, ``hidden_cpu``, ``peak_bytes`` and ``workers`` (the
 workers forked for its checks, public and hidden: a fresh one per problem,
 per fresh-process scenario and after each crash), a hidden check's
-``duration`` and ``cpu``, and the run's ``seed``, ``operator_notes`` (about
-the machine), ``wall_time``, ``engine_cpu``, ``calibration_cpu`` and
+``duration`` and ``cpu``, and the run's ``seed``, ``operator_notes`` and
+``operator_warnings`` (about the machine; a warning where it may change a
+result: an unsupported torch, too little memory), ``wall_time``, ``engine_cpu``, ``calibration_cpu`` and
 ``costs`` (each trusted process's :class:`grader.protocol.Cost`).
 ``time`` (per problem) and ``duration`` (per check) are seconds measured by the
 trusted pytest process, worker start-up included in a problem's first check;
@@ -89,6 +90,7 @@ from grader.results import (
     GradeResult,
     ItemResult,
     ProblemResult,
+    failure_text,
     item_text,
     stub_in,
     stub_of,
@@ -178,7 +180,8 @@ def to_json(r: GradeResult, reveal: bool = True) -> dict[str, Any]:
         "problems": [_problem_json(p, reveal) for p in r.problems],
     }
     if reveal:
-        doc.update(seed=r.seed, operator_notes=r.operator_notes, wall_time=r.wall_time,
+        doc.update(seed=r.seed, operator_notes=r.operator_notes, operator_warnings=r.operator_warnings,
+                   wall_time=r.wall_time,
                    costs=[asdict(c) for c in r.costs], engine_cpu=r.engine_cpu, calibration_cpu=r.calibration_cpu)
     return doc
 
@@ -312,13 +315,56 @@ def _section_key(section: str) -> tuple[int, ...]:
 _CELL_LINES = 3
 
 
-def table(r: GradeResult, *, details: bool = True, width: int = 100) -> str:
-    """The terminal report: a per-problem table (with an item breakdown for a
-    problem partly earned; one row for a submission that could not be read),
-    the summary, then each problem's failed items. The first-failure column
-    says what failed, wrapped at word boundaries."""
-    lines = [f"grading {r.submission}", f"sandbox: {r.sandbox}; profile: {r.profile}", f"checks: {r.checks}"]
-    lines += [f"note: {n}" for n in _distinct(r.notes)]
+def _details(r: GradeResult) -> list[str]:
+    """What the table's cells cut short: each lost item's first failure in full
+    (message, example, the command that replays it), under a line naming the
+    problem and item; a problem without such failures (one that crashed, ran
+    out of budget or met a grader error) its output. Untouched stubs, which the
+    table names already, and passed items add nothing."""
+    lines: list[str] = []
+    for p in [] if unreadable(r) else r.problems:
+        if p.status in (PASSED, *NOT_COUNTED) or _only_stubs(p):
+            continue
+        blocks: list[tuple[str, str]] = []
+        for i in p.items:
+            if i.score >= i.max_score or i.status in NOT_COUNTED:
+                continue
+            if i.failure is not None and not i.note and stub_of(i.failure) is not None:
+                continue
+            text = "\n".join(x for x in (i.note, failure_text(i.failure) if i.failure else "") if x)
+            if text:
+                blocks.append((f"{p.name} · {i.name}", text))
+        if not blocks and p.output:
+            blocks.append((f"{p.name}: {p.status}", p.output))
+        for head, body in blocks:
+            lines += ["", f"── {head}", body]
+    return lines
+
+
+def _where_to_look(r: GradeResult) -> str:
+    """One line: the handout sections and the pytest command to start from, or ''
+    when nothing was lost (or nothing could be read)."""
+    lost = [p for p in r.problems if p.status not in (PASSED, GRADER_ERROR, *NOT_COUNTED)]
+    if unreadable(r) or not lost:
+        return ""
+    sections = ", ".join(f"§{p.section} ({p.name})" if p.section else p.name for p in lost)
+    return f"where to look: handout {sections}; `pytest -m {lost[0].name}` shows each failing public test"
+
+
+def _cells(text: str, width: int, lines: int) -> list[str]:
+    """``text`` wrapped at word boundaries to ``width``, at most ``lines`` lines."""
+    return textwrap.wrap(" ".join(text.split()), width, max_lines=lines, placeholder=" …",
+                         break_on_hyphens=False) or [""]
+
+
+def table(r: GradeResult, *, details: bool = True, verbose: bool = False, width: int = 100) -> str:
+    """The terminal report, at most ``width`` columns: a per-problem table (with
+    an item breakdown for a problem partly earned; one row for a submission that
+    could not be read), the summary, which checks ran and the run's notes, then
+    (``details``) each lost item's first failure in full, and one line on where
+    to look. What only the operator needs, the submission's path, the sandbox
+    and the profile, is shown with ``verbose`` only."""
+    lines = [f"grading {r.submission}", f"sandbox: {r.sandbox}; profile: {r.profile}"] if verbose else []
     rows: list[tuple[str, str, str, str, str]] = [("problem", "§", "points", "status", "first failure")]
     if unreadable(r):
         rows.append(("submission", "", f"{_fmt(r.score)}/{_fmt(r.max_score)}", "error", r.error))
@@ -350,32 +396,44 @@ def table(r: GradeResult, *, details: bool = True, width: int = 100) -> str:
                     "" if i.status == PASSED else _reason(i.failure, i.note)
                 rows.append((f"  · {i.name}", "", f"{_fmt(i.score)}/{_fmt(i.max_score)}", i.status, why))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    room = max(40, width - sum(widths) - 8)
-    indent = " " * (sum(widths) + 8)
+    # The last column keeps at least two fifths of the width; a long item name
+    # wraps in its own column rather than pushing the row past ``width``.
+    fixed = sum(widths[1:]) + 8
+    widths[0] = min(widths[0], max(len("problem"), width - fixed - 2 * width // 5))
+    room = max(20, width - fixed - widths[0])
     rendered = []
     for row in rows:
-        cell = textwrap.wrap(" ".join(row[4].split()), room, max_lines=_CELL_LINES, placeholder=" …",
-                             break_on_hyphens=False) or [""]
-        rendered.append(("  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)) + "  "
-                         + cell[0]).rstrip())
-        rendered += [indent + ln for ln in cell[1:]]
+        name = [row[0]]
+        if len(row[0]) > widths[0]:  # an item's name wraps under itself, not under its bullet
+            bullet = "  · " if row[0].startswith("  · ") else ""
+            wrapped = _cells(row[0][len(bullet):], widths[0] - len(bullet), _CELL_LINES)
+            name = [bullet + wrapped[0], *(" " * len(bullet) + ln for ln in wrapped[1:])]
+        cell = _cells(row[4], room, _CELL_LINES)
+        for k in range(max(len(name), len(cell))):
+            first_cols = (name[k] if k < len(name) else "", *(row[1:4] if k == 0 else ("", "", "")))
+            text = "  ".join(c.ljust(w) for c, w in zip(first_cols, widths, strict=True))
+            rendered.append((text + "  " + (cell[k] if k < len(cell) else "")).rstrip())
     lines += [rendered[0], "-" * max(len(ln) for ln in rendered), *rendered[1:]]
     lines.append(summary(r))
-    if details and not unreadable(r):
-        for p in r.problems:
-            if p.status not in (PASSED, *NOT_COUNTED) and p.output and not _only_stubs(p):
-                lines += ["", f"== {p.name}: {p.status}, {_fmt(p.score)}/{_fmt(p.max_score)}", p.output]
+    if r.checks and not unreadable(r):
+        lines.append(f"checks: {r.checks}")
+    lines += [f"note: {n}" for n in _distinct(r.notes)]
+    if details:
+        lines += _details(r)
+        if where := _where_to_look(r):
+            lines += ["", where]
     return "\n".join(lines) + "\n"
 
 
-def print_table(r: GradeResult, *, details: bool = True, stream: TextIO | None = None) -> None:
+def print_table(r: GradeResult, *, details: bool = True, verbose: bool = False,
+                stream: TextIO | None = None) -> None:
     """Print :func:`table` to ``stream`` (stdout): printable, in whatever encoding the
     stream has (what it cannot encode is replaced), and never an exception of
     the table's own: a table that cannot be rendered prints the summary and
     says the grader failed, not the submission."""
     out = stream if stream is not None else sys.stdout
     try:
-        text = table(r, details=details)
+        text = table(r, details=details, verbose=verbose)
     except Exception as e:  # the grader's own bug: the result and the other reports stand
         text = (f"grading {r.submission}\n{summary(r)}\nthe grader could not render its table "
                 f"({type(e).__name__}: {e}): a fault of the grader, not of the submission\n")
