@@ -1,7 +1,7 @@
 """``python -m grader mutants``: how many small bugs in ``reference/`` the public tests catch.
 
     python -m grader mutants [--problems a,b] [--max N] [--operators a,b] [--jobs J]
-                             [--profile detect] [--timeout S] [--whole-file] [--corpus]
+                             [--profile detect] [--timeout S] [--whole-file] [--corpus [--runs N]]
                              [--list] [--json FILE]
 
 For each problem, every mutant of ``reference/<problem>.py`` (one small syntactic
@@ -27,6 +27,12 @@ of a line no test executes runs the whole file at once.
 ``--corpus`` runs the same way over the realistic mistakes of
 ``grader/corpus/wrong`` (each the reference with one patch written the way
 students err) instead of the tool's mutants: "killed" then means "caught".
+Each pytest run there starts from an empty example database of its own (a fresh
+``HYPOTHESIS_STORAGE_DIRECTORY``), so no failure found earlier, by this entry or
+another, is replayed. With ``--runs N`` each entry runs N times and counts as
+caught only when every run caught it: the measure of a random profile such as
+``dev``, the one a student's first ``pytest`` uses (``--corpus --profile dev
+--runs 5``); an entry caught by some runs only is listed as ``sometimes``.
 
 Mutants that cannot change behaviour are *equivalent* and left out of the rate:
 those that only touch annotations or docstrings (found automatically: with
@@ -115,7 +121,7 @@ class Outcome:
     line: int
     before: str
     after: str
-    status: str  # killed | survived | timeout | equivalent | cuda-only
+    status: str  # killed | survived | timeout | equivalent | cuda-only | sometimes (--corpus --runs)
     seconds: float
     reason: str = ""
     narrowed: bool = False  # killed by the tests that execute its line, without running the whole file
@@ -355,20 +361,31 @@ def mutate_problem(problem: str, *, max_mutants: int | None = None, operators: t
 
 
 def corpus_problem(problem: str, *, profile: str = "detect", timeout: float = 600.0, jobs: int = 1,
-                   progress: bool = True) -> list[Outcome]:
+                   progress: bool = True, runs: int = 1) -> list[Outcome]:
     """The public tests of ``problem`` on each of its realistic mistakes in
-    ``grader/corpus/wrong`` (whole file, stopped at the first failure): "killed"
-    means caught."""
+    ``grader/corpus/wrong`` (whole file, stopped at the first failure), ``runs``
+    times, each from an empty example database: "killed" means every run caught
+    it, "sometimes" some but not all, "survived" none."""
     from grader.corpus import build_wrong, wrong_submissions
 
     def one(sub: WrongSubmission) -> Outcome:
+        caught, seconds, code = 0, 0.0, None
         with tempfile.TemporaryDirectory(prefix=f"wrong-{problem}-") as tmp:
             folder = build_wrong(sub, Path(tmp))
-            code, secs = _pytest(problem, str(folder), None, profile, sys.executable, timeout, {})
-        status = "timeout" if code is None else "survived" if code == 0 else "killed"
+            for run in range(runs):
+                storage = Path(tmp) / f"hypothesis-{run}"
+                code, secs = _pytest(problem, str(folder), None, profile, sys.executable, timeout,
+                                     {"HYPOTHESIS_STORAGE_DIRECTORY": str(storage)})
+                caught, seconds = caught + (code != 0), seconds + secs
+                if code is None:
+                    break
+        status = ("timeout" if code is None else "killed" if caught == runs else
+                  "sometimes" if caught else "survived")
         if progress:
-            print(f"  {status:9s} {secs:6.1f}s  {sub.name}", file=sys.stderr, flush=True)
-        return Outcome(sub.name, problem, 0, "", sub.description, status, secs)
+            print(f"  {status:9s} {seconds:6.1f}s  {sub.name}" + (f"  (caught {caught}/{runs})" if runs > 1 else ""),
+                  file=sys.stderr, flush=True)
+        return Outcome(sub.name, problem, 0, "", sub.description, status, seconds,
+                       reason=f"caught by {caught} of {runs} runs" if runs > 1 else "")
 
     entries = [s for s in wrong_submissions() if s.problem == problem]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -393,9 +410,9 @@ def table(results: dict[str, list[Outcome]]) -> str:
         lines.append(f"{problem:12s} {k:7d} {n:5d} {rate} {e:6d} {c:5d}")
     for outs in results.values():
         for o in outs:
-            if o.status == "survived":
-                lines.append(f"survived  {o.key}  line {o.line}: {o.before!r} -> {o.after!r}" if o.line
-                             else f"survived  {o.key}: {o.after}")
+            if o.status in ("survived", "sometimes"):
+                lines.append(f"{o.status}  {o.key}  line {o.line}: {o.before!r} -> {o.after!r}" if o.line
+                             else f"{o.status}  {o.key}: {o.after}" + (f" ({o.reason})" if o.reason else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -412,6 +429,9 @@ def parser() -> argparse.ArgumentParser:
                     help="run every mutant against the whole test file (no coverage baseline); slower, same verdicts")
     ap.add_argument("--corpus", action="store_true",
                     help="run grader/corpus/wrong's realistic mistakes instead of cosmic-ray's mutants")
+    ap.add_argument("--runs", type=int, default=1, metavar="N",
+                    help="with --corpus: run each entry N times, each from an empty example database; caught "
+                         "means caught by every run (for a random profile such as dev)")
     ap.add_argument("--list", action="store_true", help="list the mutants (and equivalents) without running them")
     ap.add_argument("--json", metavar="FILE", help="write every outcome as JSON")
     return ap
@@ -446,7 +466,8 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print(f"{problem}:", file=sys.stderr, flush=True)
         if args.corpus:
-            results[problem] = corpus_problem(problem, profile=args.profile, timeout=args.timeout, jobs=args.jobs)
+            results[problem] = corpus_problem(problem, profile=args.profile, timeout=args.timeout, jobs=args.jobs,
+                                              runs=max(1, args.runs))
             continue
         results[problem] = mutate_problem(problem, max_mutants=args.max, operators=operators,
                                           profile=args.profile, timeout=args.timeout, jobs=args.jobs,
