@@ -14,6 +14,13 @@ segmentations), which must get full marks. It is either a ``.toml`` patch like
 the wrong ones, or a folder of whole modules that replace the reference's.
 
 
+``honest/<name>/`` is one complete solution of every handout module (the
+modules of a ``student/`` package), written by one writer from the handout and
+the stubs alone, apart from the reference and from every other solution, in a
+style of its own (``honest/README.md`` says who wrote each and how). Each gets
+full marks; the similarity report measures its false flags on their pairs
+(:func:`honest_solutions`).
+
 ``correct_lineage.toml`` says which correct entries are edited copies of
 another entry or of the reference (:func:`correct_lineage`): the similarity
 report treats what solutions written apart share as expected code.
@@ -176,5 +183,30 @@ def build_correct(sub: CorrectSubmission, dest: Path) -> Path:
                              "stubs them, and this whole module replaces the reference's)")
     folder = build_wrong(WrongSubmission(sub.name, sub.problem, sub.description, sub.patches), dest)
     for module in sub.modules:
+        shutil.copyfile(module, folder / "student" / module.name)
+    return folder
+
+
+@dataclass(frozen=True)
+class HonestSolution:
+    """One complete solution of ``honest/``: its name and its modules (by file name)."""
+
+    name: str
+    folder: Path
+    modules: tuple[Path, ...]
+
+
+def honest_solutions() -> list[HonestSolution]:
+    """The complete, independently written solutions of ``honest/``, by name."""
+    root = CORPUS / "honest"
+    return [HonestSolution(path.name, path, tuple(sorted(path.glob("*.py"))))
+            for path in sorted(root.iterdir()) if path.is_dir()] if root.is_dir() else []
+
+
+def build_honest(sol: HonestSolution, dest: Path) -> Path:
+    """Write the solution as a submission folder (holding ``student/``) under ``dest``; return it."""
+    folder = dest / sol.name
+    (folder / "student").mkdir(parents=True)
+    for module in sol.modules:
         shutil.copyfile(module, folder / "student" / module.name)
     return folder

@@ -1,0 +1,1 @@
+"""Resource-accounting lab: functional-style solutions."""
