@@ -36,6 +36,9 @@ from pathlib import Path
 from grader.corpus import REFERENCE_LINE, copied_entries, correct_lineage, correct_submissions
 
 REPO = Path(__file__).resolve().parent.parent
+#: The complete solution of grader/corpus/honest that the class holds, with a
+#: copy of it with a few lines changed (``copy_of_objects``).
+EDITED = "objects"
 
 
 def _stubs(pkg: Path) -> None:
@@ -258,6 +261,32 @@ def disguised_copy(original: Path, dest: Path, tag: str, helper: str, move_publi
     return dest
 
 
+def edited_copy(original: Path, dest: Path, tag: str) -> Path:
+    """A copy of the ``student/`` folder ``original`` at ``dest``, every module
+    :func:`disguise`\\ d and a few lines changed: in each function of more than
+    two statements, one new statement in the middle (what a copier adds to
+    break the runs of shared code). Returns ``dest``."""
+    _stubs(dest)
+    for path in sorted(original.glob("*.py")):
+        stub = REPO / "student" / path.name
+        if path.stem == "__init__" or (stub.is_file() and stub.read_text() == path.read_text()):
+            continue
+        tree = ast.parse(disguise(path.read_text(), path.stem, f"{tag}{path.stem[:2]}"))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and len(node.body) > 2:
+                node.body.insert(len(node.body) // 2, ast.parse(f"{tag}_changed = {len(node.body)}").body[0])
+        (dest / path.name).write_text(ast.unparse(ast.fix_missing_locations(tree)) + "\n")
+    return dest
+
+
+def honest_solution(name: str, dest: Path) -> Path:
+    """The complete solution ``grader/corpus/honest/<name>`` as a ``student/`` folder at ``dest``."""
+    _stubs(dest)
+    for path in sorted((REPO / "grader" / "corpus" / "honest" / name).glob("*.py")):
+        shutil.copyfile(path, dest / path.name)
+    return dest
+
+
 def reference_copy(dest: Path) -> Path:
     """``reference/`` copied whole as ``student/`` at ``dest``."""
     shutil.copytree(REPO / "reference", dest, ignore=shutil.ignore_patterns("__pycache__"))
@@ -268,13 +297,17 @@ def build_class(root: Path) -> tuple[list[str], list[tuple[str, str]]]:
     """Write the class under ``root``: the honest students, ``copy_of_handout``
     (all of ``from_the_handout`` disguised, every private helper and constant
     moved into ``student/_util.py``), ``copy_of_textbook`` (``textbook_loops``'s
-    optimizers disguised and moved whole into ``student/_optim.py``) and
+    optimizers disguised and moved whole into ``student/_optim.py``),
+    ``objects`` (a complete solution of grader/corpus/honest) with
+    ``copy_of_objects`` (disguised, a few lines changed in every function) and
     ``copy_of_reference``. Returns the honest ids and the copies as (copy, original)."""
     honest = honest_students(root)
     disguised_copy(honest["from_the_handout"], root / "copy_of_handout" / "student", "h", "_util",
                    move_public=False)
     disguised_copy(honest["textbook_loops"], root / "copy_of_textbook" / "student", "t", "_optim",
                    move_public=True)
+    honest[EDITED] = honest_solution(EDITED, root / EDITED / "student")
+    edited_copy(honest[EDITED], root / f"copy_of_{EDITED}" / "student", "e")
     reference_copy(root / "copy_of_reference" / "student")
     return sorted(honest), [("copy_of_handout", "from_the_handout"), ("copy_of_textbook", "textbook_loops"),
-                            ("copy_of_reference", "(reference)")]
+                            (f"copy_of_{EDITED}", EDITED), ("copy_of_reference", "(reference)")]

@@ -42,15 +42,20 @@ Contract:
   code is its **rare shared code**, in regions (maximal runs of it).
 * A pair's ``score`` is the larger of its two sides' shares of their own code
   (their code less the stubs', the expected and the common code) that lies in
-  its rare shared regions. It is **flagged** when the score reaches
-  ``threshold`` and the rare shared code holds at least ``min_tokens`` tokens
-  (a whole 40-token function in common is not a case). Tokens are characters
-  of copydetect's filtered code.
-* The threshold's false-flag rate is measured at every run on the project's
-  own honest pairs (:func:`calibrate`): every two correct solutions of
-  different lines, scored as a class of two whose own lines are left out of
-  the expected code (as students whose styles the corpus has never seen). The
-  report's header gives it; ``calibration.csv`` lists the pairs.
+  its rare shared regions. It is **flagged** in that module when the score
+  reaches the module's threshold and the rare shared code holds at least
+  ``min_tokens`` tokens (a whole 40-token function in common is not a case);
+  the pair is also flagged when its modules together (:func:`whole_score`)
+  reach the whole threshold. Tokens are characters of copydetect's filtered code.
+* The thresholds are what stands out against honest solutions, not a fixed
+  score: each module's is the highest score two complete solutions written
+  apart (``grader/corpus/honest`` and the corpus's ``from_the_handout``) reach
+  there plus ``margin``, at least ``threshold`` (:func:`calibrate`); the whole
+  threshold likewise. Each honest pair is scored as a class of two whose own
+  lines are left out of the expected code, as students whose styles the corpus
+  has never seen, and the false-flag rate judges each by thresholds measured
+  without it. The report's header gives it and how many solutions it was
+  measured on; ``calibration.csv`` lists the pairs.
 * Outputs in ``DIR``: ``pairs.csv`` (every pair sharing any code, flagged
   first, then by score; the discounted figures and the raw copydetect ones),
   ``similarity.csv`` (one row per submission for the gradebook: its highest
@@ -77,13 +82,13 @@ import tokenize
 import zipfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from grader.corpus import REFERENCE_LINE, correct_lineage, correct_submissions
+from grader.corpus import REFERENCE_LINE, correct_lineage, correct_submissions, honest_solutions
 from grader.instructor.discovery import Submission, discover, unpack_export
 from grader.instructor.files import csv_text
 from grader.instructor.precheck import precheck
@@ -99,6 +104,8 @@ if TYPE_CHECKING:
     from copydetect.detector import CodeFingerprint
 
 REFERENCE_ID = "(reference)"
+#: How a solution of grader/corpus/honest is named among the correct solutions (its line too).
+HONEST_PREFIX = "honest-"
 #: torch.optim's sources, compared as one more source of ``optimizers``.
 LIBRARY_ID = "torch.optim (library)"
 #: Modules of torch/optim that hold no optimizer (schedulers, weight averaging, the package's exports).
@@ -127,29 +134,48 @@ MAX_HOLDERS = 10
 THRESHOLD = 0.5
 #: The least rare shared code (tokens) that makes a flag: about five lines.
 MIN_TOKENS = 150
+#: A module's threshold is the highest score an honest pair reaches there plus
+#: this margin, and never below THRESHOLD (:func:`module_thresholds`): short,
+#: contract-bound modules, whose independent solutions converge, flag less.
+MARGIN = 0.15
 
-PAIR_COLUMNS = ["rank", "module", "submission_a", "submission_b", "score", "flagged", "share_a", "share_b",
+PAIR_COLUMNS = ["rank", "module", "submission_a", "submission_b", "score", "threshold", "flagged", "share_a",
+                "share_b",
                 "rare_tokens", "own_tokens_a", "own_tokens_b", "expected_tokens", "common_tokens",
                 "short_tokens", "raw_similarity", "raw_similarity_a", "raw_similarity_b", "raw_shared_tokens",
                 "submitters_a", "submitters_b"]
 SUBMISSION_COLUMNS = ["id", "submitters", "max_score", "most_similar_to", "module", "rare_tokens",
                       "reference_score", "library_score", "flagged", "flagged_with", "raw_max_similarity",
                       "skipped"]
-CALIBRATION_COLUMNS = ["module", "solution_a", "solution_b", "score", "rare_tokens", "flagged", "raw_similarity"]
+CALIBRATION_COLUMNS = ["module", "solution_a", "solution_b", "score", "rare_tokens", "threshold", "flagged",
+                       "raw_similarity"]
 
 
 @dataclass(frozen=True)
 class Settings:
-    """What counts and what flags (see the module's contract)."""
+    """What counts and what flags (see the module's contract). ``thresholds``:
+    each module's own threshold, measured on the honest solutions
+    (:func:`module_thresholds`); a module without one uses ``threshold``."""
 
     threshold: float = THRESHOLD
     min_tokens: int = MIN_TOKENS
     max_holders: int = MAX_HOLDERS
     min_region: int = MIN_REGION
+    margin: float = MARGIN
+    thresholds: tuple[tuple[str, float], ...] = ()
+    whole_threshold: float = THRESHOLD
 
-    def flags(self, score: float, rare_tokens: int) -> bool:
-        """Whether a pair with this score and rare shared code is flagged."""
-        return score >= self.threshold and rare_tokens >= self.min_tokens
+    def threshold_of(self, module: str) -> float:
+        """The score that flags a pair in ``module``."""
+        return dict(self.thresholds).get(module, self.threshold)
+
+    def flags(self, score: float, rare_tokens: int, module: str = "") -> bool:
+        """Whether a pair of ``module`` with this score and rare shared code is flagged."""
+        return score >= self.threshold_of(module) and rare_tokens >= self.min_tokens
+
+    def flags_whole(self, score: float, rare_tokens: int) -> bool:
+        """Whether a pair whose modules together have this score (:func:`whole_score`) is flagged."""
+        return score >= self.whole_threshold and rare_tokens >= self.min_tokens
 
 
 @dataclass
@@ -367,6 +393,9 @@ def correct_solutions(repo: Path = REPO) -> list[Solution]:
         else:
             files = {path.stem: text for path in entry.modules if (text := _read(path)) is not None}
         out.append(Solution(entry.name, lines[entry.name], module_units(files)))
+    for sol in honest_solutions():
+        files = {path.stem: text for path in sol.modules if (text := _read(path)) is not None}
+        out.append(Solution(f"{HONEST_PREFIX}{sol.name}", f"{HONEST_PREFIX}{sol.name}", module_units(files)))
     return out
 
 
@@ -610,7 +639,7 @@ def score_pair(index: ModuleIndex, a: str, b: str, *, detail: bool = False) -> P
                 min(_coverage(fa, expected), _coverage(fb, expected)),
                 min(_coverage(fa, common), _coverage(fb, common)),
                 min(int(sa.rare[~sa.counted].sum()), int(sb.rare[~sb.counted].sum())),
-                max(raw_a, raw_b), raw_a, raw_b, int(raw_tokens), s.flags(score, rare_tokens))
+                max(raw_a, raw_b), raw_a, raw_b, int(raw_tokens), s.flags(score, rare_tokens, index.module))
     if detail or pair.flagged:
         _detail(pair, index, sa, sb, expected, common)
     return pair
@@ -695,73 +724,209 @@ def compare(sources: Sequence[Source], stubs: dict[str, str], corpus: Corpus | N
 
 
 @dataclass
+class HonestPair:
+    """Two complete solutions written apart (the lines ``a`` and ``b``), scored
+    per module as a class of two whose own lines are left out of the expected
+    code, as students whose styles the corpus has never seen."""
+
+    a: str
+    b: str
+    modules: dict[str, Pair]  # the modules where they share any code
+
+
+def complete_lines(corpus: Corpus) -> dict[str, dict[str, str]]:
+    """The corpus's lines that solve every handout module but the reference's
+    (each written apart from it and from each other): line -> module -> the
+    solution holding that module."""
+    cover: dict[str, dict[str, str]] = {}
+    for module, prints in corpus.prints.items():
+        for name in prints:
+            cover.setdefault(corpus.line_of.get(name, name), {}).setdefault(module, name)
+    return {line: held for line, held in sorted(cover.items())
+            if line != REFERENCE_LINE and set(held) >= set(HANDOUT_MODULES)}
+
+
+def honest_pairs(corpus: Corpus, settings: Settings = Settings()) -> list[HonestPair]:
+    """Every two complete lines (:func:`complete_lines`), scored per module with
+    the expected code of the other lines only."""
+    lines = complete_lines(corpus)
+    out = []
+    for i, a in enumerate(lines):
+        for b in list(lines)[i + 1:]:
+            others = {line: hashes for line, hashes in corpus.lines.items() if line not in (a, b)}
+            modules = {}
+            for module in HANDOUT_MODULES:
+                na, nb = lines[a][module], lines[b][module]
+                index = ModuleIndex(module, {na: corpus.prints[module][na], nb: corpus.prints[module][nb]}, others,
+                                    settings)
+                if (pair := score_pair(index, na, nb)) is not None:
+                    modules[module] = pair
+            out.append(HonestPair(a, b, modules))
+    return out
+
+
+def module_thresholds(pairs: Sequence[HonestPair], settings: Settings,
+                      without: Iterable[str] = ()) -> tuple[tuple[str, float], ...]:
+    """Each module's threshold: the highest score of an honest pair there (of
+    ``pairs`` holding no line of ``without``) plus ``settings.margin``, never
+    below ``settings.threshold``."""
+    left_out = set(without)
+    highest: dict[str, float] = {}
+    for hp in pairs:
+        if hp.a not in left_out and hp.b not in left_out:
+            for module, pair in hp.modules.items():
+                highest[module] = max(highest.get(module, 0.0), pair.score)
+    return tuple((m, round(max(settings.threshold, highest.get(m, 0.0) + settings.margin), 3))
+                 for m in HANDOUT_MODULES)
+
+
+def whole_score(modules: Iterable[Pair]) -> tuple[float, int]:
+    """One pair's modules taken together: (the larger share of either side's own
+    code, over the modules where they share any, in rare shared regions; the
+    rare shared tokens). A copy spread over every module, each a little
+    changed, stands out here where no single module does."""
+    pairs = list(modules)
+    own_a, own_b = sum(p.own_a for p in pairs), sum(p.own_b for p in pairs)
+    counted_a, counted_b = sum(p.share_a * p.own_a for p in pairs), sum(p.share_b * p.own_b for p in pairs)
+    score = max(counted_a / own_a if own_a else 0.0, counted_b / own_b if own_b else 0.0)
+    return min(score, 1.0), sum(p.rare_tokens for p in pairs)
+
+
+def whole_threshold(pairs: Sequence[HonestPair], settings: Settings, without: Iterable[str] = ()) -> float:
+    """The threshold of :func:`whole_score`: the honest pairs' highest (of those
+    holding no line of ``without``) plus ``settings.margin``, never below
+    ``settings.threshold``."""
+    left_out = set(without)
+    highest = max((whole_score(hp.modules.values())[0] for hp in pairs if hp.a not in left_out
+                   and hp.b not in left_out), default=0.0)
+    return round(max(settings.threshold, highest + settings.margin), 3)
+
+
+@dataclass
 class Calibration:
-    """The honest pairs of the correct corpus, scored as :func:`calibrate` says."""
+    """The honest pairs of the complete solutions (:func:`honest_pairs`), and
+    how the thresholds judge them. The false-flag rate is measured as a
+    class would meet a new pair: each pair is judged by thresholds measured
+    without either of its solutions (``judged``: its modules' threshold)."""
 
-    pairs: list[Pair]
+    pairs: list[HonestPair]
     settings: Settings
+    judged: dict[tuple[str, str], Settings] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for hp in self.pairs:
+            self.judged[(hp.a, hp.b)] = replace(
+                self.settings, thresholds=module_thresholds(self.pairs, self.settings, (hp.a, hp.b)),
+                whole_threshold=whole_threshold(self.pairs, self.settings, (hp.a, hp.b)))
 
     @property
-    def flagged(self) -> list[Pair]:
-        return [p for p in self.pairs if p.flagged]
+    def solutions(self) -> int:
+        return len({line for hp in self.pairs for line in (hp.a, hp.b)})
+
+    def flagged_modules(self, hp: HonestPair) -> list[str]:
+        """The modules where ``hp`` would be flagged, by thresholds measured
+        without it (``"all modules"`` when its modules together would be)."""
+        judge = self.judged[(hp.a, hp.b)]
+        found = [m for m, p in hp.modules.items() if judge.flags(p.score, p.rare_tokens, m)]
+        return found + (["all modules"] if judge.flags_whole(*whole_score(hp.modules.values())) else [])
 
     @property
-    def highest(self) -> Pair | None:
-        return max(self.pairs, key=lambda p: p.score, default=None)
+    def flagged(self) -> list[HonestPair]:
+        return [hp for hp in self.pairs if self.flagged_modules(hp)]
+
+    def highest(self) -> dict[str, Pair]:
+        """Per module, the honest pair of the highest score."""
+        top: dict[str, Pair] = {}
+        for hp in self.pairs:
+            for module, pair in hp.modules.items():
+                if module not in top or pair.score > top[module].score:
+                    top[module] = pair
+        return top
 
     def summary(self) -> str:
-        """One sentence: how many honest pairs the settings flag, and the highest honest score."""
+        """One sentence: the measured false-flag rate, on how many solutions."""
         if not self.pairs:
-            return "No false-flag rate measured (this checkout has no correct corpus)."
-        top = self.highest
-        assert top is not None
-        return (f"Measured on the project's correct corpus: {len(self.flagged)} of {len(self.pairs)} honest pairs "
-                f"flagged (false-flag rate {len(self.flagged) / len(self.pairs):.0%}; highest honest score "
-                f"{top.score:.2f}, {top.module}: {top.a} and {top.b}).")
+            return ("No false-flag rate measured (this checkout holds fewer than two complete solutions written "
+                    "apart): the module thresholds are the default.")
+        flagged = self.flagged
+        return (f"False-flag rate measured on {self.solutions} complete solutions written independently from the "
+                f"handout (grader/corpus/honest): {len(flagged)} of {len(self.pairs)} honest pairs flagged "
+                f"({len(flagged) / len(self.pairs):.0%}), each pair judged by thresholds measured without it.")
 
 
-def calibrate(corpus: Corpus, library: Unit | None = None, settings: Settings = Settings()) -> Calibration:
-    """Score the honest pairs of the correct solutions: per module, every two
-    of different lines among the reference and the folder entries (a ``.toml``
-    entry is the reference with one change, so it adds no honest pair of its
-    own), and each with ``library`` (torch.optim's fingerprints) in
-    ``optimizers``. Each pair is a class of two whose expected code comes from
-    the other lines only: as if neither style were in the corpus, which is
-    where a real student stands."""
-    entries = {e.name for e in correct_submissions() if e.modules} | {REFERENCE_ID}
-    pairs = []
-    for module in HANDOUT_MODULES:
-        prints = {name: u for name, u in corpus.prints.get(module, {}).items() if name in entries}
-        if library is not None and module == "optimizers":
-            prints[LIBRARY_ID] = library
-        names = list(prints)
-        for i, a in enumerate(names):
-            for b in names[i + 1:]:
-                mine = {corpus.line_of.get(a, a), corpus.line_of.get(b, b)}
-                if len(mine) < 2:
-                    continue  # one line: not written apart
-                others = {line: hashes for line, hashes in corpus.lines.items() if line not in mine}
-                if (pair := score_pair(ModuleIndex(module, {a: prints[a], b: prints[b]}, others, settings),
-                                       a, b)) is not None:
-                    pairs.append(pair)
-    return Calibration(_ranked(pairs), settings)
+def calibrate(corpus: Corpus, settings: Settings = Settings()) -> tuple[Calibration, Settings]:
+    """The honest pairs of ``corpus`` and the settings whose module thresholds
+    they measured (the honest highest plus the margin)."""
+    pairs = honest_pairs(corpus, settings)
+    return Calibration(pairs, settings), replace(settings, thresholds=module_thresholds(pairs, settings),
+                                                 whole_threshold=whole_threshold(pairs, settings))
+
+
+@dataclass
+class Verdict:
+    """One pair of sources over every module: the modules that decided its flag
+    (``decided``: flagged there), its module pairs, its highest score."""
+
+    a: str
+    b: str
+    modules: list[Pair]
+    decided: list[Pair]
+    whole: tuple[float, int]  # :func:`whole_score` of its modules
+    whole_flagged: bool  # flagged on its modules taken together
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.decided) or self.whole_flagged
+
+    @property
+    def score(self) -> float:
+        return max(p.score for p in self.modules)
+
+    def evidence(self, settings: Settings) -> str:
+        """What decided it, in one line: its modules together when they decided
+        it, each deciding module's score against its threshold and its rare
+        shared code; else its highest module."""
+        shown = self.decided or ([] if self.whole_flagged else [max(self.modules, key=lambda p: p.score)])
+        parts = [f"{p.module} {p.score:.0%} (threshold {settings.threshold_of(p.module):.0%}), "
+                 f"{p.rare_tokens} rare tokens" for p in shown]
+        if self.whole_flagged:
+            parts.insert(0, f"all modules {self.whole[0]:.0%} (threshold {settings.whole_threshold:.0%}), "
+                            f"{self.whole[1]} rare tokens")
+        return "; ".join(parts)
+
+
+def pair_verdicts(pairs: Sequence[Pair], settings: Settings) -> list[Verdict]:
+    """The module pairs grouped by pair of sources: flagged pairs first (most
+    deciding modules, then highest score), then by highest score."""
+    grouped: dict[tuple[str, str], list[Pair]] = {}
+    for p in pairs:
+        grouped.setdefault((p.a, p.b) if p.a < p.b else (p.b, p.a), []).append(p)
+    verdicts = []
+    for (a, b), ps in grouped.items():
+        whole = whole_score(ps)
+        verdicts.append(Verdict(a, b, ps, [p for p in ps if p.flagged], whole, settings.flags_whole(*whole)))
+    return sorted(verdicts, key=lambda v: (not v.flagged, -len(v.decided), -v.score, v.a, v.b))
 
 
 # ------------------------------------------------------------------ outputs
 
 
-def pairs_csv(pairs: Sequence[Pair], sources: Sequence[Source]) -> str:
-    """``pairs.csv``: every pair sharing code, ranked (columns: :data:`PAIR_COLUMNS`)."""
+def pairs_csv(pairs: Sequence[Pair], sources: Sequence[Source], settings: Settings = Settings()) -> str:
+    """``pairs.csv``: every pair sharing code, ranked (columns: :data:`PAIR_COLUMNS`;
+    ``threshold``: its module's)."""
     who = {s.id: s.submitters for s in sources}
-    return csv_text(PAIR_COLUMNS, ([rank, p.module, p.a, p.b, f"{p.score:.3f}", int(p.flagged), f"{p.share_a:.3f}",
+    return csv_text(PAIR_COLUMNS, ([rank, p.module, p.a, p.b, f"{p.score:.3f}",
+                                    f"{settings.threshold_of(p.module):.3f}", int(p.flagged), f"{p.share_a:.3f}",
                                     f"{p.share_b:.3f}", p.rare_tokens, p.own_a, p.own_b,
                                     p.expected_tokens, p.common_tokens, p.short_tokens, f"{p.raw_similarity:.3f}",
                                     f"{p.raw_similarity_a:.3f}", f"{p.raw_similarity_b:.3f}", p.raw_shared_tokens,
                                     who.get(p.a, ""), who.get(p.b, "")] for rank, p in enumerate(pairs, 1)))
 
 
-def submissions_csv(pairs: Sequence[Pair], sources: Sequence[Source]) -> str:
-    """``similarity.csv``: one row per submission (columns: :data:`SUBMISSION_COLUMNS`)."""
+def submissions_csv(pairs: Sequence[Pair], sources: Sequence[Source], settings: Settings = Settings()) -> str:
+    """``similarity.csv``: one row per submission (columns: :data:`SUBMISSION_COLUMNS`;
+    ``flagged_with``: the sources of its flagged pairs, :func:`pair_verdicts`)."""
+    verdicts = [v for v in pair_verdicts(pairs, settings) if v.flagged]
     rows = []
     for s in sources:
         if s.id in (REFERENCE_ID, LIBRARY_ID):
@@ -770,7 +935,7 @@ def submissions_csv(pairs: Sequence[Pair], sources: Sequence[Source]) -> str:
         best = mine[0] if mine else None
         ref = max((p.score for p in mine if REFERENCE_ID in (p.a, p.b)), default=0.0)
         lib = max((p.score for p in mine if LIBRARY_ID in (p.a, p.b)), default=0.0)
-        with_whom = sorted({p.b if p.a == s.id else p.a for p in mine if p.flagged})
+        with_whom = sorted({v.b if v.a == s.id else v.a for v in verdicts if s.id in (v.a, v.b)})
         rows.append([s.id, s.submitters, f"{best.score:.3f}" if best else "0.000",
                      "" if best is None else (best.b if best.a == s.id else best.a), best.module if best else "",
                      best.rare_tokens if best else 0, f"{ref:.3f}", f"{lib:.3f}", int(bool(with_whom)),
@@ -779,9 +944,17 @@ def submissions_csv(pairs: Sequence[Pair], sources: Sequence[Source]) -> str:
 
 
 def calibration_csv(calibration: Calibration) -> str:
-    """``calibration.csv``: the honest pairs of the correct corpus and their scores."""
-    return csv_text(CALIBRATION_COLUMNS, ([p.module, p.a, p.b, f"{p.score:.3f}", p.rare_tokens, int(p.flagged),
-                                           f"{p.raw_similarity:.3f}"] for p in calibration.pairs))
+    """``calibration.csv``: every honest pair's module scores, with the
+    threshold that judged it (measured without the pair) and whether it flagged."""
+    rows = []
+    for hp in calibration.pairs:
+        judge, flagged = calibration.judged[(hp.a, hp.b)], set(calibration.flagged_modules(hp))
+        rows += [[m, hp.a, hp.b, f"{p.score:.3f}", p.rare_tokens, f"{judge.threshold_of(m):.3f}",
+                  int(m in flagged), f"{p.raw_similarity:.3f}"] for m, p in hp.modules.items()]
+        score, rare = whole_score(hp.modules.values())
+        rows.append(["all modules", hp.a, hp.b, f"{score:.3f}", rare, f"{judge.whole_threshold:.3f}",
+                     int("all modules" in flagged), ""])
+    return csv_text(CALIBRATION_COLUMNS, rows)
 
 
 def _marked(text: str, marks: np.ndarray) -> str:
@@ -825,13 +998,18 @@ def _header(sources: Sequence[Source], settings: Settings, calibration: Calibrat
         f"{settings.min_region} tokens, less the stubs' code and import statements, less <i>expected code</i> "
         "(what two correct solutions written apart hold, the reference and the project's correct corpus: code "
         f"the contract dictates), less <i>common code</i> (what more than {settings.max_holders} sources hold). "
-        "A pair's <b>score</b> is the larger share of either side's own code (its code less the stubs', "
-        "expected and common code) in those passages. <b>Flagged</b>: a score of "
-        f"{settings.threshold:.0%} or more with at least {settings.min_tokens} rare shared tokens (about "
-        f"{settings.min_tokens // 30} lines).</p>"
-        f"<p>{e(calibration.summary()) if calibration else 'False-flag rate not measured.'} Each honest pair "
-        "(two correct solutions written apart) is scored as a class of two whose own styles are left out of "
-        "the expected code; calibration.csv lists them.</p>"
+        "A pair's <b>score</b> in a module is the larger share of either side's own code (its code less the "
+        "stubs', expected and common code) in those passages. <b>Flagged</b>: a module whose score is above what "
+        "honest solutions reach there (each module's threshold is the highest score of an honest pair in it plus "
+        f"{settings.margin:.0%}, at least {settings.threshold:.0%}: "
+        + e(", ".join(f"{m} {settings.threshold_of(m):.0%}" for m in HANDOUT_MODULES))
+        + f"), with at least {settings.min_tokens} rare shared tokens (about {settings.min_tokens // 30} lines); "
+        f"or whose modules together share more than honest solutions do ({settings.whole_threshold:.0%} of either "
+        "side's own code over the modules they share code in: a copy spread thin over every module). "
+        "Short modules whose honest solutions converge flag less: the class's size does not matter, as the "
+        "thresholds come from the honest solutions, not from the class.</p>"
+        f"<p>{e(calibration.summary()) if calibration else 'False-flag rate not measured.'} "
+        "calibration.csv lists their module scores and the threshold that judged each.</p>"
         "<p><b>A flag means</b> that two submissions share more code than the project has seen honest solutions "
         "share: a reason to read the marked regions side by side. <b>It does not mean</b> that either copied, "
         "nor which one: students may have worked together as allowed, used the same outside source, or one "
@@ -900,7 +1078,16 @@ def report_html(pairs: Sequence[Pair], sources: Sequence[Source], settings: Sett
     if skipped:
         parts.append("<h2>Skipped</h2><ul>" + "".join(f"<li>{e(s.id)}: {e(s.skipped)}</li>" for s in skipped)
                      + "</ul>")
-    parts.append(f"<h2>Pairs: {len(shown)} flagged, then the rest by score</h2><table><tr><th>#</th><th>module"
+    verdicts = pair_verdicts(pairs, settings)
+    decided = sum(v.flagged for v in verdicts)
+    lead = "".join(
+        f"<tr><td>{e(v.a)}</td><td>{e(v.b)}</td><td>{'flagged' if v.flagged else ''}</td>"
+        f"<td>{e(v.evidence(settings))}</td></tr>" for v in verdicts[: max(top, decided)])
+    parts.append(f"<h2>Pairs of submissions: {decided} flagged</h2>"
+                 "<p>One row per pair: what decided its flag (each module above its threshold), else its highest "
+                 "module. A flag asks a person to read the two side by side below; it is not a finding.</p>"
+                 "<table><tr><th>a</th><th>b</th><th></th><th>evidence</th></tr>" + lead + "</table>")
+    parts.append(f"<h2>Module pairs: {len(shown)} flagged, then the rest by score</h2><table><tr><th>#</th><th>module"
                  "</th><th>a</th><th>b</th><th>score</th><th>share a / b</th><th>rare tokens</th>"
                  "<th>discounted: expected / common / short</th><th>raw</th><th></th></tr>" + rows + "</table>")
     for i, p in enumerate(pairs, 1):
@@ -929,27 +1116,24 @@ def report(root: Path, out: Path, *, exclude: Iterable[Path] = (), with_referenc
     everything = [*sources, *(s for s in (ref, lib) if s is not None)]
     stubs = stubs_of()
     corpus = fingerprint_corpus(correct_solutions() if solutions is None else solutions, stubs)
+    calibration, settings = calibrate(corpus, settings)  # the module thresholds, before any flag
     pairs: list[Pair] = []
-    library_prints = None
     for module in HANDOUT_MODULES:  # one module's fingerprints held at a time
-        index = module_index(module, everything, stubs.get(module, ""), corpus, settings)
-        library_prints = index.prints.get(LIBRARY_ID, library_prints)
-        pairs += module_pairs(index)
+        pairs += module_pairs(module_index(module, everything, stubs.get(module, ""), corpus, settings))
     pairs = _ranked(pairs)
-    if library_prints is None and (lib := library_source()) is not None:  # measured with it all the same
-        library_prints = _prints(lib.files, _boilerplate(stubs.get("optimizers", ""))).get("optimizers")
-    calibration = calibrate(corpus, library_prints, settings)
-    write_atomic(out / "pairs.csv", pairs_csv(pairs, everything))
-    write_atomic(out / "similarity.csv", submissions_csv(pairs, everything))
+    write_atomic(out / "pairs.csv", pairs_csv(pairs, everything, settings))
+    write_atomic(out / "similarity.csv", submissions_csv(pairs, everything, settings))
     write_atomic(out / "calibration.csv", calibration_csv(calibration))
     write_atomic(out / "report.html", report_html(pairs, everything, settings, top, calibration))
     if not quiet:
-        flagged = [p for p in pairs if p.flagged]
-        print(f"similarity: {len(sources)} submissions, {len(pairs)} pairs sharing code, {len(flagged)} flagged "
-              f"(score >= {settings.threshold:.0%}, >= {settings.min_tokens} rare tokens); report in "
-              f"{out / 'report.html'}\n  {calibration.summary()}")
-        for p in flagged[:10]:
-            print(f"  {p.score:4.0%}  {p.rare_tokens:6d}  {p.module:<11} {p.a}  {p.b}")
+        verdicts = pair_verdicts(pairs, settings)
+        flagged = [v for v in verdicts if v.flagged]
+        print(f"similarity: {len(sources)} submissions, {len(verdicts)} pairs sharing code, {len(flagged)} flagged "
+              f"(a module's score above what honest solutions reach there, with >= {settings.min_tokens} rare "
+              f"tokens); a flag asks a person to look, it is not a finding; report in {out / 'report.html'}\n"
+              f"  {calibration.summary()}")
+        for v in flagged[:10]:
+            print(f"  {v.a}  {v.b}: {v.evidence(settings)}")
     return pairs
 
 
