@@ -1143,8 +1143,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("submissions", type=Path, help="folder of submissions (or an export zip), as for batch")
     p.add_argument("--out", type=Path, default=Path("similarity-out"), help="output folder")
     p.add_argument("--threshold", type=float, default=THRESHOLD,
-                   help=f"flag pairs whose score (share of own code in rare shared regions) reaches this, 0..1 "
-                        f"(default: {THRESHOLD})")
+                   help=f"the least threshold of any module, 0..1 (default: {THRESHOLD}); each module's is the "
+                        f"highest score of an honest pair there plus {MARGIN}, at least this")
     p.add_argument("--min-tokens", type=int, default=MIN_TOKENS,
                    help=f"and whose rare shared code holds at least this many tokens (default: {MIN_TOKENS})")
     p.add_argument("--max-holders", type=int, default=MAX_HOLDERS,
