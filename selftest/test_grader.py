@@ -154,6 +154,22 @@ def test_wrong_submission_loses_exactly_its_items(sub, tmp_path):
         assert mine["score"] == mine["max_score"] - sum(items[n]["points"] for n in sub.breaks)
 
 
+#: One mistake in one optimizer class each (the five found by writers from the
+#: handout, and one in Adam): graded alone, each costs that class's item only.
+#: CI grades one; LAB_FULL_CORPUS=1 all six.
+ONE_CLASS = {"SGD": "optimizers-sgd_reads_default_lr", "SGDMomentum": "optimizers-momentum_zero_init",
+             "AdaGrad": "optimizers-adagrad_lr_decay_from_t", "RMSProp": "optimizers-rmsprop_state_float32",
+             "Adam": "optimizers-adam_decay_in_place_grad", "AdamW": "optimizers-adamw_decay_after_update"}
+
+
+@pytest.mark.skipif(not hidden_available(), reason="needs reference/ and the hidden checks")
+@pytest.mark.parametrize("klass", [pytest.param(k, marks=() if k == "SGD" else pytest.mark.full) for k in ONE_CLASS])
+def test_one_wrong_optimizer_class_keeps_the_other_five_their_points(klass, tmp_path):
+    (sub,) = [s for s in WRONG if s.name == ONE_CLASS[klass]]
+    assert sub.breaks == (klass,), sub.breaks
+    test_wrong_submission_loses_exactly_its_items(sub, tmp_path)  # its item lost, every other item kept
+
+
 @pytest.mark.skipif(not hidden_available(), reason="needs reference/ and the hidden checks")
 def test_hidden_checks_catch_what_public_tests_miss(tmp_path):
     """A bug confined to inputs only a hidden check draws: ``overflows`` says an
