@@ -53,6 +53,29 @@ def test_slurm_array_job_and_merge_equal_one_batch(tmp_path, fake_grader):
     assert (out / "summary.png").exists() and (out / "summary.md").exists()
 
 
+def test_slurm_scripts_ask_for_a_gpu_partition_and_refuse_a_second_line(tmp_path, fake_grader):
+    """--slurm-partition and --slurm-gres (one GPU per array task) become
+    #SBATCH lines of grade.sbatch, before its first command; a value that could
+    carry another line (a directive or a command) is refused."""
+    small_class(tmp_path / "subs")
+    out = tmp_path / "gpu"
+    proc = run_batch(tmp_path / "subs", out, "--slurm", "2", "--problems", "mfu", "--slurm-partition", "gpu",
+                     "--slurm-gres", "gpu:h100:1")
+    assert proc.returncode == 0, proc.stderr
+    lines = (out / "grade.sbatch").read_text().splitlines()
+    head = lines[:lines.index("set -euo pipefail")]
+    assert "#SBATCH --partition=gpu" in head and "#SBATCH --gres=gpu:h100:1" in head, head
+    assert "--problems mfu" in (out / "grade.sbatch").read_text()
+    plain = tmp_path / "cpu"
+    assert run_batch(tmp_path / "subs", plain, "--slurm", "2").returncode == 0
+    assert not [ln for ln in (plain / "grade.sbatch").read_text().splitlines()
+                if ln.startswith(("#SBATCH --partition", "#SBATCH --gres")) or not ln.strip()]
+    for option in ("--slurm-gres", "--slurm-partition", "--slurm-time"):
+        bad = run_batch(tmp_path / "subs", tmp_path / "bad", "--slurm", "2", option, "gpu:1\ntouch /tmp/x")
+        assert bad.returncode == 2 and option in bad.stderr, bad.stderr
+        assert not (tmp_path / "bad" / "grade.sbatch").exists()
+
+
 def test_merge_refuses_conflicting_shards(tmp_path):
     rec = {"batch_version": 1, "id": "a", "source": "x", "submitters": [], "status": "bad zip", "reason": "r",
            "score": 0.0, "max_score": None, "result": None}

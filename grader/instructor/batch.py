@@ -316,6 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slurm", type=int, default=None, metavar="N",
                    help="write a Slurm array job of N shards (OUT/grade.sbatch, OUT/merge.sbatch) and exit")
     p.add_argument("--slurm-time", default="04:00:00", help="time limit of each array task (default: 04:00:00)")
+    p.add_argument("--slurm-partition", default=None, metavar="NAME",
+                   help="the partition of the array tasks (#SBATCH --partition), e.g. a GPU partition")
+    p.add_argument("--slurm-gres", default=None, metavar="SPEC",
+                   help="generic resources per array task (#SBATCH --gres), e.g. gpu:1 for an MFU batch "
+                        "(--problems mfu) on GPU nodes")
     p.add_argument("--merge", nargs="+", type=Path, default=None, metavar="DIR",
                    help="merge the results of shard output folders into --out and exit")
     return p
@@ -337,9 +342,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.slurm is not None:
         if args.slurm < 1:
             raise SystemExit("batch: --slurm N needs N >= 1")
-        write_slurm(args.out.resolve(), args.submissions.resolve(), args.slurm, jobs=args.jobs,
-                    time_limit=args.slurm_time, repo=REPO,
-                    grader_args=[*_grader_args(args), "--timeout", f"{args.timeout:g}"])
+        try:
+            write_slurm(args.out.resolve(), args.submissions.resolve(), args.slurm, jobs=args.jobs,
+                        time_limit=args.slurm_time, repo=REPO,
+                        grader_args=[*_grader_args(args), "--timeout", f"{args.timeout:g}"],
+                        partition=args.slurm_partition, gres=args.slurm_gres)
+        except ValueError as e:
+            parser.error(str(e))
         return 0
     return run_batch(args)
 
