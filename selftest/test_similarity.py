@@ -564,7 +564,9 @@ def test_false_flag_rate_is_measured_reported_and_documented(corpus_class):
     pairs = {(r["solution_a"], r["solution_b"]) for r in rows}
     flagged = {(r["solution_a"], r["solution_b"]) for r in rows if r["flagged"] == "1"}
     solutions = len({s for pair in pairs for s in pair})
-    figure = f"{solutions} complete solutions written independently from the handout (grader/corpus/honest): " \
+    honest = len({s for pair in pairs for s in pair if s.startswith(similarity.HONEST_PREFIX)})
+    figure = f"{solutions} complete solutions written independently from the handout ({honest} in " \
+             f"grader/corpus/honest, {solutions - honest} in grader/corpus/correct): " \
              f"{len(flagged)} of {len(pairs)} honest pairs flagged"
     assert figure in (outs["corpus"] / "report.html").read_text()
     docs = " ".join((REPO / "docs" / "instructors.md").read_text().split())  # wrapped lines joined

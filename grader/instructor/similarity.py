@@ -849,8 +849,11 @@ class Calibration:
             return ("No false-flag rate measured (this checkout holds fewer than two complete solutions written "
                     "apart): the module thresholds are the default.")
         flagged = self.flagged
+        lines = {line for hp in self.pairs for line in (hp.a, hp.b)}
+        honest = sum(line.startswith(HONEST_PREFIX) for line in lines)
         return (f"False-flag rate measured on {self.solutions} complete solutions written independently from the "
-                f"handout (grader/corpus/honest): {len(flagged)} of {len(self.pairs)} honest pairs flagged "
+                f"handout ({honest} in grader/corpus/honest, {len(lines) - honest} in grader/corpus/correct): "
+                f"{len(flagged)} of {len(self.pairs)} honest pairs flagged "
                 f"({len(flagged) / len(self.pairs):.0%}), each pair judged by thresholds measured without it.")
 
 
