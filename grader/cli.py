@@ -1,6 +1,6 @@
 """``python -m grader``: grade one submission and print its table.
 
-    python -m grader [SUBMISSION] [--json FILE] [--gradescope FILE] [--junit FILE]
+    python -m grader [SUBMISSION] [--json FILE] [--gradescope FILE] [--junit FILE] [--markdown FILE]
                      [--profile dev|ci|grade] [--problems a,b] [--public-only]
                      [--sandbox auto|bwrap|uid|rlimits] [--call-cpu S] [--cpu-budget S]
                      [--memory-limit GIB] [--parallel N] [--reveal-hidden] [--seed N] [--rubric FILE] [--quiet]
@@ -76,6 +76,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", metavar="FILE", help="write the full results as JSON (see grader/report/render.py)")
     ap.add_argument("--gradescope", metavar="FILE", help="write Gradescope's results.json")
     ap.add_argument("--junit", metavar="FILE", help="write JUnit XML")
+    ap.add_argument("--markdown", metavar="FILE",
+                    help="write a Markdown summary: the score and one row per problem (a CI job's summary)")
     ap.add_argument("--profile", "--hypothesis-profile", dest="profile", choices=PROFILES, metavar="NAME",
                     help=f"hypothesis profile of the checks: {', '.join(PROFILES)} (default: the rubric's, grade); "
                          "--hypothesis-profile is the same option under pytest's name")
@@ -135,14 +137,15 @@ def main(argv: list[str] | None = None) -> int:
 
     def rewrite(result: GradeResult) -> None:  # as it grades: a grade stopped from outside keeps its points
         report.write_reports(result, json_path=args.json, gradescope=args.gradescope, junit=args.junit,
-                             reveal=result.reveal, final=False)
+                             markdown=args.markdown, reveal=result.reveal, final=False)
 
     options = engine.Options(
         profile=args.profile, problems=[p for p in args.problems.split(",") if p] if args.problems else None,
         public_only=args.public_only, sandbox=args.sandbox, call_cpu=args.call_cpu,
         cpu_budget=args.cpu_budget, memory_limit_gib=args.memory_limit, reveal_hidden=args.reveal_hidden,
         rubric=args.rubric or DEFAULT_RUBRIC, seed=args.seed, parallel=args.parallel, progress=progress,
-        on_update=rewrite if args.json or args.gradescope or args.junit else None, cpu_stand_in=args.cpu_stand_in,
+        on_update=rewrite if args.json or args.gradescope or args.junit or args.markdown else None,
+        cpu_stand_in=args.cpu_stand_in,
     )
     try:
         result = engine.grade(args.submission, options)
@@ -158,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     # Each report stands alone; one that could not be written is the grader's
     # fault, said on stderr (and in the table), never a crash or a student's result.
     for failure in report.write_reports(result, json_path=args.json, gradescope=args.gradescope, junit=args.junit,
+                                        markdown=args.markdown,
                                         reveal=result.reveal):
         print(f"grader: {failure}", file=sys.stderr)
     # About this machine: for whoever runs the grader, never in the reports.

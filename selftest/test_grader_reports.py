@@ -396,6 +396,19 @@ def test_a_report_writer_that_fails_stops_no_other(tmp_path, monkeypatch, capsys
     assert "could not write its --junit report" in out and "score 0/2" in out
 
 
+def test_markdown_summary_is_one_row_per_problem_and_escapes_what_it_quotes():
+    """--markdown (a CI job's summary): the summary line, then one table row per
+    problem whose cells hold no pipe, backtick or markup of the text they quote."""
+    from grader.report import render as report
+
+    r = _hostile_result()
+    r.problems[0].items[0].failure.message = "got | `x` <b>*y*</b>\nsecond line"
+    text = report.to_markdown(r)
+    rows = [ln for ln in text.splitlines() if ln.startswith("| precision ")]
+    assert text.startswith("### score 0/2") and len(rows) == 1, text
+    assert rows[0].count(" | ") == 4 and "\\|" in rows[0] and "<b>" not in rows[0] and "\\`x\\`" in rows[0], rows
+
+
 def test_table_prints_in_any_encoding():
     """Whatever is left in a result (here strings never normalised), the table
     prints in the stream's own encoding, an ASCII one included, without raising."""

@@ -262,6 +262,29 @@ def to_junit(r: GradeResult) -> str:
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
 
+def _md_cell(text: str) -> str:
+    """``text`` as one Markdown table cell: one line, pipes and markup escaped."""
+    text = " ".join(text.split())
+    for ch in "\\|`*_[]<>#":
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
+def to_markdown(r: GradeResult) -> str:
+    """A Markdown summary of the grade (a CI job's summary, GitHub's
+    ``$GITHUB_STEP_SUMMARY``): the summary line, which checks ran, and one row
+    per problem with its points, status and first failure, as the terminal
+    table says them (a hidden check's details withheld)."""
+    lines = [f"### {_md_cell(summary(r))}", "", _md_cell(f"checks: {r.checks}") if r.checks else "", "",
+             "| problem | § | points | status | first failure |", "|---|---|---|---|---|"]
+    if unreadable(r):
+        lines.append(f"| submission | | {_fmt(r.score)}/{_fmt(r.max_score)} | error | {_md_cell(r.error)} |")
+    for p in [] if unreadable(r) else r.problems:
+        lines.append(f"| {_md_cell(p.name)} | {_md_cell(p.section)} | {_fmt(p.score)}/{_fmt(p.max_score)} | "
+                     f"{_md_cell(p.status)} | {_md_cell(shorten(_first_failure(p), 300))} |")
+    return "\n".join(lines) + "\n"
+
+
 def shorten(text: str, width: int) -> str:
     """``text`` on one line, cut at a word boundary with an ellipsis to fit ``width``."""
     text = " ".join(text.split())
@@ -351,6 +374,30 @@ def _where_to_look(r: GradeResult) -> str:
     return f"where to look: handout {sections}; `pytest -m {lost[0].name}` shows each failing public test"
 
 
+def _first_failure(p: ProblemResult) -> str:
+    """A problem's "first failure" cell: what it lost and why, in a few words
+    ("" when it passed; the lost items' names when it earned some points, the
+    item rows saying why)."""
+    failed = [i for i in p.items if i.score < i.max_score]
+    if p.status in NOT_COUNTED:
+        return _not_counted_line(p.status, p.not_counted)
+    if p.status == PASSED:
+        return ""
+    if p.not_run:
+        ref = f", reference {p.reference_cpu:.1f}" if p.reference_cpu else ""
+        return f"cut short: used {p.cpu:.1f} of {p.cpu_budget:.4g} CPU s{ref}; {p.not_run} checks not run"
+    if p.status == GRADER_ERROR:
+        return p.output.splitlines()[0] if p.output else GRADER_ERROR
+    if 0 < p.score < p.max_score:
+        return "lost: " + "; ".join(i.name for i in failed)
+    if stubs := _only_stubs(p):
+        sections = ", ".join(f"§{s}" for s in dict.fromkeys(stubs.values()))
+        return f"not implemented yet: {', '.join(stubs)} (handout {sections})"
+    if failed:
+        return _reason(failed[0].failure, failed[0].note)
+    return p.output.splitlines()[0] if p.output else ""
+
+
 def _cells(text: str, width: int, lines: int) -> list[str]:
     """``text`` wrapped at word boundaries to ``width``, at most ``lines`` lines."""
     return textwrap.wrap(" ".join(text.split()), width, max_lines=lines, placeholder=" …",
@@ -369,27 +416,7 @@ def table(r: GradeResult, *, details: bool = True, verbose: bool = False, width:
     if unreadable(r):
         rows.append(("submission", "", f"{_fmt(r.score)}/{_fmt(r.max_score)}", "error", r.error))
     for p in [] if unreadable(r) else r.problems:
-        failed = [i for i in p.items if i.score < i.max_score]
-        first = ""
-        if p.status in NOT_COUNTED:
-            first = _not_counted_line(p.status, p.not_counted)
-        elif p.status != PASSED:
-            if p.not_run:
-                ref = f", reference {p.reference_cpu:.1f}" if p.reference_cpu else ""
-                first = (f"cut short: used {p.cpu:.1f} of {p.cpu_budget:.4g} CPU s{ref}; "
-                         f"{p.not_run} checks not run")
-            elif p.status == GRADER_ERROR:
-                first = p.output.splitlines()[0] if p.output else GRADER_ERROR
-            elif 0 < p.score < p.max_score:  # the item rows below say why
-                first = "lost: " + "; ".join(i.name for i in failed)
-            elif stubs := _only_stubs(p):
-                sections = ", ".join(f"§{s}" for s in dict.fromkeys(stubs.values()))
-                first = f"not implemented yet: {', '.join(stubs)} (handout {sections})"
-            elif failed:
-                first = _reason(failed[0].failure, failed[0].note)
-            elif p.output:
-                first = p.output.splitlines()[0]
-        rows.append((p.name, p.section, f"{_fmt(p.score)}/{_fmt(p.max_score)}", p.status, first))
+        rows.append((p.name, p.section, f"{_fmt(p.score)}/{_fmt(p.max_score)}", p.status, _first_failure(p)))
         if 0 < p.score < p.max_score:
             for i in p.items:
                 why = _not_counted_line(i.status, i.not_counted) if i.status in NOT_COUNTED else \
@@ -444,7 +471,7 @@ def print_table(r: GradeResult, *, details: bool = True, verbose: bool = False,
 
 
 def write_reports(r: GradeResult, *, json_path: str | None, gradescope: str | None, junit: str | None,
-                  reveal: bool, final: bool = True) -> list[str]:
+                  reveal: bool, final: bool = True, markdown: str | None = None) -> list[str]:
     """Write each report asked for, atomically (``reveal``: hidden checks' details in
     the ``--json`` file). Each writer stands alone: one that fails (the grader's
     own fault, never the submission's) neither stops the others nor raises.
@@ -453,7 +480,8 @@ def write_reports(r: GradeResult, *, json_path: str | None, gradescope: str | No
     added to ``r.notes``, so the table printed afterwards says it."""
     writers = [("--json", json_path, lambda: json.dumps(to_json(r, reveal), indent=1) + "\n"),
                ("--gradescope", gradescope, lambda: json.dumps(to_gradescope(r), indent=1) + "\n"),
-               ("--junit", junit, lambda: to_junit(r))]
+               ("--junit", junit, lambda: to_junit(r)),
+               ("--markdown", markdown, lambda: to_markdown(r))]
     failed = []
     for option, path, render in writers:
         if not path:
