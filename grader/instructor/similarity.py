@@ -757,8 +757,12 @@ def honest_pairs(corpus: Corpus, settings: Settings = Settings()) -> list[Honest
             modules = {}
             for module in HANDOUT_MODULES:
                 na, nb = lines[a][module], lines[b][module]
-                index = ModuleIndex(module, {na: corpus.prints[module][na], nb: corpus.prints[module][nb]}, others,
-                                    settings)
+                ua, ub = corpus.prints[module][na], corpus.prints[module][nb]
+                # Only the pair's fingerprints are ever looked up: the other lines cut to them
+                # give the same expected and common code, and cost a few percent of the whole.
+                relevant = ua.hashes | ub.hashes
+                index = ModuleIndex(module, {na: ua, nb: ub},
+                                    {line: hashes & relevant for line, hashes in others.items()}, settings)
                 if (pair := score_pair(index, na, nb)) is not None:
                     modules[module] = pair
             out.append(HonestPair(a, b, modules))
