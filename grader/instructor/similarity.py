@@ -135,7 +135,7 @@ THRESHOLD = 0.5
 #: The least rare shared code (tokens) that makes a flag: about five lines.
 MIN_TOKENS = 150
 #: A module's threshold is the highest score an honest pair reaches there plus
-#: this margin, and never below THRESHOLD (:func:`module_thresholds`): short,
+#: this margin, and never below THRESHOLD (:func:`judged_by`): short,
 #: contract-bound modules, whose independent solutions converge, flag less.
 MARGIN = 0.15
 
@@ -155,7 +155,7 @@ CALIBRATION_COLUMNS = ["module", "solution_a", "solution_b", "score", "rare_toke
 class Settings:
     """What counts and what flags (see the module's contract). ``thresholds``:
     each module's own threshold, measured on the honest solutions
-    (:func:`module_thresholds`); a module without one uses ``threshold``."""
+    (:func:`judged_by`); a module without one uses ``threshold``."""
 
     threshold: float = THRESHOLD
     min_tokens: int = MIN_TOKENS
@@ -769,21 +769,6 @@ def honest_pairs(corpus: Corpus, settings: Settings = Settings()) -> list[Honest
     return out
 
 
-def module_thresholds(pairs: Sequence[HonestPair], settings: Settings,
-                      without: Iterable[str] = ()) -> tuple[tuple[str, float], ...]:
-    """Each module's threshold: the highest score of an honest pair there (of
-    ``pairs`` holding no line of ``without``) plus ``settings.margin``, never
-    below ``settings.threshold``."""
-    left_out = set(without)
-    highest: dict[str, float] = {}
-    for hp in pairs:
-        if hp.a not in left_out and hp.b not in left_out:
-            for module, pair in hp.modules.items():
-                highest[module] = max(highest.get(module, 0.0), pair.score)
-    return tuple((m, round(max(settings.threshold, highest.get(m, 0.0) + settings.margin), 3))
-                 for m in HANDOUT_MODULES)
-
-
 def whole_score(modules: Iterable[Pair]) -> tuple[float, int]:
     """One pair's modules taken together: (the larger share of either side's own
     code, over the modules where they share any, in rare shared regions; the
@@ -796,14 +781,21 @@ def whole_score(modules: Iterable[Pair]) -> tuple[float, int]:
     return min(score, 1.0), sum(p.rare_tokens for p in pairs)
 
 
-def whole_threshold(pairs: Sequence[HonestPair], settings: Settings, without: Iterable[str] = ()) -> float:
-    """The threshold of :func:`whole_score`: the honest pairs' highest (of those
-    holding no line of ``without``) plus ``settings.margin``, never below
-    ``settings.threshold``."""
+def judged_by(pairs: Sequence[HonestPair], settings: Settings, without: Iterable[str] = ()) -> Settings:
+    """``settings`` with the thresholds the honest ``pairs`` (those holding no
+    line of ``without``) measure: each module's is the highest score of an
+    honest pair there plus ``settings.margin``, and so is the whole threshold
+    (over :func:`whole_score`); none below ``settings.threshold``."""
     left_out = set(without)
-    highest = max((whole_score(hp.modules.values())[0] for hp in pairs if hp.a not in left_out
-                   and hp.b not in left_out), default=0.0)
-    return round(max(settings.threshold, highest + settings.margin), 3)
+    kept = [hp for hp in pairs if hp.a not in left_out and hp.b not in left_out]
+
+    def above(highest: float) -> float:
+        return round(max(settings.threshold, highest + settings.margin), 3)
+
+    modules = tuple((m, above(max((hp.modules[m].score for hp in kept if m in hp.modules), default=0.0)))
+                    for m in HANDOUT_MODULES)
+    whole = above(max((whole_score(hp.modules.values())[0] for hp in kept), default=0.0))
+    return replace(settings, thresholds=modules, whole_threshold=whole)
 
 
 @dataclass
@@ -819,13 +811,16 @@ class Calibration:
 
     def __post_init__(self) -> None:
         for hp in self.pairs:
-            self.judged[(hp.a, hp.b)] = replace(
-                self.settings, thresholds=module_thresholds(self.pairs, self.settings, (hp.a, hp.b)),
-                whole_threshold=whole_threshold(self.pairs, self.settings, (hp.a, hp.b)))
+            self.judged[(hp.a, hp.b)] = judged_by(self.pairs, self.settings, (hp.a, hp.b))
+
+    @property
+    def lines(self) -> set[str]:
+        """The complete solutions (lines) the pairs are made of."""
+        return {line for hp in self.pairs for line in (hp.a, hp.b)}
 
     @property
     def solutions(self) -> int:
-        return len({line for hp in self.pairs for line in (hp.a, hp.b)})
+        return len(self.lines)
 
     def flagged_modules(self, hp: HonestPair) -> list[str]:
         """The modules where ``hp`` would be flagged, by thresholds measured
@@ -838,22 +833,12 @@ class Calibration:
     def flagged(self) -> list[HonestPair]:
         return [hp for hp in self.pairs if self.flagged_modules(hp)]
 
-    def highest(self) -> dict[str, Pair]:
-        """Per module, the honest pair of the highest score."""
-        top: dict[str, Pair] = {}
-        for hp in self.pairs:
-            for module, pair in hp.modules.items():
-                if module not in top or pair.score > top[module].score:
-                    top[module] = pair
-        return top
-
     def summary(self) -> str:
         """One sentence: the measured false-flag rate, on how many solutions."""
         if not self.pairs:
             return ("No false-flag rate measured (this checkout holds fewer than two complete solutions written "
                     "apart): the module thresholds are the default.")
-        flagged = self.flagged
-        lines = {line for hp in self.pairs for line in (hp.a, hp.b)}
+        flagged, lines = self.flagged, self.lines
         honest = sum(line.startswith(HONEST_PREFIX) for line in lines)
         return (f"False-flag rate measured on {self.solutions} complete solutions written independently from the "
                 f"handout ({honest} in grader/corpus/honest, {len(lines) - honest} in grader/corpus/correct): "
@@ -865,8 +850,7 @@ def calibrate(corpus: Corpus, settings: Settings = Settings()) -> tuple[Calibrat
     """The honest pairs of ``corpus`` and the settings whose module thresholds
     they measured (the honest highest plus the margin)."""
     pairs = honest_pairs(corpus, settings)
-    return Calibration(pairs, settings), replace(settings, thresholds=module_thresholds(pairs, settings),
-                                                 whole_threshold=whole_threshold(pairs, settings))
+    return Calibration(pairs, settings), judged_by(pairs, settings)
 
 
 @dataclass
