@@ -33,7 +33,14 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from grader.corpus import REFERENCE_LINE, copied_entries, correct_lineage, correct_submissions
+from grader.corpus import (
+    REFERENCE_LINE,
+    build_honest,
+    copied_entries,
+    correct_lineage,
+    correct_submissions,
+    honest_solutions,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 #: The complete solution of grader/corpus/honest that the class holds, with a
@@ -279,14 +286,6 @@ def edited_copy(original: Path, dest: Path, tag: str) -> Path:
     return dest
 
 
-def honest_solution(name: str, dest: Path) -> Path:
-    """The complete solution ``grader/corpus/honest/<name>`` as a ``student/`` folder at ``dest``."""
-    _stubs(dest)
-    for path in sorted((REPO / "grader" / "corpus" / "honest" / name).glob("*.py")):
-        shutil.copyfile(path, dest / path.name)
-    return dest
-
-
 def reference_copy(dest: Path) -> Path:
     """``reference/`` copied whole as ``student/`` at ``dest``."""
     shutil.copytree(REPO / "reference", dest, ignore=shutil.ignore_patterns("__pycache__"))
@@ -306,7 +305,8 @@ def build_class(root: Path) -> tuple[list[str], list[tuple[str, str]]]:
                    move_public=False)
     disguised_copy(honest["textbook_loops"], root / "copy_of_textbook" / "student", "t", "_optim",
                    move_public=True)
-    honest[EDITED] = honest_solution(EDITED, root / EDITED / "student")
+    (solution,) = [s for s in honest_solutions() if s.name == EDITED]
+    honest[EDITED] = build_honest(solution, root) / "student"
     edited_copy(honest[EDITED], root / f"copy_of_{EDITED}" / "student", "e")
     reference_copy(root / "copy_of_reference" / "student")
     return sorted(honest), [("copy_of_handout", "from_the_handout"), ("copy_of_textbook", "textbook_loops"),

@@ -192,14 +192,13 @@ class HonestSolution:
     """One complete solution of ``honest/``: its name and its modules (by file name)."""
 
     name: str
-    folder: Path
     modules: tuple[Path, ...]
 
 
 def honest_solutions() -> list[HonestSolution]:
     """The complete, independently written solutions of ``honest/``, by name."""
     root = CORPUS / "honest"
-    return [HonestSolution(path.name, path, tuple(sorted(path.glob("*.py"))))
+    return [HonestSolution(path.name, tuple(sorted(path.glob("*.py"))))
             for path in sorted(root.iterdir()) if path.is_dir()] if root.is_dir() else []
 
 
