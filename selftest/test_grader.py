@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.corpus import build_wrong, wrong_submissions
+from grader.corpus import WrongSubmission, build_wrong, wrong_submissions
 from grader.engine import hidden_available
 from grader.rubric import load
 from selftest.sampling import sample
@@ -124,6 +124,11 @@ def test_wrong_submission_loses_exactly_its_items(sub, tmp_path):
     next to one problem whose module does not import the patched file (problems
     that do import it, e.g. memory uses precision.bytes_per_element, share the
     bug and may lose points too, as they would for a student)."""
+    _loses_exactly_its_items(sub, tmp_path)
+
+
+def _loses_exactly_its_items(sub: WrongSubmission, tmp_path: Path) -> None:
+    """Grade ``sub`` beside an independent problem and check what it lost (see the test above)."""
     folder = build_wrong(sub, tmp_path)
     module = Path(sub.patches[0][0]).stem
     independent = [p.name for p in RUBRIC.problems
@@ -167,7 +172,7 @@ ONE_CLASS = {"SGD": "optimizers-sgd_reads_default_lr", "SGDMomentum": "optimizer
 def test_one_wrong_optimizer_class_keeps_the_other_five_their_points(klass, tmp_path):
     (sub,) = [s for s in WRONG if s.name == ONE_CLASS[klass]]
     assert sub.breaks == (klass,), sub.breaks
-    test_wrong_submission_loses_exactly_its_items(sub, tmp_path)  # its item lost, every other item kept
+    _loses_exactly_its_items(sub, tmp_path)  # its item lost, every other item kept
 
 
 @pytest.mark.skipif(not hidden_available(), reason="needs reference/ and the hidden checks")
