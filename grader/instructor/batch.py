@@ -43,6 +43,8 @@ Contract (instructors rely on each point):
 * The GPU problem graded elsewhere: a batch of ``--problems mfu`` on a GPU
   machine, merged with the CPU batch (``--merge CPU_OUT GPU_OUT --out DIR``),
   gives each submission the GPU's result for it and the CPU's for the rest.
+  ``--cpu-stand-in`` rehearses such a batch without a GPU (the CPU stands
+  in; the gradebook's ``stand_in`` column names each problem so graded).
 
 ``LAB_GRADER_CMD`` (environment; a shell-quoted command) replaces
 ``python -m grader`` for every submission; the project's tests use it to
@@ -119,6 +121,8 @@ def _grader_args(args: argparse.Namespace) -> list[str]:
         extra += ["--problems", args.problems]
     if args.public_only:
         extra.append("--public-only")
+    if args.cpu_stand_in:
+        extra.append("--cpu-stand-in")
     return extra
 
 
@@ -303,6 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", choices=PROFILES, default=None, help="passed to the grader")
     p.add_argument("--problems", default=None, help="comma-separated problems, passed to the grader")
     p.add_argument("--public-only", action="store_true", help="passed to the grader")
+    p.add_argument("--cpu-stand-in", action="store_true",
+                   help="passed to the grader: without CUDA, the CPU stands in for the GPU in the MFU problem (a "
+                        "rehearsal of a GPU batch; the gradebook's stand_in column names it, never a GPU's grade)")
     p.add_argument("--memory-limit", type=float, default=None, metavar="GIB",
                    help="address space per worker (default: the rubric's); lowered, and --jobs with it, "
                         "so that every worker that can run at once fits the free memory")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.instructor.files import csv_text
-from grader.instructor.records import NOT_COUNTED_STATUSES, STATUSES
+from grader.instructor.records import NOT_COUNTED_STATUSES, STATUSES, stand_in
 from grader.util import write_atomic
 
 __all__ = ["NOT_RUN_CELL", "class_summary", "gradebook_csv", "print_summary", "summary_markdown", "summary_png",
@@ -50,7 +50,9 @@ def _fmt(x: float | None) -> str:
 
 def gradebook_csv(records: Sequence[dict[str, Any]]) -> str:
     """One row per record: who, what happened and why, total and per-problem scores
-    (cells a spreadsheet would run as formulas are neutralised: :func:`.files.csv_text`)."""
+    (cells a spreadsheet would run as formulas are neutralised: :func:`.files.csv_text`).
+    ``stand_in`` names the problems graded with the CPU standing in for a GPU
+    (``--cpu-stand-in``): a rehearsal's points, never a GPU's grade."""
     problems = _problem_names(records)
     class_max = _class_max(records)
     rows = []
@@ -68,11 +70,12 @@ def gradebook_csv(records: Sequence[dict[str, Any]]) -> str:
             _fmt(rec.get("score", 0.0)),
             _fmt(rec.get("max_score") if rec["status"] == "graded" else class_max),
             _fmt(result.get("gpu_points_not_run", 0.0)),
+            " ".join(p.get("name", "") for p in result.get("problems", []) if stand_in(p)),
             *[per.get(name, "0") for name in problems],
             _fmt(rec.get("wall_time")), rec.get("source", ""),
         ])
     return csv_text(["id", "name", "sid", "email", "status", "reason", "score", "max_score",
-                     "gpu_points_not_run", *problems, "wall_time_s", "source"], rows)
+                     "gpu_points_not_run", "stand_in", *problems, "wall_time_s", "source"], rows)
 
 def class_summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per-problem pass rates (over every submission: one that could not be graded

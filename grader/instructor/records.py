@@ -25,7 +25,7 @@ from grader.instructor.discovery import Submission
 
 __all__ = [
     "NOT_COUNTED_STATUSES", "NOT_GRADED_STATUSES", "RECORD_VERSION", "STATUSES", "combine_records", "content_hash",
-    "error_record", "load_record", "load_records", "new_record", "record_complete", "valid_result",
+    "error_record", "load_record", "load_records", "new_record", "record_complete", "stand_in", "valid_result",
 ]
 
 RECORD_VERSION = 1
@@ -145,6 +145,16 @@ def load_records(out: Path) -> dict[str, dict[str, Any]]:
         if rec is not None:
             records[rec["id"]] = rec
     return records
+
+
+def stand_in(problem: dict[str, Any]) -> bool:
+    """Whether a problem of a result was graded with the CPU standing in for a
+    GPU (``--cpu-stand-in``: a rehearsal, never a GPU's grade). The grader's
+    trusted side writes :data:`grader.scoring.STAND_IN_NOTE` first in such a
+    problem's output, and in no other."""
+    from grader.scoring import STAND_IN_NOTE
+
+    return str(problem.get("output", "")).startswith(STAND_IN_NOTE)
 
 
 def combine_records(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
