@@ -81,7 +81,7 @@ def test_merge_refuses_conflicting_shards(tmp_path):
            "score": 0.0, "max_score": None, "result": None}
     for d, reason in (("s0", "one"), ("s1", "two")):
         files.write_json_atomic(tmp_path / d / "results" / "a.json", {**rec, "reason": reason})
-    with pytest.raises(SystemExit, match="graded in both"):
+    with pytest.raises(SystemExit, match="do not combine"):
         batch.main(["--merge", str(tmp_path / "s0"), str(tmp_path / "s1"), "--out", str(tmp_path / "m")])
 
 

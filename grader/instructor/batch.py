@@ -262,25 +262,26 @@ def run_batch(args: argparse.Namespace) -> int:
 
 def run_merge(args: argparse.Namespace) -> int:
     """One gradebook from several output folders: the shards of one class, or a
-    CPU batch and a GPU batch of the GPU problem alone (a submission graded in
-    both combines: :func:`.records.combine_records`). A submission graded in
-    two folders that do not combine (shards made from different inputs) is an
-    error, not a silent pick."""
+    CPU batch and a GPU batch of the GPU problem alone, each possibly in shards
+    (a submission graded in several combines, problem by problem:
+    :func:`.records.combine_records`). A submission whose gradings do not
+    combine (another content; a problem graded in two with different results)
+    is an error naming it, the folders and the problem, never a silent pick."""
     out: Path = args.out.resolve()
     merged: dict[str, dict[str, Any]] = {}
-    origin: dict[str, Path] = {}
+    origin: dict[str, list[Path]] = {}
     for d in args.merge:
         if not (d / "results").is_dir():
             raise SystemExit(f"batch --merge: {d} has no results/ folder")
         for sub_id, rec in load_records(d).items():
             if sub_id in merged and merged[sub_id] != rec:
-                both = combine_records(merged[sub_id], rec)
-                if both is None:
-                    raise SystemExit(f"batch --merge: {sub_id} was graded in both {origin[sub_id]} and {d}, and the "
-                                     "two do not combine (another content, not both graded, or a problem graded "
-                                     "in both with different results)")
-                rec = both
-            merged[sub_id], origin[sub_id] = rec, d
+                try:
+                    rec = combine_records(merged[sub_id], rec)
+                except ValueError as e:
+                    raise SystemExit(f"batch --merge: {sub_id} in {', '.join(map(str, origin[sub_id]))} and {d}: "
+                                     f"{e}; the gradings do not combine") from None
+            merged[sub_id] = rec
+            origin.setdefault(sub_id, []).append(d)
     with _locked(out):
         for sub_id, rec in merged.items():
             write_json_atomic(out / "results" / f"{sub_id}.json", rec)
@@ -329,7 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="generic resources per array task (#SBATCH --gres), e.g. gpu:1 for an MFU batch "
                         "(--problems mfu) on GPU nodes")
     p.add_argument("--merge", nargs="+", type=Path, default=None, metavar="DIR",
-                   help="merge the results of shard output folders into --out and exit")
+                   help="merge the results of output folders into --out and exit: shards of one batch, or a CPU "
+                        "batch and an MFU batch (--problems mfu) of the same class, combined per problem")
     return p
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.instructor.discovery import Submission
+from grader.results import NO_CHECKS
 
 __all__ = [
     "NOT_COUNTED_STATUSES", "NOT_GRADED_STATUSES", "RECORD_VERSION", "STATUSES", "combine_records", "content_hash",
@@ -157,31 +158,73 @@ def stand_in(problem: dict[str, Any]) -> bool:
     return str(problem.get("output", "")).startswith(STAND_IN_NOTE)
 
 
-def combine_records(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
+def _rank(problem: dict[str, Any]) -> int:
+    """How much a problem's result says, for a merge: a verdict on a GPU (or on
+    a problem that needs none) 3, a verdict of the CPU standing in for a GPU 2,
+    no verdict (a grader error, not graded yet) 1, not run (no GPU, no checks) 0."""
+    if problem.get("status") in NOT_COUNTED_STATUSES:
+        return 0
+    if problem.get("status") in NOT_GRADED_STATUSES:
+        return 1
+    return 2 if stand_in(problem) else 3
+
+
+def _outcome(problem: dict[str, Any]) -> tuple[Any, ...]:
+    """What two gradings of a problem must agree on: its status and points, per item
+    (not its seconds or its text, which differ between any two runs)."""
+    return (problem.get("status"), problem.get("score"), problem.get("max_score"),
+            [(i.get("name"), i.get("status"), i.get("score")) for i in problem.get("items", [])])
+
+
+def _not_counted(problems: list[dict[str, Any]], status: str) -> float:
+    """The points of ``status`` (not counted) in ``problems``: whole problems' and items'."""
+    return sum(p.get("not_counted", 0.0) for p in problems if p.get("status") == status) + sum(
+        i.get("not_counted", 0.0) for p in problems if p.get("status") != status
+        for i in p.get("items", []) if i.get("status") == status)
+
+
+def combine_records(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """One record from two gradings of the same content that split its
-    problems: typically a CPU batch (the GPU problem "not run on a GPU") and a
-    GPU batch of that problem alone (``--problems mfu`` on a GPU machine). A
-    problem graded in one and not run in the other takes the graded result; the
-    totals are summed again. None when they do not combine: another content,
-    not both graded, or a problem graded in both with different results."""
-    if a.get("content") != b.get("content") or a["status"] != "graded" or b["status"] != "graded":
-        return None
+    problems: typically a CPU batch (the GPU problem "not run on a GPU", or not
+    graded at all) and a GPU batch of that problem alone (``--problems mfu``).
+
+    Each problem takes the result of the grading that says most about it
+    (:func:`_rank`: a GPU's verdict over the CPU standing in for one, over no
+    verdict, over not run); score, max_score, ``gpu_points_not_run`` and
+    ``points_without_checks`` are summed again from the problems kept. The
+    record is "graded" when both were; else it keeps the status and reason of
+    the first that was not (a rerun of that batch regrades it). Neither has a
+    result (a bad zip, no ``student/``): the first record.
+
+    ValueError (its message says why) where they do not combine: another
+    content (resubmitted between the two batches), a problem graded in both
+    with different results (status or points, in all or per item), or no
+    result in either and another status or reason in each."""
+    if a.get("content") != b.get("content"):
+        raise ValueError("graded from different contents (resubmitted between the batches?)")
+    base = next((r for r in (a, b) if r["status"] != "graded"), a)
+    merged = {**base, "wall_time": a.get("wall_time", 0.0) + b.get("wall_time", 0.0),
+              "grader_args": [*a.get("grader_args", []), "+", *b.get("grader_args", [])]}
+    results = [r["result"] for r in (a, b) if isinstance(r.get("result"), dict)]
+    if not results:
+        if (a["status"], a.get("reason")) != (b["status"], b.get("reason")):
+            raise ValueError(f"no result in either, and two accounts of why ({a['status']}: {a.get('reason')}; "
+                             f"{b['status']}: {b.get('reason')})")
+        return merged
     problems: dict[str, dict[str, Any]] = {}
-    for p in [*a["result"]["problems"], *b["result"]["problems"]]:
-        name = p.get("name")
-        have = problems.get(name)
-        if have is None or have.get("status") == NOT_RUN_GPU:
-            problems[name] = p
-        elif p.get("status") != NOT_RUN_GPU and p != have:
-            return None
+    for p in (p for r in results for p in r.get("problems", [])):
+        have = problems.get(p.get("name"))
+        if have is None or _rank(p) > _rank(have):
+            problems[p.get("name")] = p
+        elif _rank(p) == _rank(have) >= 2 and _outcome(p) != _outcome(have):
+            raise ValueError(f"problem {p.get('name')!r} was graded in both with different results "
+                             f"({have.get('status')} {have.get('score')} and {p.get('status')} {p.get('score')})")
     chosen = list(problems.values())
     score = sum(p.get("score", 0.0) for p in chosen)
     max_score = sum(p.get("max_score", 0.0) for p in chosen)
-    not_run = sum(p.get("not_counted", 0.0) for p in chosen if p.get("status") == NOT_RUN_GPU) + sum(
-        i.get("not_counted", 0.0) for p in chosen if p.get("status") != NOT_RUN_GPU
-        for i in p.get("items", []) if i.get("status") == NOT_RUN_GPU)
-    result = {**a["result"], "problems": chosen, "score": score, "max_score": max_score,
-              "gpu_points_not_run": not_run}
-    return {**a, "score": score, "max_score": max_score, "result": result,
-            "wall_time": a.get("wall_time", 0.0) + b.get("wall_time", 0.0),
-            "grader_args": [*a.get("grader_args", []), "+", *b.get("grader_args", [])]}
+    notes = list(dict.fromkeys(n for r in results for n in r.get("notes", [])))
+    merged["result"] = {**results[0], "problems": chosen, "score": score, "max_score": max_score, "notes": notes,
+                        "gpu_points_not_run": _not_counted(chosen, NOT_RUN_GPU),
+                        "points_without_checks": _not_counted(chosen, NO_CHECKS)}
+    merged.update(score=score, max_score=max_score)
+    return merged
