@@ -1,12 +1,32 @@
-"""A GPU class grade: a CPU batch and an MFU batch of the same class merged
-into one gradebook, problem by problem; a batch with the CPU standing in for
-the GPU (``--cpu-stand-in``) says so in its gradebook.
+"""The GPU class grade of docs/instructors.md ("The MFU points"): a CPU batch
+and an MFU batch of the same class, merged into one gradebook.
 
-Records are built from results the grader's own scorer and renderer make (a
-stand-in MFU, a GPU's, one not run) from checks' outcomes, with nothing run."""
+The recipe itself runs as the document writes it (``full``: about two minutes
+on a shared 2-core machine): its bash block, from the repository, with a fake
+``sbatch`` on ``PATH`` that runs each array task by hand
+(``SLURM_ARRAY_TASK_ID``), as Slurm would, and ``/shared/`` a temporary
+folder; a class of one (the reference). What the test changes in the block,
+so that it needs no GPU: the CPU half grades ``precision,mfu`` (mfu is "not
+run on a GPU" there, as on every CPU node), the GPU half gets
+``--cpu-stand-in`` (the CPU stands in for the device, so the merge takes a
+real MFU record). The merged gradebook must hold the GPU half's MFU points,
+the CPU half's precision points, their sum, no GPU points not run, and the
+stand-in named; the GPU half's script must ask for the partition and the GPU,
+the CPU half's for neither.
+
+The merge rule is checked in seconds on records whose results the grader's
+own scorer and renderer build (a stand-in MFU, a GPU's, one not run) from
+checks' outcomes, with nothing run."""
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +42,108 @@ from grader.rubric import load
 from selftest.batching import read_gradebook
 
 REPO = Path(__file__).resolve().parent.parent
+HEADING = "## The MFU points: a GPU batch merged into the gradebook"
+
+#: A fake ``sbatch``: runs the script now (each index of its ``--array`` with
+#: ``SLURM_ARRAY_TASK_ID``), logs how it was called, prints a job id.
+FAKE_SBATCH = r'''
+import os, re, subprocess, sys
+args = sys.argv[1:]
+script = args[-1]
+text = open(script).read()
+array = re.search(r"^#SBATCH --array=(\d+)-(\d+)$", text, re.M)
+tasks = range(int(array[1]), int(array[2]) + 1) if array else [None]
+with open(os.environ["FAKE_SBATCH_LOG"], "a") as log:
+    log.write(" ".join(args) + f" tasks={len(tasks)}\n")
+for i in tasks:
+    env = {**os.environ, "SLURM_CPUS_PER_TASK": "1"}
+    if i is not None:
+        env["SLURM_ARRAY_TASK_ID"] = str(i)
+    done = subprocess.run(["bash", script], env=env, stdout=sys.stderr)
+    if done.returncode:
+        sys.exit(f"sbatch (fake): {script} task {i} exited {done.returncode}")
+print(sum(1 for _ in open(os.environ["FAKE_SBATCH_LOG"])) if "--parsable" in args else "Submitted batch job 1")
+'''
+
+
+def recipe() -> str:
+    """The first bash block of the recipe's section of docs/instructors.md."""
+    text = (REPO / "docs" / "instructors.md").read_text()
+    assert HEADING in text, f"docs/instructors.md has no section {HEADING!r}"
+    block = re.search(r"```bash\n(.*?)```", text[text.index(HEADING):], re.S)
+    assert block, "the recipe's section has no bash block"
+    return block[1]
+
+
+def _narrowed(block: str) -> str:
+    """The block with the test's changes (see the module docstring), each made exactly once."""
+    lines = block.splitlines()
+    halves = {"--out /shared/grade-cpu": " --problems precision,mfu --profile dev",
+              "--out /shared/grade-gpu": " --profile dev --cpu-stand-in"}
+    for out, extra in halves.items():
+        found = [i for i, ln in enumerate(lines) if "grader batch /shared/submissions" in ln and out in ln]
+        assert len(found) == 1, (out, block)
+        lines[found[0]] += extra
+    return "\n".join(lines) + "\n"
+
+
+def _executable(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def test_the_recipe_names_both_halves_and_the_merge():
+    block = recipe()
+    gpu = next(ln for ln in block.splitlines() if "--out /shared/grade-gpu" in ln)
+    assert "--problems mfu" in gpu and "--slurm-partition gpu" in gpu and "--slurm-gres gpu:1" in gpu, gpu
+    assert "--merge /shared/grade-cpu /shared/grade-gpu --out /shared/grade" in block, block
+    assert block.count("sbatch --parsable") == 2 and block.count("--dependency=afterany") == 2, block
+
+
+@pytest.mark.full
+@pytest.mark.timeout(600)
+def test_the_gpu_recipe_merges_a_stand_in_mfu_into_the_cpu_gradebook(tmp_path):
+    shared = tmp_path / "shared"
+    shutil.copytree(REPO / "reference", shared / "submissions" / "ref" / "student",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _executable(bin_dir / "sbatch", f"#!{sys.executable}\n{FAKE_SBATCH}")
+    _executable(bin_dir / "python", f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    log = tmp_path / "sbatch.log"
+    script = _narrowed(recipe()).replace("/shared/", f"{shared}/")
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_SBATCH_LOG": str(log)}
+    start = time.monotonic()
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=580)
+    print(f"the recipe ran in {time.monotonic() - start:.1f} s")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+
+    def head(half: str) -> list[str]:  # the #SBATCH lines, before the script's first command
+        lines = (shared / half / "grade.sbatch").read_text().splitlines()
+        return [ln for ln in lines[:lines.index("set -euo pipefail")] if ln.startswith("#SBATCH")]
+    assert {"#SBATCH --partition=gpu", "#SBATCH --gres=gpu:1"} <= set(head("grade-gpu")), head("grade-gpu")
+    assert not [ln for ln in head("grade-cpu") if ln.startswith(("#SBATCH --partition", "#SBATCH --gres"))]
+    calls = log.read_text().splitlines()
+    assert [c.split()[-2].rsplit("/", 2)[-2:] for c in calls] == [
+        ["grade-cpu", "grade.sbatch"], ["grade-gpu", "grade.sbatch"],
+        ["grade-cpu", "merge.sbatch"], ["grade-gpu", "merge.sbatch"]], calls
+
+    mfu, precision = load().problem("mfu").points, load().problem("precision").points
+    cpu = read_gradebook(shared / "grade-cpu")["ref"]
+    assert (cpu["mfu"], float(cpu["gpu_points_not_run"]), cpu["stand_in"]) == ("not run", mfu, ""), cpu
+    gpu = read_gradebook(shared / "grade-gpu")["ref"]
+    assert (float(gpu["mfu"]), gpu["stand_in"]) == (mfu, "mfu"), gpu
+    row = read_gradebook(shared / "grade")["ref"]
+    assert row["status"] == "graded", row
+    assert (float(row["precision"]), float(row["mfu"])) == (precision, mfu), row
+    assert float(row["score"]) == float(row["max_score"]) == precision + mfu, row
+    assert (float(row["gpu_points_not_run"]), row["stand_in"]) == (0.0, "mfu"), row
+    rec = load_record(shared / "grade" / "results" / "ref.json", "ref")
+    assert rec is not None, "the merged results file is not a complete record"
+    by_name = {p["name"]: p for p in rec["result"]["problems"]}
+    assert stand_in(by_name["mfu"]) and not stand_in(by_name["precision"]), by_name
+    assert rec["result"]["score"] == rec["score"] == precision + mfu
 
 
 def _result(device: str, **outcomes: str) -> dict[str, Any]:
