@@ -64,10 +64,10 @@ def _copy(src: Path, dest: Path) -> None:
     shutil.copytree(src, dest / "student", ignore=shutil.ignore_patterns("__pycache__"))
 
 
-def _graded(out: Path) -> dict[str, tuple[dict[str, str], list[tuple[object, ...]]]]:
+def _graded(out: Path) -> dict[str, tuple[dict[str, str], str, list[tuple[object, ...]]]]:
     """What a batch decided, per submission: its gradebook row (less the
-    run-dependent columns) and, per problem, the status, scores, rubric items and
-    each check's outcome from its results file."""
+    run-dependent columns), the isolation it was graded in and, per problem, the
+    status, scores, rubric items and each check's outcome from its results file."""
     rows = {sid: {k: v for k, v in row.items() if k not in RUN_DEPENDENT} for sid, row in read_gradebook(out).items()}
     decided = {}
     for sid, row in rows.items():
@@ -76,7 +76,7 @@ def _graded(out: Path) -> dict[str, tuple[dict[str, str], list[tuple[object, ...
                      [(i["name"], i["status"], i["score"]) for i in p["items"]],
                      sorted((c["test"], c["outcome"]) for c in p["checks"]))
                     for p in result["problems"]]
-        decided[sid] = (row, problems)
+        decided[sid] = (row, result["sandbox"], problems)
     return decided
 
 
@@ -123,7 +123,7 @@ def test_a_class_graded_through_slurm_equals_a_local_batch(tmp_path, slurm):
 
     merged, expected = _graded(out), _graded(tmp_path / "local")
     assert merged == expected
-    assert {sid: (row["status"], row["score"]) for sid, (row, _) in merged.items()} == {
+    assert {sid: (row["status"], row["score"]) for sid, (row, _, _) in merged.items()} == {
         "ref": ("graded", "20"), "stubs": ("graded", "0")}
     assert (out / "summary.md").exists() and (out / "summary.png").stat().st_size > 0
 
@@ -133,7 +133,9 @@ def test_slurm_runs_the_gpu_batch_on_its_partition_with_a_gpu(tmp_path, slurm):
     """A script written with ``--slurm-partition gpu --slurm-gres gpu:1`` passes
     ``sbatch --test-only`` (asking for more GPUs than the node has does not:
     the scheduler reads the request), and its array task runs on the GPU
-    partition with one GPU allocated and grades its shard."""
+    partition with one GPU allocated and grades its shard. It is submitted with
+    ``--export=NONE``, as on sites that do not pass the submitter's
+    environment to jobs: the script needs nothing of it."""
     subs = tmp_path / "class"
     _copy(REPO / "student", subs / "stubs")
     out = tmp_path / "gpu"
@@ -146,7 +148,7 @@ def test_slurm_runs_the_gpu_batch_on_its_partition_with_a_gpu(tmp_path, slurm):
     refused = slurm.run("sbatch", "--test-only", f"--gres=gpu:{GPUS + 1}", script, check=False)
     assert refused.returncode != 0, refused.stderr
 
-    [task] = _finished_ok(slurm, slurm.submit(out / "grade.sbatch"), out / "logs")
+    [task] = _finished_ok(slurm, slurm.submit(out / "grade.sbatch", "--export=NONE"), out / "logs")
     assert task["Partition"] == "gpu" and task.get("JOB_GRES") == "gpu:1", task
     row = read_gradebook(out / "shards" / "shard-0")["stubs"]
     assert (row["status"], row["score"], row["max_score"], row["precision"]) == ("graded", "0", "10", "0"), row
