@@ -88,8 +88,9 @@ class Cluster:
 
     def wait(self, job_id: str, bound_s: float) -> list[dict[str, str]]:
         """:meth:`jobs` once every task of the job has finished; AssertionError,
-        with the queue and the daemons' logs, after ``bound_s``. Polled: ``sbatch
-        --wait`` looks at 2, 10, 42, 74... s, which would add a minute to a test."""
+        with the queue and the daemons' logs, after ``bound_s``. Polled twice a
+        second: ``sbatch --wait`` looks at growing intervals (a task that took
+        about 40 s was reported done at 74 s), which would add a minute to a test."""
         deadline = time.monotonic() + bound_s
         while True:
             tasks = self.jobs(job_id)
