@@ -12,7 +12,6 @@ import contextlib
 import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -32,11 +31,15 @@ def write_atomic(path: Path | str, text: str) -> None:
     """Write ``text`` (UTF-8, newlines untranslated) to ``path`` so that readers
     only ever see the old file or the complete new one: a temporary file in the
     same folder, flushed and fsynced, then ``os.replace``d over ``path``. The
-    folder is created if missing; on any error the temporary file is removed
-    and the error raised."""
+    file gets the mode a plain ``open(path, "w")`` would give it (0o666 less the
+    umask), not mkstemp's 0o600: reports go to folders a course's staff share.
+    The folder is created if missing; on any error the temporary file is
+    removed and the error raised."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # A fresh name with O_EXCL, as mkstemp, but created 0o666 for the kernel to apply the umask.
+    tmp = path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)

@@ -128,6 +128,26 @@ def test_content_hash_sees_what_a_grade_depends_on(tmp_path):
     assert len(hashes) == 5
 
 
+def test_atomic_writes_are_as_readable_as_the_umask_says(tmp_path):
+    """Every report, gradebook and similarity file goes through write_atomic:
+    the course's staff share its folder, so its mode is 0o666 less the umask
+    (mkstemp's 0o600 would leave the group out), for a new file and a replaced one."""
+    from grader.util import write_atomic
+
+    target = tmp_path / "out" / "gradebook.csv"
+    old = os.umask(0o002)
+    try:
+        write_atomic(target, "first\n")
+        assert target.stat().st_mode & 0o777 == 0o664
+        os.umask(0o027)
+        write_atomic(target, "second\n")
+        assert target.stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)
+    assert target.read_text() == "second\n"
+    assert [p.name for p in target.parent.iterdir()] == ["gradebook.csv"], "a temporary file was left"
+
+
 def test_rerun_regrades_what_held_no_verdict_a_bounded_number_of_times(tmp_path, fake_grader):
     """A timeout row, a grader-error row and a result with a problem in a
     grader error (its row says "grader error" too, with the points it did
