@@ -87,6 +87,34 @@ def test_lab_names_an_unknown_command_and_exits_2():
     assert "set -euo" not in helped.stdout  # the usage is the header comment, not the script
 
 
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+@pytest.mark.parametrize("checkout", ["instructor", "student release"])
+def test_lab_test_help_is_short_and_runs_nothing(tmp_path, flag, checkout):
+    """``./lab test --help`` (and -h, among other arguments) prints one short help
+    and exits 0 without setting up .venv, type-checking or running pytest: in a
+    copy holding only lab (and selftest/run, in the instructor checkout) whose
+    python3 records any call, nothing is called and no .venv appears."""
+    repo = tmp_path / "repo"
+    (repo / "selftest").mkdir(parents=True)
+    shutil.copy2(REPO / "lab", repo / "lab")
+    if checkout == "instructor":
+        shutil.copy2(REPO / "selftest" / "run", repo / "selftest" / "run")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'called'}\nexit 1\n")
+    (bin_dir / "python3").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "VIRTUAL_ENV")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    proc = subprocess.run([str(repo / "lab"), "test", "-x", flag], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("usage: ./lab test") and len(lines) < 100 and proc.stdout.count("usage:") == 1, lines
+    assert "pytest --help" in proc.stdout  # where pytest's own options are
+    assert not (tmp_path / "called").exists() and not (repo / ".venv").exists()
+    assert ("mypy" in proc.stdout and "selftest" in proc.stdout) == (checkout == "instructor"), proc.stdout
+
+
 FAKE_PYTHON = """#!/bin/sh
 # Stands in for python3: "-m venv DIR" makes DIR/bin/python, which logs pip's
 # arguments instead of installing and runs anything else with the real python.
