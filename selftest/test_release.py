@@ -45,8 +45,8 @@ def test_layout(release_dir):
                    "grader/instructor/templates/release/README.md", "benchmarks/batch.py"):
         assert absent not in names
     for present in ("README.md", "handout.md", "lab", "pyproject.toml", "constraints.txt", "conftest.py",
-                    ".ci/run", ".github/workflows/grade.yml", "student/__init__.py", "tests/harness.py",
-                    "grader/__init__.py"):
+                    ".ci/run", ".github/workflows/grade.yml", ".ci/run-gpu", ".github/workflows/grade-gpu.yml",
+                    "student/__init__.py", "tests/harness.py", "grader/__init__.py"):
         assert present in names, f"{present} is missing from the release"
     for module in HANDOUT_MODULES:
         if (REPO / "student" / f"{module}.py").exists():
@@ -54,7 +54,7 @@ def test_layout(release_dir):
                 (REPO / "student" / f"{module}.py").read_bytes()
     readme = (release_dir / "README.md").read_text()
     assert "pytest" in readme and "./lab grade" in readme and "reference" not in readme
-    assert os.access(release_dir / "lab", os.X_OK) and os.access(release_dir / ".ci" / "run", os.X_OK)
+    assert all(os.access(release_dir / name, os.X_OK) for name in ("lab", ".ci/run", ".ci/run-gpu"))
     if shutil.which("git"):
         log = subprocess.run(["git", "log", "--format=%s"], cwd=release_dir, capture_output=True, text=True).stdout
         assert log.splitlines() == ["Assignment release"], log

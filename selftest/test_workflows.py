@@ -1,15 +1,20 @@
-"""The GitHub Actions workflows: the students' template (grader/instructor/templates/ci/
-grade.yml) and this repository's own CI (.github/workflows/ci.yml, never shipped).
+"""The GitHub Actions workflows: the students' templates (grader/instructor/templates/ci/:
+``grade.yml`` on GitHub's runners, ``grade-gpu.yml`` on the course's self-hosted GPU
+runner) and this repository's own CI (.github/workflows/ci.yml, never shipped).
 
 Each workflow is read as YAML's block structure (:func:`load_workflow`: the project has
 no YAML parser, and the subset these files use is small) and checked for what it must
-do. What the students' workflow runs is run verbatim in the release by
-selftest/test_release.py, job summary included.
+do; the GPU workflow's chain (its script, the course's grader command, the grader's
+Markdown) runs here on a cheap case. What the CPU workflow runs is run verbatim in the
+release by selftest/test_release.py, job summary included.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +22,7 @@ import pytest
 
 from grader.instructor import release
 from grader.instructor.files import TEMPLATES
+from grader.util import cuda_available
 
 REPO = Path(__file__).resolve().parent.parent
 CI = TEMPLATES / "ci"
@@ -134,6 +140,16 @@ def test_students_cpu_workflow_grades_on_a_push_and_keeps_the_report():
     assert markdown and f'cat {markdown[1]} >> "$GITHUB_STEP_SUMMARY"' in script
 
 
+def test_students_gpu_workflow_runs_on_the_course_gpu_runner_only_where_set_up():
+    job = _workflow(CI / "grade-gpu.yml")["jobs"]["mfu"]
+    assert job["runs-on"] == ["self-hosted", "gpu"] and int(job["timeout-minutes"]) > 0
+    # Skipped where the course has not set its grader command: never a job waiting for a runner nobody has.
+    assert job["if"] == "vars.LAB_GPU_GRADER != ''"
+    assert _runs(job) == [".ci/run-gpu"]
+    step = next(s for s in job["steps"] if s.get("run") == ".ci/run-gpu")
+    assert step["env"] == {"LAB_GPU_GRADER": "${{ vars.LAB_GPU_GRADER }}"}
+
+
 def test_instructors_workflow_runs_ci_run_cached_and_timed_and_is_never_shipped():
     doc = _workflow(REPO / ".github" / "workflows" / "ci.yml")
     (job,) = doc["jobs"].values()
@@ -148,3 +164,49 @@ def test_instructors_workflow_runs_ci_run_cached_and_timed_and_is_never_shipped(
     assert check["env"]["PIP_EXTRA_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
     shipped = release.release_files(REPO)
     assert not [n for n in shipped if n.startswith((".github/", ".ci/"))], "release ships this repository's CI"
+
+
+def _student_repo(tmp_path: Path) -> Path:
+    """A student repository as the release lays out its GPU CI: the stubs, ``.ci/run-gpu``."""
+    repo = tmp_path / "student-repo"
+    shutil.copytree(REPO / "student", repo / "student", ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / ".ci").mkdir()
+    shutil.copy2(CI / "run-gpu", repo / ".ci" / "run-gpu")
+    return repo
+
+
+def test_gpu_workflow_writes_the_mfu_score_to_the_job_summary(tmp_path):
+    """.ci/run-gpu with LAB_GPU_GRADER set to this checkout's gpu-runner-grade, as
+    the course sets it up (less the sudo): the MFU row and the score reach the step
+    summary, appended, and the stubs' lost points do not fail the job. Here there is
+    no CUDA device, so the row says it needs one (a second's grade); on a GPU the
+    stubs' MFU fails, 0 of its points."""
+    repo = _student_repo(tmp_path)
+    summary = tmp_path / "step-summary.md"
+    summary.write_text("earlier step\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(LAB_GPU_GRADER=str(CI / "gpu-runner-grade"), GITHUB_STEP_SUMMARY=str(summary))
+    proc = subprocess.run([".ci/run-gpu"], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    shown = summary.read_text()
+    assert shown.startswith("earlier step\n### score 0/"), shown
+    assert "| problem | § | points | status | first failure |" in shown, shown
+    rows = [line for line in shown.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) == 1 and rows[0].startswith("| mfu | 3.1/6 | 0/"), rows
+    assert ("not run on a GPU" in rows[0]) == (not cuda_available()), rows
+    assert (repo / "grade-out" / "summary-gpu.md").read_text() in shown
+
+
+def test_gpu_workflow_fails_when_the_grade_could_not_run(tmp_path):
+    """No grader command, a grader that fails, a grader command given arguments: a red job."""
+    repo = _student_repo(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("LAB_GPU_GRADER", "GITHUB_STEP_SUMMARY")}
+    unset = subprocess.run([".ci/run-gpu"], cwd=repo, env=env, capture_output=True, text=True, timeout=60)
+    assert unset.returncode == 1 and "LAB_GPU_GRADER is not set" in unset.stderr
+    failing = subprocess.run([".ci/run-gpu"], cwd=repo, env={**env, "LAB_GPU_GRADER": "false"},
+                             capture_output=True, text=True, timeout=60)
+    assert failing.returncode != 0
+    # The course's command takes no argument: nothing a student's workflow adds reaches the grader's options.
+    extra = subprocess.run([".ci/run-gpu"], cwd=repo, capture_output=True, text=True, timeout=60,
+                           env={**env, "LAB_GPU_GRADER": f"{CI / 'gpu-runner-grade'} --rubric /tmp/x"})
+    assert extra.returncode == 2 and "takes no arguments" in extra.stderr

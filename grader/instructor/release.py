@@ -26,8 +26,11 @@ checks use (:data:`INSTRUCTOR_MARKERS`), no path of a folder left out.
 Added instead: a README for students (their two commands: ``pytest`` and
 ``./lab grade``, which runs the public checks only since the reference and the
 hidden checks are absent), ``.ci/run`` and ``.github/workflows/grade.yml`` (the
-submission CI: the public grader, its JSON kept as an artifact). The result is a
-git repository with one commit when git is available.
+submission CI: the public grader, its JSON kept as an artifact), and
+``.ci/run-gpu`` and ``.github/workflows/grade-gpu.yml`` (the MFU problem on the
+course's self-hosted GPU runner, by the course's grader installed there; skipped
+where the course has not set one up). The result is a git repository with one
+commit when git is available.
 """
 
 from __future__ import annotations
@@ -137,10 +140,13 @@ def build_release(out: Path, repo: Path = REPO, *, force: bool = False, git: boo
         "README.md": TEMPLATES / "release" / "README.md",
         ".ci/run": TEMPLATES / "ci" / "run",
         ".github/workflows/grade.yml": TEMPLATES / "ci" / "grade.yml",
+        ".ci/run-gpu": TEMPLATES / "ci" / "run-gpu",
+        ".github/workflows/grade-gpu.yml": TEMPLATES / "ci" / "grade-gpu.yml",
     }
     for name, src in added.items():
         _copy(src, out / name)
-    (out / ".ci" / "run").chmod(0o755)
+    for name in (".ci/run", ".ci/run-gpu"):
+        (out / name).chmod(0o755)
     missing = [d for d in ("student", "tests") if not (out / d).is_dir()]
     if missing:
         raise RuntimeError(f"release: {', '.join(missing)} missing from the release; is {repo} the lab?")
