@@ -327,6 +327,18 @@ def test_csv_columns_ranking_and_skipped(klass):
     assert (out / "calibration.csv").read_text().splitlines()[0].split(",") == similarity.CALIBRATION_COLUMNS
 
 
+def test_report_wraps_long_code_lines(klass):
+    """The side-by-side code wraps its long lines (a scrolled pre hides half of a
+    pair's region): white-space pre-wrap, breaking anywhere, no horizontal scroll."""
+    out, _ = klass
+    page = (out / "report.html").read_text()
+    style = page[page.index("<style>"):page.index("</style>")]
+    pre = style[style.index("pre{"):]
+    pre = pre[:pre.index("}")]
+    assert "white-space:pre-wrap" in pre and "overflow-wrap:anywhere" in pre and "overflow-x" not in pre
+    assert "<pre>" in page
+
+
 def test_report_escapes_submission_text(klass):
     out, _ = klass
     page = (out / "report.html").read_text()

@@ -62,7 +62,7 @@ Contract:
   score, with whom and in which module, its scores against the reference and
   the library, whether any pair of it is flagged), ``calibration.csv`` and
   ``report.html`` (the ranked pairs, then each flagged pair's code side by
-  side: its rare shared regions numbered, with how many sources hold each, and
+  side, long lines wrapped: its rare shared regions numbered, with how many sources hold each, and
   the shared code discounted as expected, common or short marked apart).
   Everything taken from a submission is HTML-escaped, and the page forbids
   scripts (a Content-Security-Policy that allows no script source), so nothing
@@ -972,7 +972,8 @@ def _marked(text: str, marks: np.ndarray) -> str:
 
 _STYLE = """body{font-family:sans-serif;margin:1em;max-width:110em}table{border-collapse:collapse}
 td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}.pair{display:flex;gap:1em}
-.pair>div{flex:1;min-width:0}pre{background:#f6f6f6;padding:.5em;overflow-x:auto;font-size:12px}
+.pair>div{flex:1;min-width:0}pre{background:#f6f6f6;padding:.5em;font-size:12px;white-space:pre-wrap;
+overflow-wrap:anywhere}
 mark{background:#ffd27f}mark b{color:#a40;font-size:10px}.expected{background:#dde8f5;color:#456}
 .common{background:#e6e6e6;color:#555}.short{text-decoration:underline dotted #a40}"""
 
