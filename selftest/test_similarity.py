@@ -27,9 +27,11 @@ and the docs state.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
+import re
 import shutil
 import sys
 import zipfile
@@ -223,7 +225,10 @@ def klass(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     (root / "gina").mkdir()
     (root / "gina" / "notes.txt").write_text("no code here")
     out = root.parent / "similarity-out"
-    assert entry.main(["similarity", str(root), "--out", str(out), "--quiet"]) == 0
+    console = io.StringIO()
+    with contextlib.redirect_stdout(console):  # what the instructor reads first: kept beside the outputs
+        assert entry.main(["similarity", str(root), "--out", str(out)]) == 0
+    (root.parent / "console.txt").write_text(console.getvalue())
     return out, marker
 
 
@@ -325,6 +330,40 @@ def test_csv_columns_ranking_and_skipped(klass):
     ranked = [(int(r["flagged"]), float(r["score"])) for r in _pairs(out)]
     assert ranked == sorted(ranked, reverse=True)  # flagged first, then by score
     assert (out / "calibration.csv").read_text().splitlines()[0].split(",") == similarity.CALIBRATION_COLUMNS
+
+
+def test_every_output_leads_with_one_row_per_pair(klass):
+    """For a busy reader: pair_summary.csv, the report and the console give one
+    row per pair of sources (flagged first: its score, its flag, the modules
+    that decided it) before any per-module detail."""
+    out, _ = klass
+    modules = _pairs(out)
+    rows = list(csv.DictReader(io.StringIO((out / "pair_summary.csv").read_text())))
+    assert list(rows[0]) == similarity.PAIR_SUMMARY_COLUMNS
+    pairs = [frozenset((r["submission_a"], r["submission_b"])) for r in rows]
+    assert len(pairs) == len(set(pairs)) == len({frozenset((r["submission_a"], r["submission_b"])) for r in modules})
+    for row in rows:  # its score is its highest module's; its flag, any module's (or all of them together)
+        mine = [r for r in modules if {r["submission_a"], r["submission_b"]} == {row["submission_a"],
+                                                                                row["submission_b"]}]
+        assert float(row["score"]) == max(float(r["score"]) for r in mine)
+        decided = {r["module"] for r in mine if r["flagged"] == "1"}
+        assert decided <= set(row["decided_by"].split("; ")) and (row["flagged"] == "1") == bool(row["decided_by"])
+    flags = [int(r["flagged"]) for r in rows]
+    assert flags == sorted(flags, reverse=True) and sum(flags) >= 4
+    carol = next(r for r in rows if {r["submission_a"], r["submission_b"]} == {"alice", "carol"})
+    assert carol["flagged"] == "1" and carol["decided_by"].startswith("views")
+    assert re.search(r"views \d+% \(threshold \d+%\)", carol["evidence"]), carol["evidence"]
+    page = (out / "report.html").read_text()
+    first_table = page.index("<table>")
+    assert page.index("Pairs of submissions") < first_table < page.index("Module pairs")
+    lead = page[first_table:page.index("</table>", first_table)]
+    shown = [">flagged<" in r for r in lead.split("<tr>")[2:]]
+    assert len(shown) == len(rows) and shown == [f == 1 for f in flags]  # the same rows, flagged first
+    console = (out.parent / "console.txt").read_text().splitlines()
+    flagged_lines = console[2:]  # after the counts and the false-flag rate: the flagged pairs, one line each
+    assert console[0].startswith(f"similarity: 9 submissions, {len(rows)} pairs sharing code, {sum(flags)} flagged")
+    assert len(flagged_lines) == min(sum(flags), 10) and all("(threshold " in x for x in flagged_lines)
+    assert any("alice" in x and "carol" in x for x in flagged_lines)
 
 
 def test_report_wraps_long_code_lines(klass):

@@ -56,14 +56,18 @@ Contract:
   has never seen, and the false-flag rate judges each by thresholds measured
   without it. The report's header gives it and how many solutions it was
   measured on; ``calibration.csv`` lists the pairs.
-* Outputs in ``DIR``: ``pairs.csv`` (every pair sharing any code, flagged
-  first, then by score; the discounted figures and the raw copydetect ones),
-  ``similarity.csv`` (one row per submission for the gradebook: its highest
-  score, with whom and in which module, its scores against the reference and
-  the library, whether any pair of it is flagged), ``calibration.csv`` and
-  ``report.html`` (the ranked pairs, then each flagged pair's code side by
-  side, long lines wrapped: its rare shared regions numbered, with how many sources hold each, and
-  the shared code discounted as expected, common or short marked apart).
+* Outputs in ``DIR``: ``pair_summary.csv`` (one row per pair of sources
+  sharing any code, flagged first: its highest score, its flag and the modules
+  that decided it), ``pairs.csv`` (its detail: one row per pair and module,
+  flagged first, then by score; the discounted figures and the raw copydetect
+  ones), ``similarity.csv`` (one row per submission for the gradebook: its
+  highest score, with whom and in which module, its scores against the
+  reference and the library, whether any pair of it is flagged),
+  ``calibration.csv`` and ``report.html`` (one row per pair first, then the
+  ranked module pairs, then each flagged module pair's code side by side, long
+  lines wrapped: its rare shared regions numbered, with how many sources hold
+  each, and the shared code discounted as expected, common or short marked
+  apart).
   Everything taken from a submission is HTML-escaped, and the page forbids
   scripts (a Content-Security-Policy that allows no script source), so nothing
   from a submission can run in an instructor's browser.
@@ -147,6 +151,8 @@ PAIR_COLUMNS = ["rank", "module", "submission_a", "submission_b", "score", "thre
 SUBMISSION_COLUMNS = ["id", "submitters", "max_score", "most_similar_to", "module", "rare_tokens",
                       "reference_score", "library_score", "flagged", "flagged_with", "raw_max_similarity",
                       "skipped"]
+PAIR_SUMMARY_COLUMNS = ["rank", "submission_a", "submission_b", "flagged", "score", "decided_by",
+                        "all_modules_score", "all_modules_rare_tokens", "evidence", "submitters_a", "submitters_b"]
 CALIBRATION_COLUMNS = ["module", "solution_a", "solution_b", "score", "rare_tokens", "threshold", "flagged",
                        "raw_similarity"]
 
@@ -903,7 +909,7 @@ def pair_verdicts(pairs: Sequence[Pair], settings: Settings) -> list[Verdict]:
 
 
 def pairs_csv(pairs: Sequence[Pair], sources: Sequence[Source], settings: Settings = Settings()) -> str:
-    """``pairs.csv``: every pair sharing code, ranked (columns: :data:`PAIR_COLUMNS`;
+    """``pairs.csv``: every module pair sharing code, ranked (columns: :data:`PAIR_COLUMNS`;
     ``threshold``: its module's)."""
     who = {s.id: s.submitters for s in sources}
     return csv_text(PAIR_COLUMNS, ([rank, p.module, p.a, p.b, f"{p.score:.3f}",
@@ -912,6 +918,20 @@ def pairs_csv(pairs: Sequence[Pair], sources: Sequence[Source], settings: Settin
                                     p.expected_tokens, p.common_tokens, p.short_tokens, f"{p.raw_similarity:.3f}",
                                     f"{p.raw_similarity_a:.3f}", f"{p.raw_similarity_b:.3f}", p.raw_shared_tokens,
                                     who.get(p.a, ""), who.get(p.b, "")] for rank, p in enumerate(pairs, 1)))
+
+
+def pair_summary_csv(pairs: Sequence[Pair], sources: Sequence[Source], settings: Settings = Settings()) -> str:
+    """``pair_summary.csv``: one row per pair of sources sharing code, as
+    :func:`pair_verdicts` ranks them (columns: :data:`PAIR_SUMMARY_COLUMNS`;
+    ``score``: its highest module's; ``decided_by``: the modules that flagged it,
+    and "all modules" when they did together)."""
+    who = {s.id: s.submitters for s in sources}
+    rows = []
+    for rank, v in enumerate(pair_verdicts(pairs, settings), 1):
+        decided = [p.module for p in v.decided] + (["all modules"] if v.whole_flagged else [])
+        rows.append([rank, v.a, v.b, int(v.flagged), f"{v.score:.3f}", "; ".join(decided), f"{v.whole[0]:.3f}",
+                     v.whole[1], v.evidence(settings), who.get(v.a, ""), who.get(v.b, "")])
+    return csv_text(PAIR_SUMMARY_COLUMNS, rows)
 
 
 def submissions_csv(pairs: Sequence[Pair], sources: Sequence[Source], settings: Settings = Settings()) -> str:
@@ -1073,12 +1093,13 @@ def report_html(pairs: Sequence[Pair], sources: Sequence[Source], settings: Sett
     verdicts = pair_verdicts(pairs, settings)
     decided = sum(v.flagged for v in verdicts)
     lead = "".join(
-        f"<tr><td>{e(v.a)}</td><td>{e(v.b)}</td><td>{'flagged' if v.flagged else ''}</td>"
+        f"<tr><td>{e(v.a)}</td><td>{e(v.b)}</td><td>{'flagged' if v.flagged else ''}</td><td>{v.score:.0%}</td>"
         f"<td>{e(v.evidence(settings))}</td></tr>" for v in verdicts[: max(top, decided)])
     parts.append(f"<h2>Pairs of submissions: {decided} flagged</h2>"
-                 "<p>One row per pair: what decided its flag (each module above its threshold), else its highest "
-                 "module. A flag asks a person to read the two side by side below; it is not a finding.</p>"
-                 "<table><tr><th>a</th><th>b</th><th></th><th>evidence</th></tr>" + lead + "</table>")
+                 "<p>One row per pair: its highest module score, and what decided its flag (each module above its "
+                 "threshold, or all modules together), else its highest module. A flag asks a person to read the "
+                 "two side by side below; it is not a finding.</p>"
+                 "<table><tr><th>a</th><th>b</th><th></th><th>score</th><th>evidence</th></tr>" + lead + "</table>")
     parts.append(f"<h2>Module pairs: {len(shown)} flagged, then the rest by score</h2><table><tr><th>#</th><th>module"
                  "</th><th>a</th><th>b</th><th>score</th><th>share a / b</th><th>rare tokens</th>"
                  "<th>discounted: expected / common / short</th><th>raw</th><th></th></tr>" + rows + "</table>")
@@ -1092,7 +1113,7 @@ def report_html(pairs: Sequence[Pair], sources: Sequence[Source], settings: Sett
 def report(root: Path, out: Path, *, exclude: Iterable[Path] = (), with_reference: bool = True,
            with_library: bool = True, settings: Settings = Settings(), top: int = 100,
            solutions: Sequence[Solution] | None = None, quiet: bool = False) -> list[Pair]:
-    """Stage the submissions in ``root``, compare them, write DIR's four files.
+    """Stage the submissions in ``root``, compare them, write DIR's five files.
     ``solutions``: the correct solutions whose shared code is expected
     (default: :func:`correct_solutions`)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -1113,6 +1134,7 @@ def report(root: Path, out: Path, *, exclude: Iterable[Path] = (), with_referenc
     for module in HANDOUT_MODULES:  # one module's fingerprints held at a time
         pairs += module_pairs(module_index(module, everything, stubs.get(module, ""), corpus, settings))
     pairs = _ranked(pairs)
+    write_atomic(out / "pair_summary.csv", pair_summary_csv(pairs, everything, settings))
     write_atomic(out / "pairs.csv", pairs_csv(pairs, everything, settings))
     write_atomic(out / "similarity.csv", submissions_csv(pairs, everything, settings))
     write_atomic(out / "calibration.csv", calibration_csv(calibration))
