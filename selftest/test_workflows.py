@@ -2,8 +2,7 @@
 ``grade.yml`` on GitHub's runners, ``grade-gpu.yml`` on the course's self-hosted GPU
 runner) and this repository's own CI (.github/workflows/ci.yml, never shipped).
 
-Each workflow is read as YAML's block structure (:func:`load_workflow`: the project has
-no YAML parser, and the subset these files use is small) and checked for what it must
+Each workflow is read with PyYAML (:func:`load_workflow`) and checked for what it must
 do; the GPU workflow's chain (its script, the course's grader command, the grader's
 Markdown) runs here on a cheap case. What the CPU workflow runs is run verbatim in the
 release by selftest/test_release.py, job summary included.
@@ -18,7 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
+import yaml
 
 from grader.instructor import release
 from grader.instructor.files import TEMPLATES
@@ -27,93 +26,13 @@ from grader.util import cuda_available
 REPO = Path(__file__).resolve().parent.parent
 CI = TEMPLATES / "ci"
 
-_KEY = re.compile(r"([\w.-]+):(?:\s+(.*))?$")
-
-
-def _scalar(text: str) -> Any:
-    """A plain, quoted or flow-sequence (``[a, b]``) scalar; ValueError for what
-    YAML would read otherwise (a ": " in a plain scalar, a flow mapping, an anchor)."""
-    if text.startswith("[") and text.endswith("]"):
-        return [_scalar(t.strip()) for t in text[1:-1].split(",") if t.strip()]
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        return text[1:-1]
-    if ": " in text or text.startswith(("{", "&", "*", "!", "%", "@", "`")):
-        raise ValueError(f"not a plain scalar: {text!r}")
-    return text
-
-
 def load_workflow(text: str) -> Any:
-    """``text``'s block mappings and sequences as dicts and lists of strings:
-    the YAML subset workflows use (``key: value``, ``- item``, ``|`` block
-    scalars, flow sequences, comments). Raises ValueError where YAML would not
-    read the structure the indentation suggests: a tab, a line that is no key
-    nor item, a line indented deeper than its parent allows, a repeated key."""
-    rows: list[list[Any]] = []  # [indent, content, block scalar or None]
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line, i = lines[i], i + 1
-        if "\t" in line:
-            raise ValueError(f"a tab in {line!r}")
-        content = re.sub(r"(^|\s)#.*$", "", line).strip()
-        if not content:
-            continue
-        indent = len(line) - len(line.lstrip(" "))
-        block = None
-        if re.search(r"(:|^-)\s+\|$", content):  # a literal block: the deeper lines, as written
-            body = []
-            while i < len(lines) and (not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip(" ")) > indent):
-                body.append(lines[i])
-                i += 1
-            margin = min((len(b) - len(b.lstrip(" ")) for b in body if b.strip()), default=0)
-            block, content = "\n".join(b[margin:] for b in body).strip("\n") + "\n", content[:-1].rstrip()
-        rows.append([indent, content, block])
-
-    def node(pos: int, indent: int) -> tuple[Any, int]:
-        if rows[pos][1] == "-" or rows[pos][1].startswith("- "):
-            out: list[Any] = []
-            while pos < len(rows) and rows[pos][0] == indent and rows[pos][1].startswith("-"):
-                rest = rows[pos][1][1:].lstrip(" ")
-                if _KEY.match(rest):  # "- key: value": a mapping whose keys line up with "key"
-                    rows[pos][0], rows[pos][1] = indent + len(rows[pos][1]) - len(rest), rest
-                    value, pos = node(pos, rows[pos][0])
-                else:
-                    value, pos = (rows[pos][2] or _scalar(rest)), pos + 1
-                out.append(value)
-            return out, pos
-        mapping: dict[str, Any] = {}
-        while pos < len(rows) and rows[pos][0] == indent and not rows[pos][1].startswith("- "):
-            match = _KEY.match(rows[pos][1])
-            if not match or match[1] in mapping:
-                raise ValueError(f"not a new key: {rows[pos][1]!r}")
-            key, value, block = match[1], match[2], rows[pos][2]
-            pos += 1
-            if block is not None or value:
-                mapping[key] = block if block is not None else _scalar(value)
-            elif pos < len(rows) and (rows[pos][0] > indent
-                                      or (rows[pos][0] == indent and rows[pos][1].startswith("- "))):
-                mapping[key], pos = node(pos, rows[pos][0])
-            else:
-                mapping[key] = None
-        if pos < len(rows) and rows[pos][0] > indent:
-            raise ValueError(f"indented deeper than its parent allows: {rows[pos][1]!r}")
-        return mapping, pos
-
-    doc, end = node(0, rows[0][0]) if rows else ({}, 0)
-    if end != len(rows):
-        raise ValueError(f"left over from {rows[end][1]!r}")
+    """``text`` as GitHub reads it: YAML, with the ``on:`` key kept a string
+    (YAML 1.1, which PyYAML reads, would make it ``True``)."""
+    doc = yaml.safe_load(text)
+    if isinstance(doc, dict) and True in doc:
+        doc["on"] = doc.pop(True)
     return doc
-
-
-def test_load_workflow_reads_the_structure_yaml_reads():
-    doc = load_workflow("a: 1  # note\nb:\n  - uses: x@v1\n    with:\n      k: 'v'\n  - run: |\n"
-                        "      echo one  # kept\n      echo two\nc: [self-hosted, gpu]\nd:\n- e\n")
-    assert doc == {"a": "1", "b": [{"uses": "x@v1", "with": {"k": "v"}}, {"run": "echo one  # kept\necho two\n"}],
-                   "c": ["self-hosted", "gpu"], "d": ["e"]}
-    for broken in ("a:\n\tb: 1\n", "a: 1\n  b: 2\n", "a: 1\na: 2\n", "a:\n  b: 1\n c: 2\n", "just words\n",
-                   "name: a: b\n"):
-        with pytest.raises(ValueError):
-            load_workflow(broken)
 
 
 def _workflow(path: Path) -> dict[str, Any]:
