@@ -121,7 +121,7 @@ class GradeResult:
     score: float = 0.0
     max_score: float = 0.0
     gpu_points_not_run: float = 0.0
-    execution_time: float = 0.0  # seconds until the hidden checks began (nothing of theirs shows): students see it
+    execution_time: float = 0.0  # whole seconds from the grade's start to this report: students see it
     wall_time: float = 0.0  # seconds of the whole grade (instructors)
     sandbox: str = ""
     profile: str = ""

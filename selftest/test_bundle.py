@@ -10,8 +10,10 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
+from xml.etree import ElementTree
 
 import jsonschema
 import pytest
@@ -201,14 +203,24 @@ def test_run_autograder_keeps_what_a_grader_stopped_midway_finished(tmp_path, bu
 
 @pytest.mark.timeout(1200)
 def test_run_autograder_with_the_real_grader(tmp_path, bundle_zip):
-    """The reference copied as student/ gets every point of the problems graded;
-    the stubs (uploaded loose) get none. Runs the grader of the bundle itself."""
+    """The reference copied as student/ gets every point of the problems graded,
+    and results.json's execution_time is the run's wall time (within 10%, hidden
+    checks included); the stubs (uploaded loose) get none. Runs the grader of
+    the bundle itself."""
     root = autograder_layout(tmp_path / "ok", bundle_zip, _submission(tmp_path, "folder"))
-    results = run_autograder(root)
+    reports = f"--json {tmp_path / 'grade.json'} --junit {tmp_path / 'grade.xml'}"
+    began = time.monotonic()
+    results = run_autograder(root, AUTOGRADER_GRADER_ARGS=f"--profile dev --problems precision,views {reports}")
+    wall = time.monotonic() - began
     assert results["tests"], results
     assert results["score"] == pytest.approx(sum(t["max_score"] for t in results["tests"])), results
     names = " ".join(t["name"] for t in results["tests"])
     assert "precision" in names and "views" in names and "memory" not in names, names
+    assert "public + hidden checks" in results["output"], results["output"]
+    assert results["execution_time"] == pytest.approx(wall, rel=0.1), (results["execution_time"], wall)
+    junit_time = float(ElementTree.parse(tmp_path / "grade.xml").getroot().get("time", "0"))
+    json_time = json.loads((tmp_path / "grade.json").read_text())["execution_time"]
+    assert junit_time == json_time == results["execution_time"], (junit_time, json_time, results["execution_time"])
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     for p in (REPO / "student").glob("*.py"):
