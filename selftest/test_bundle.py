@@ -19,6 +19,8 @@ import jsonschema
 import pytest
 
 from grader.instructor import gradescope
+from grader.instructor.precheck import precheck
+from grader.sandbox.submission import locate
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -46,22 +48,33 @@ GRADESCOPE_SCHEMA = {
     },
 }
 
-# Stands in for the venv's python until the grader CLI exists: `-m grader SUB
-# --gradescope FILE` writes a Gradescope result from the submission's layout;
-# anything else runs the real interpreter (run_autograder's fallback writer).
+# Stands in for the venv's python: `-m grader SUB --gradescope FILE` finds the
+# upload's student/ with the grader's own code (grader.sandbox.submission.locate,
+# as the real grader does first) and writes a Gradescope result naming the
+# modules found; anything else runs the real interpreter (run_autograder's
+# fallback writer).
 FAKE_PYTHON = r"""#!/usr/bin/env bash
 if [ "$1" = "-m" ] && [ "$2" = "grader" ]; then
     exec {python} - "$@" <<'PYEOF'
-import json, os, sys
+import json, os, sys, tempfile
+from pathlib import Path
+sys.path.insert(0, os.getcwd())
+from grader.sandbox.submission import locate
+from grader.sandbox.workcopy import SubmissionError
 args = sys.argv[1:]
 sub, out = args[2], args[args.index("--gradescope") + 1]
 if os.environ.get("FAKE_CRASH"):
     sys.exit(7)
-ok = os.path.isdir(os.path.join(sub, "student")) or sub.endswith(".zip")
+try:
+    folder = locate(Path(sub), Path(tempfile.mkdtemp()))
+    modules, error = sorted(p.name for p in (folder / "student").glob("*.py")), ""
+except SubmissionError as e:
+    modules, error = [], str(e)
+ok = "precision.py" in modules and "views.py" in modules
 tests = [{{"name": n, "score": 5.0 if ok else 0.0, "max_score": 5.0, "status": "passed" if ok else "failed",
-          "output": sub, "visibility": "visible"}} for n in ("precision", "views")]
-json.dump({{"score": sum(t["score"] for t in tests), "execution_time": 0.1, "output": " ".join(args),
-           "tests": tests}}, open(out, "w"))
+          "output": " ".join([sub, *modules]), "visibility": "visible"}} for n in ("precision", "views")]
+json.dump({{"score": sum(t["score"] for t in tests), "execution_time": 0.1,
+           "output": (f"not graded: {{error}}\n" if error else "") + " ".join(args), "tests": tests}}, open(out, "w"))
 if os.environ.get("FAKE_KILLED_AFTER_WRITING"):  # stopped midway, its results.json as it last wrote it
     sys.exit(137)
 PYEOF
@@ -122,7 +135,7 @@ def autograder_layout(root: Path, bundle_zip: Path, submission: Path | None) -> 
     shutil.copy2(source / "run_autograder", root / "run_autograder")
     (root / "submission").mkdir()
     if submission is not None:
-        shutil.copytree(submission, root / "submission", dirs_exist_ok=True)
+        shutil.copytree(submission, root / "submission", symlinks=True, dirs_exist_ok=True)
     (root / "results").mkdir()
     return root
 
@@ -146,44 +159,110 @@ def fake_python(tmp_path) -> str:
     return str(path)
 
 
+def _modules(folder: Path) -> dict[str, bytes]:
+    """The ``.py`` files of ``folder`` (the reference's, as a student's work)."""
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("*.py"))}
+
+
+def _zip(path: Path, files: dict[str, bytes]) -> None:
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+
+
+#: Uploads as students make them; each holds the reference's modules somewhere.
+UPLOADS = ["folder", "loose", "zip", "zip-of-loose", "zip-of-folder", "zip-of-loose-folder", "nested-folder",
+           "repository", "zip-of-repository"]
+
+
 def _submission(tmp_path: Path, kind: str) -> Path:
     sub = tmp_path / f"upload-{kind}"
     sub.mkdir(parents=True)
-    if kind == "folder":
-        shutil.copytree(REPO / "reference", sub / "student", ignore=shutil.ignore_patterns("__pycache__"))
-    elif kind == "loose":
-        for p in (REPO / "reference").glob("*.py"):
-            if p.name != "__init__.py":
-                shutil.copy(p, sub / p.name)
-    elif kind == "zip":
-        with zipfile.ZipFile(sub / "work.zip", "w") as z:
-            for p in sorted((REPO / "reference").glob("*.py")):
-                z.write(p, f"student/{p.name}")
+    mods = _modules(REPO / "reference")
+    loose = {k: v for k, v in mods.items() if k != "__init__.py"}
+    repo = {".git/HEAD": b"ref: refs/heads/main\n", ".git/config": b"", "README.md": b"# my lab\n",
+            "tests/test_precision.py": b"def test(): pass\n", "handout.md": b"",
+            **{f"student/{k}": v for k, v in mods.items()}}
+    files: dict[str, bytes] = {
+        "folder": {f"student/{k}": v for k, v in mods.items()},
+        "loose": loose,
+        "nested-folder": {f"Lab 2/lab-main/student/{k}": v for k, v in mods.items()},
+        "repository": repo,
+    }.get(kind, {})
+    for name, data in files.items():
+        (sub / name).parent.mkdir(parents=True, exist_ok=True)
+        (sub / name).write_bytes(data)
+    zipped = {
+        "zip": {f"student/{k}": v for k, v in mods.items()},
+        "zip-of-loose": loose,
+        "zip-of-folder": {f"lab/student/{k}": v for k, v in mods.items()},
+        "zip-of-loose-folder": {f"my work/{k}": v for k, v in loose.items()},
+        "zip-of-repository": {f"lab-main/{k}": v for k, v in repo.items()},
+    }.get(kind)
+    if zipped is not None:
+        _zip(sub / "work.zip", zipped)
     return sub
 
 
-@pytest.mark.parametrize("kind", ["folder", "loose", "zip"])
+@pytest.mark.parametrize("kind", UPLOADS)
 def test_run_autograder_puts_the_upload_in_place(tmp_path, bundle_zip, fake_python, kind):
+    """Each layout a student uploads is found by the grader's own search (the
+    fake grader runs it) and graded from a copy, never where it was uploaded."""
     root = autograder_layout(tmp_path / "autograder", bundle_zip, _submission(tmp_path, kind))
     results = run_autograder(root, fake_python)
     assert results["score"] == 10.0, results
-    graded = results["tests"][0]["output"]
-    assert graded.endswith("/submission/work.zip" if kind == "zip" else "/submission"), graded
-    assert not graded.startswith(str(root)), "graded in the upload folder instead of a copy"
+    graded, *found = results["tests"][0]["output"].split(" ")
+    assert graded.endswith("/submission") and not graded.startswith(str(root)), graded
+    assert set(found) >= {"__init__.py", "precision.py", "views.py", "optimizers.py"}, found
     assert "--profile dev --problems precision,views" in results["output"]
     # the upload itself is untouched; the solutions and hidden checks are the grading user's only
-    assert sorted(p.name for p in (root / "submission").iterdir()) == \
-        sorted(p.name for p in _submission(tmp_path / "again", kind).iterdir())
+    assert sorted(str(p.relative_to(root / "submission")) for p in (root / "submission").rglob("*")) == \
+        sorted(str(p.relative_to(tmp_path / "again" / f"upload-{kind}"))
+               for p in _submission(tmp_path / "again", kind).rglob("*"))
     for d in ("reference", "grader/hidden"):
         for p in [root / "source" / d, *(root / "source" / d).rglob("*")]:
             assert stat.S_IMODE(p.stat().st_mode) & 0o077 == 0, f"{p} is readable by others"
 
 
-def test_run_autograder_explains_an_empty_upload(tmp_path, bundle_zip, fake_python):
-    root = autograder_layout(tmp_path / "autograder", bundle_zip, None)
-    (root / "submission" / "notes.txt").write_text("oops")
+@pytest.mark.parametrize("kind", UPLOADS)
+def test_batch_grades_an_export_of_each_upload_as_run_autograder_does(tmp_path, kind):
+    """A Gradescope export holds each upload as the student made it: the batch's
+    precheck hands it to the grader, whose search finds the same modules."""
+    sub = _submission(tmp_path, kind)
+    target, status, reason = precheck(sub, tmp_path / "staged")
+    assert (status, reason) == ("graded", "") and target is not None
+    folder = locate(target, tmp_path / "scratch")
+    assert _modules(folder / "student").keys() >= {"__init__.py", "precision.py", "optimizers.py"}
+    assert (folder / "student" / "optimizers.py").read_bytes() == (REPO / "reference" / "optimizers.py").read_bytes()
+
+
+@pytest.mark.parametrize("kind", ["two-student-folders", "notes-only", "linked-module", "too-deep"])
+def test_run_autograder_explains_a_layout_it_cannot_grade(tmp_path, bundle_zip, fake_python, kind):
+    """An upload without the work in a layout the grader knows scores 0 with one
+    sentence saying which layouts it expected (or what is wrong), never a crash;
+    a link among loose modules is refused, never followed."""
+    sub = tmp_path / "upload"
+    sub.mkdir()
+    if kind == "two-student-folders":
+        for top in ("v1", "v2"):
+            (sub / top / "student").mkdir(parents=True)
+            (sub / top / "student" / "precision.py").write_text("x = 1\n")
+    elif kind == "notes-only":
+        (sub / "notes.txt").write_text("oops")
+        _zip(sub / "old.zip", {"readme.txt": b"nothing here"})
+    elif kind == "linked-module":
+        (sub / "precision.py").symlink_to(REPO / "reference" / "precision.py")
+    else:
+        _zip(sub / "work.zip", {f"a/b/c/d/student/{k}": v for k, v in _modules(REPO / "reference").items()})
+    root = autograder_layout(tmp_path / "autograder", bundle_zip, sub)
     results = run_autograder(root, fake_python)
-    assert results["score"] == 0 and "No student/ folder" in results["output"], results
+    expected = {"two-student-folders": "several student/ folders in the submission (v1, v2): upload one",
+                "notes-only": "not graded: no student/ folder and none of the handout's modules",
+                "linked-module": "precision.py is not a regular file (symbolic links are never followed)",
+                "too-deep": "not graded: no student/ folder and none of the handout's modules"}[kind]
+    assert results["score"] == 0 and expected in results["output"], results["output"]
+    assert "upload your student/ folder, a zip holding it, or the modules themselves" in results["output"] \
+        or kind in ("two-student-folders", "linked-module")
 
 
 def test_run_autograder_reports_a_grader_failure(tmp_path, bundle_zip, fake_python):
@@ -203,11 +282,11 @@ def test_run_autograder_keeps_what_a_grader_stopped_midway_finished(tmp_path, bu
 
 @pytest.mark.timeout(1200)
 def test_run_autograder_with_the_real_grader(tmp_path, bundle_zip):
-    """The reference copied as student/ gets every point of the problems graded,
-    and results.json's execution_time is the run's wall time (within 10%, hidden
-    checks included); the stubs (uploaded loose) get none. Runs the grader of
-    the bundle itself."""
-    root = autograder_layout(tmp_path / "ok", bundle_zip, _submission(tmp_path, "folder"))
+    """The reference uploaded as a zip of its loose modules gets every point of
+    the problems graded, and results.json's execution_time is the run's wall
+    time (within 10%, hidden checks included); the stubs (uploaded loose) get
+    none. Runs the grader of the bundle itself."""
+    root = autograder_layout(tmp_path / "ok", bundle_zip, _submission(tmp_path, "zip-of-loose"))
     reports = f"--json {tmp_path / 'grade.json'} --junit {tmp_path / 'grade.xml'}"
     began = time.monotonic()
     results = run_autograder(root, AUTOGRADER_GRADER_ARGS=f"--profile dev --problems precision,views {reports}")

@@ -9,8 +9,8 @@ uploaded as loose files), ``conftest.py``, ``pyproject.toml``,
 dependencies. Not shipped: the corpus, the project's own checks, benchmarks,
 docs, local state.
 
-``run_autograder`` copies ``/autograder/submission`` to a scratch folder (a
-``student/`` folder, a zip of it, or the modules uploaded loose), makes the
+``run_autograder`` copies ``/autograder/submission`` to a scratch folder (where
+the grader finds the work as uploaded: :func:`grader.sandbox.submission.find_student`), makes the
 reference and hidden checks readable by the grading user only, and runs
 ``python -m grader SUB --gradescope /autograder/results/results.json`` with the
 bundle's grader arguments (default ``--profile grade``). If the grader cannot

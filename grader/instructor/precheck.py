@@ -16,14 +16,16 @@ from pathlib import Path
 
 from grader.instructor.discovery import IGNORED, entry_kind
 from grader.sandbox.scratch import remove_tree
-from grader.sandbox.workcopy import MAX_BYTES
+from grader.sandbox.submission import EXPECTED_LAYOUT, find_student, names_hold_work
+from grader.sandbox.workcopy import MAX_BYTES, SubmissionError
 from tests import handout_problems
 
 __all__ = ["precheck"]
 
 
 def _zip_student(path: Path) -> tuple[bool, str]:
-    """(True, "") when ``path`` is a readable zip holding student/ at most one level deep."""
+    """(True, "") when ``path`` is a readable zip holding the work in a layout the grader finds
+    (:func:`grader.sandbox.submission.names_hold_work`)."""
     try:
         with zipfile.ZipFile(path) as z:
             bad = z.testzip()
@@ -33,10 +35,9 @@ def _zip_student(path: Path) -> tuple[bool, str]:
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, OSError, EOFError, ValueError, RuntimeError,
             NotImplementedError) as e:  # corrupt streams, encrypted or unsupported members
         return False, f"bad zip: {type(e).__name__}: {str(e)[:200]}"
-    parts = [n.split("/") for n in names if not n.startswith("__MACOSX/")]
-    if any((p[0] == "student" and len(p) > 1) or (len(p) > 2 and p[1] == "student") for p in parts):
+    if names_hold_work(names):
         return True, ""
-    return False, "no student/ folder in the zip (at its top or one level deep)"
+    return False, EXPECTED_LAYOUT
 
 
 def precheck(path: Path, staging: Path | None = None) -> tuple[Path | None, str, str]:
@@ -48,8 +49,12 @@ def precheck(path: Path, staging: Path | None = None) -> tuple[Path | None, str,
     A folder holding no ``student/`` but exactly one zip (a student who uploaded
     their zip to Gradescope) is graded through that zip; one holding the handout's
     modules loose (``precision.py``... dragged into Gradescope's upload box) is
-    graded as if they were in ``student/``: a copy is staged under ``staging``,
-    exactly as the Gradescope bundle's run_autograder does.
+    graded as if they were in ``student/``: a copy is staged under ``staging``.
+    Anything else goes to the grader's own search
+    (:func:`grader.sandbox.submission.find_student`: ``student/`` deeper down, a
+    repository, modules loose in a folder), exactly as the Gradescope bundle's
+    run_autograder grades an upload; the reason when nothing is found is the
+    grader's one sentence on the layouts expected.
     """
     try:
         return _precheck(path, staging)
@@ -102,7 +107,14 @@ def _precheck(path: Path, staging: Path | None) -> tuple[Path | None, str, str]:
         if not (pkg / "__init__.py").exists():
             (pkg / "__init__.py").write_text("")
         return staging, "graded", ""
-    return None, "no student/", "no student/ folder (at the top of the submission or one level deep)"
+    if staging is not None:  # student/ deeper down, or loose modules in a folder: as the grader finds them
+        remove_tree(staging)
+        try:
+            found = find_student(path, staging)
+            return (staging if found == staging else path), "graded", ""  # (the grader finds a student/ again)
+        except SubmissionError as e:
+            return None, "no student/", str(e)
+    return None, "no student/", EXPECTED_LAYOUT
 
 
 def _copy_regular(src: Path, dest: Path, cap: int = MAX_BYTES) -> None:

@@ -1,10 +1,16 @@
 """Finding a submission's ``student/`` folder, in a folder or a zip archive.
 
+Uploads come as students make them (:func:`find_student`): a ``student/``
+folder at the top, or up to :data:`MAX_NESTING` folders down (a zip of a
+folder, a repository), else the handout's modules loose (``precision.py``...
+dragged into Gradescope's upload box, or zipped without their folder), which
+are staged into a ``student/`` of the grader's own. Nothing here follows a
+symbolic link.
+
 Zip archives are extracted defensively: no absolute paths or ``..``, no
 symlinks or special files, caps on the number of members, on the folders they
 make and on their total uncompressed size (a zip bomb stops at the cap), a
-time limit, and ``student/`` may sit one
-folder deep (as Gradescope and GitHub exports nest it).
+time limit.
 """
 
 from __future__ import annotations
@@ -24,23 +30,130 @@ MAX_MEMBERS = 4 * MAX_FILES
 UNPACK_SECONDS = 60.0
 
 
-def _find_student(root: Path) -> Path:
-    """The folder holding ``student/``: ``root`` itself or one folder below it."""
-    if (root / "student").is_dir() and not (root / "student").is_symlink():
-        return root
-    candidates = sorted(d for d in root.iterdir()
-                        if d.is_dir() and not d.is_symlink() and (d / "student").is_dir()
-                        and not (d / "student").is_symlink() and not d.name.startswith(("__MACOSX", ".")))
-    if len(candidates) == 1:
-        return candidates[0]
-    if len(candidates) > 1:
-        raise SubmissionError(f"several student/ folders in the submission: {[c.name for c in candidates]}")
-    raise SubmissionError("the submission holds no student/ folder (expected student/__init__.py and "
-                          "your modules, at the top or one folder deep)")
+#: How many folders deep ``student/`` (or the loose modules) may sit below an
+#: upload's top: ``Downloads/lab-main/student/`` in a zip is 2.
+MAX_NESTING = 3
+#: Folders never searched (besides hidden ones: ``.git``, ``.venv``).
+_NOT_SEARCHED = frozenset({"__MACOSX", "__pycache__", "node_modules", "site-packages", "venv", "env"})
+#: What a student reads when nothing is found: the layouts accepted, in one sentence.
+EXPECTED_LAYOUT = ("no student/ folder and none of the handout's modules (precision.py, views.py, ...) found: "
+                   "upload your student/ folder, a zip holding it, or the modules themselves, loose or zipped")
+
+
+def _is_dir(path: Path) -> bool:
+    """Whether ``path`` is a folder, never following a link."""
+    try:
+        return stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def _levels(root: Path) -> list[list[Path]]:
+    """The folders searched, by depth below ``root`` (0 to :data:`MAX_NESTING`):
+    no links, hidden folders or :data:`_NOT_SEARCHED`; at most MAX_FOLDERS in all."""
+    levels, count = [[root]], 1
+    for _ in range(MAX_NESTING):
+        below = []
+        for folder in levels[-1]:
+            with os.scandir(folder) as entries:
+                for e in sorted(entries, key=lambda e: e.name):
+                    if e.is_dir(follow_symlinks=False) and not e.name.startswith(".") \
+                            and e.name not in _NOT_SEARCHED:
+                        below.append(Path(e.path))
+                        count += 1
+                if count > MAX_FOLDERS:
+                    raise SubmissionError(f"the submission has more than {MAX_FOLDERS} folders near its top")
+        if not below:
+            break
+        levels.append(below)
+    return levels
+
+
+def _modules() -> frozenset[str]:
+    """The handout's module file names (``precision.py``...), from the rubric."""
+    from tests import handout_problems  # (reads the rubric: nothing heavy)
+
+    return frozenset(f"{name}.py" for name in handout_problems())
+
+
+def names_hold_work(names: list[str]) -> bool:
+    """Whether an archive's member ``names`` hold what :func:`find_student`
+    looks for (a ``student/`` folder, or a handout module, within
+    :data:`MAX_NESTING` folders of the top, not under a hidden or never-searched
+    folder): a listing's answer, for whoever must decide without extracting."""
+    modules = _modules()
+    for name in names:
+        *folders, base = name.replace("\\", "/").split("/")
+        for depth, folder in enumerate(folders):
+            if folder.startswith(".") or folder in _NOT_SEARCHED or depth > MAX_NESTING:
+                break
+            if folder == "student":
+                return True
+        else:
+            if base in modules and len(folders) <= MAX_NESTING:
+                return True
+    return False
+
+
+def _one(holders: list[Path], root: Path, what: str) -> Path | None:
+    if len(holders) > 1:
+        names = ", ".join(str(h.relative_to(root)) or "." for h in holders)
+        raise SubmissionError(f"several {what} in the submission ({names}): upload one")
+    return holders[0] if holders else None
+
+
+def find_student(root: Path, staging: Path) -> Path:
+    """The folder holding the submission's ``student/``, searched in ``root``.
+
+    The shallowest ``student/`` folder wins (two at that depth: an error naming
+    them); without one, the shallowest folder holding handout modules loose has
+    its ``.py`` files (regular files only; a link among them is refused) copied
+    to ``staging/student/`` (with an empty ``__init__.py`` unless uploaded), and
+    ``staging`` is returned. Neither: a :class:`SubmissionError` saying, in one
+    sentence, which layouts are accepted (:data:`EXPECTED_LAYOUT`)."""
+    levels = _levels(root)
+    for level in levels:
+        found = _one([d for d in level if _is_dir(d / "student")], root, "student/ folders")
+        if found is not None:
+            return found
+    modules = _modules()
+    for level in levels:
+        found = _one([d for d in level if any((d / m).is_file() or (d / m).is_symlink() for m in modules)],
+                     root, "folders of loose modules")
+        if found is not None:
+            return _stage_loose(found, staging)
+    raise SubmissionError(EXPECTED_LAYOUT)
+
+
+def _stage_loose(folder: Path, staging: Path) -> Path:
+    """Copy ``folder``'s ``.py`` files into ``staging/student/``; return ``staging``."""
+    pkg = staging / "student"
+    pkg.mkdir(parents=True)
+    total = 0
+    for path in sorted(folder.iterdir()):
+        if path.suffix != ".py":
+            continue
+        # Opened without following a link, then checked to be a regular file.
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        except OSError:
+            raise SubmissionError(f"{path.name} is not a regular file (symbolic links are never followed)") from None
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise SubmissionError(f"{path.name} is not a regular file")
+            data = f.read(MAX_BYTES + 1)
+        total += len(data)
+        if total > MAX_BYTES:
+            raise SubmissionError(f"the submission's modules hold more than {MAX_BYTES >> 20} MiB")
+        (pkg / path.name).write_bytes(data)
+    if not (pkg / "__init__.py").exists():
+        (pkg / "__init__.py").write_text("")
+    return staging
 
 
 def extract_zip(archive: Path, dest: Path) -> Path:
-    """Safely extract ``archive`` into ``dest``; return the folder holding ``student/``.
+    """Safely extract ``archive`` into ``dest/zip``; return the folder holding
+    ``student/`` (:func:`find_student`; loose modules are staged in ``dest/loose``).
 
     Whatever is wrong with the archive (a corrupt member, a path too long or too
     deep, a file where a folder must go, an unsupported compression) is a
@@ -54,7 +167,8 @@ def extract_zip(archive: Path, dest: Path) -> Path:
         raise SubmissionError(f"{archive.name} could not be unpacked: {type(e).__name__}: {str(e)[:300]}") from None
 
 
-def _extract(archive: Path, dest: Path) -> Path:
+def _extract(archive: Path, scratch: Path) -> Path:
+    dest = scratch / "zip"
     try:
         zf = zipfile.ZipFile(archive)
     except (zipfile.BadZipFile, OSError) as e:
@@ -96,7 +210,7 @@ def _extract(archive: Path, dest: Path) -> Path:
                     if total > MAX_BYTES:
                         raise SubmissionError(f"the archive holds more than {MAX_BYTES >> 20} MiB")
                     out.write(chunk)
-    return _find_student(dest)
+    return find_student(dest, scratch / "loose")
 
 
 def _check_folders(archive: str, infos: list[zipfile.ZipInfo]) -> None:
@@ -114,11 +228,19 @@ def _check_folders(archive: str, infos: list[zipfile.ZipInfo]) -> None:
 
 
 def locate(submission: Path, scratch: Path) -> Path:
-    """The folder holding the submission's ``student/`` (extracting a zip into ``scratch``)."""
+    """The folder holding the submission's ``student/`` (a zip is extracted, loose
+    modules staged, under ``scratch``). A folder holding no ``student/`` nor loose
+    modules but exactly one zip at its top (an upload of the zip) is that zip."""
     if not submission.exists():
         raise SubmissionError(f"{submission} does not exist")
     if submission.is_file():
         return extract_zip(submission, scratch)
     if submission.name == "student" and (submission / "__init__.py").is_file():
         return submission.parent  # the student/ folder itself was given
-    return _find_student(submission)
+    try:
+        return find_student(submission, scratch / "loose")
+    except SubmissionError as e:
+        zips = [p for p in submission.iterdir() if p.suffix.lower() == ".zip"]
+        if str(e) != EXPECTED_LAYOUT or len(zips) != 1 or zips[0].is_symlink() or not zips[0].is_file():
+            raise
+        return extract_zip(zips[0], scratch / "upload")
