@@ -124,6 +124,30 @@ def test_bundle_is_reproducible(bundle_zip, tmp_path):
     assert again.read_bytes() == bundle_zip.read_bytes()
 
 
+def test_bundle_prints_the_settings_the_docs_ask_for(capsys, tmp_path):
+    """Building the bundle prints what to type into Gradescope, with the figures
+    behind it, and the values agree with docs/instructors.md's: the rubric's
+    points less the GPU-only problem's, 1 CPU, 1.5 GB, 20 minutes (grade
+    profile, every problem); a subset of problems gets its own points."""
+    from grader.rubric import load
+
+    rub = load()
+    points = sum(p.points for p in rub.problems if not p.gpu)
+    lines = gradescope.settings("grade")
+    assert lines[1].startswith(f"  points   {points:g}: the problems graded: "), lines
+    assert f"less the {sum(p.points for p in rub.problems if p.gpu):g} of mfu" in lines[1]
+    assert lines[2].startswith("  CPUs     1:") and lines[3].startswith("  memory   1.5 GB:"), lines
+    assert lines[4].startswith("  timeout  20 minutes:") and "grader/budgets.toml" in lines[4], lines
+    docs = (REPO / "docs" / "instructors.md").read_text()
+    assert f"**Type {points:g} as the assignment's total points**" in docs
+    assert "| CPUs | 1 |" in docs and "| memory | 1.5 GB |" in docs and "| timeout | 20 minutes |" in docs
+    subset = gradescope.settings("dev", ["precision", "views"])
+    two = sum(p.points for p in rub.problems if p.name in ("precision", "views"))
+    assert subset[1] == f"  points   {two:g}: the problems graded", subset
+    assert gradescope.main([str(tmp_path / "a.zip"), "--profile", "dev", "--problems", "precision,views"]) == 0
+    assert "\n".join(subset) in capsys.readouterr().out
+
+
 def autograder_layout(root: Path, bundle_zip: Path, submission: Path | None) -> Path:
     """What Gradescope sets up: the bundle unpacked in source/ (permissions kept,
     as unzip does), run_autograder copied to the root, the upload in submission/."""

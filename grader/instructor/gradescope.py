@@ -21,6 +21,7 @@ sees Gradescope's bare "autograder failed".
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import sys
 import zipfile
@@ -29,9 +30,10 @@ from pathlib import Path
 
 from grader.instructor.files import TEMPLATES, render
 from grader.instructor.release import candidate_files
+from grader.results import fmt
 from grader.util import PROFILES, REPO, tomllib
 
-__all__ = ["build_bundle", "bundle_files", "main", "requirements"]
+__all__ = ["build_bundle", "bundle_files", "main", "requirements", "settings"]
 
 
 _SHIPPED_DIRS = ("grader", "reference", "tests")
@@ -95,6 +97,59 @@ def build_bundle(out: Path, repo: Path = REPO, grader_args: Sequence[str] = ("--
     return names
 
 
+#: CPUs to give the container: a grade runs one process at a time, so a second
+#: CPU only helps batch grading.
+CPUS = 1
+#: The timeout's margin over a slow correct solution's seconds: x2 beside busy
+#: neighbours (measured: 396 s against 200 s at half a CPU, docs/instructors.md)
+#: and x2 for a machine slower than the one the budgets were measured on.
+TIMEOUT_MARGIN = 4
+
+
+def settings(profile: str, problems: Sequence[str] | None = None, repo: Path = REPO) -> list[str]:
+    """What the instructor types into Gradescope for a bundle grading ``problems``
+    (None: all) in ``profile``, one line each, with the figures behind it:
+    the points (the problems' total less the GPU-only ones', which Gradescope
+    cannot grade), the CPUs, the memory (what a grade may need at once:
+    :func:`grader.sandbox.limits.grade_memory` with the rubric's worker promise,
+    rounded up to half a GB) and the timeout (the reference's measured cost in
+    ``grader/budgets.toml``, made as slow as a correct solution may be, times
+    :data:`TIMEOUT_MARGIN`, rounded up to 5 minutes)."""
+    from grader import rubric as rubric_mod
+    from grader.sandbox import budgets
+    from grader.sandbox.limits import GRADE_BASE_BYTES, Limits, grade_memory
+
+    rub = rubric_mod.load(repo / "grader" / "rubric.toml")
+    chosen = [p for p in rub.problems if problems is None or p.name in problems]
+    gpu = [p for p in chosen if p.gpu]
+    points = sum(p.points for p in chosen) - sum(p.points for p in gpu)
+    gpu_text = f": {fmt(sum(p.points for p in chosen))} less the {fmt(sum(p.points for p in gpu))} of " \
+               f"{', '.join(p.name for p in gpu)} (needs a GPU: Gradescope has none)" if gpu else ""
+    limits = Limits(growth_bytes=int(rub.settings.worker_memory_mib * (1 << 20)))
+    need = grade_memory(limits)
+    memory_gb = math.ceil(need / (1 << 30) * 2) / 2
+    costs = budgets.load(repo / "grader" / "budgets.toml")
+    files = [f for p in chosen if not p.gpu for f in p.check_files(repo)]
+    measured = [c for f in files if (c := costs.file(profile, f)) is not None]
+    seconds, worker = sum(c.seconds for c in measured), sum(c.worker_cpu for c in measured)
+    slow = seconds + (rub.settings.slowdown - 1) * worker
+    minutes = max(10, 5 * math.ceil(TIMEOUT_MARGIN * slow / 300))
+    unmeasured = len(files) - len(measured)
+    return [
+        "Type these into Gradescope (docs/instructors.md, \"Gradescope\"):",
+        f"  points   {fmt(points)}: the problems graded{gpu_text}",
+        f"  CPUs     {CPUS}: a grade runs one process at a time",
+        f"  memory   {fmt(memory_gb)} GB: a grade may need {need >> 20} MiB at once (its own processes "
+        f"{GRADE_BASE_BYTES >> 20} MiB, a worker's promise {limits.growth_bytes >> 20} MiB, the worker's /tmp and "
+        f"/dev/shm {(limits.tmpfs_bytes + limits.shm_bytes) >> 20} MiB)",
+        f"  timeout  {minutes} minutes: the reference's checks took {seconds:.0f} s, {worker:.0f} CPU s of them its "
+        f"own code, in the {profile} profile (measured on {costs.machine or 'an unnamed machine'}: "
+        f"grader/budgets.toml{f'; {unmeasured} check files unmeasured' if unmeasured else ''}); a correct solution "
+        f"{fmt(rub.settings.slowdown)} times slower takes about {slow:.0f} s; times {TIMEOUT_MARGIN} for busy "
+        "neighbours and a slower machine",
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m grader gradescope``."""
     p = argparse.ArgumentParser(prog="python -m grader gradescope",
@@ -112,6 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(f"gradescope: {args.out} ({len(names)} files); upload it as the assignment's autograder "
           "(Configure Autograder > Zip file upload), base image Ubuntu")
+    problems = [p for p in args.problems.split(",") if p] if args.problems else None
+    print("\n".join(settings(args.profile, problems)))
     return 0
 
 
