@@ -5,6 +5,7 @@
                      [--sandbox auto|bwrap|uid|rlimits] [--call-cpu S] [--cpu-budget S]
                      [--memory-limit GIB] [--parallel N] [--reveal-hidden] [--seed N] [--rubric FILE] [--quiet]
                      [--verbose] [--no-progress] [--cpu-stand-in]
+                     [--full-feedback N/WINDOW --submission-metadata FILE]
 
 SUBMISSION is a folder or zip holding ``student/`` (default: this repository's
 ``student/``). The exit code is 0 whenever grading completed, whatever the
@@ -108,6 +109,12 @@ def parser() -> argparse.ArgumentParser:
                          "the table; each problem's start and finish, and the notes about this machine, on stderr")
     ap.add_argument("--no-progress", action="store_true",
                     help="show no progress on stderr")
+    ap.add_argument("--full-feedback", metavar="N/WINDOW",
+                    help="a limit on probing the hidden checks: their details (function, property, kind of input) "
+                         "for the first N submissions in any WINDOW (3/24h), points only after that; counted from "
+                         "--submission-metadata (grader/feedback.py). Default: no limit")
+    ap.add_argument("--submission-metadata", type=Path, metavar="FILE",
+                    help="Gradescope's submission_metadata.json, for --full-feedback (missing: no limit)")
     ap.add_argument("--cpu-stand-in", action="store_true",
                     help="without a CUDA device, grade the GPU problems (mfu) on the CPU standing in for one, with "
                          "the small workload of the rubric's [mfu.stand_in]: a rehearsal of the GPU pipeline "
@@ -126,6 +133,15 @@ def main(argv: list[str] | None = None) -> int:
         # A mistyped path is the caller's argument, not a submission to score 0.
         print(f"grader: {args.submission} does not exist (give a folder or zip holding student/)", file=sys.stderr)
         return 2
+    from grader.feedback import decide, parse_limit
+
+    try:  # decided before any code of the submission runs
+        feedback = decide(parse_limit(args.full_feedback) if args.full_feedback else None, args.submission_metadata)
+    except ValueError as e:
+        print(f"grader: {e}", file=sys.stderr)
+        return 2
+    if feedback.operator:
+        print(f"grader: note: {feedback.operator}", file=sys.stderr)
     # The pipeline (and torch, which some of it imports) only once the arguments are good.
     from grader import engine
     from grader.report import render as report
@@ -147,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         cpu_budget=args.cpu_budget, memory_limit_gib=args.memory_limit, reveal_hidden=args.reveal_hidden,
         rubric=args.rubric or DEFAULT_RUBRIC, seed=args.seed, parallel=args.parallel, progress=progress,
         on_update=rewrite if args.json or args.gradescope or args.junit or args.markdown else None,
-        cpu_stand_in=args.cpu_stand_in, started=started,
+        cpu_stand_in=args.cpu_stand_in, started=started, feedback=feedback,
     )
     try:
         result = engine.grade(args.submission, options)

@@ -29,10 +29,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import rubric as rubric_mod
+from grader.feedback import Feedback
 from grader.groups import Budgets, ProblemFiles, group_template, phases, problem_results, run_phase
 from grader.protocol import COLLECT_ERROR, RunResults
 from grader.report.progress import GradeProgress
@@ -71,6 +72,7 @@ class Options:
     cpu_stand_in: bool = False  # without CUDA, run the GPU problems on the CPU standing in for one (a rehearsal)
     on_update: Callable[[GradeResult], None] | None = None  # told the result as it stands, after each problem
     started: float | None = None  # time.monotonic() when the grade began (the command's start); None: grade()'s
+    feedback: Feedback = field(default_factory=Feedback)  # what students read of hidden checks (a limit on probing)
 
 
 def hidden_available() -> bool:
@@ -161,6 +163,8 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
     result.problems = [unavailable(p, UNFINISHED, UNFINISHED_TEXT, gpu_device) for p in selected]
     if gpu_device == "cpu" and any(p.gpu for p in selected):
         result.notes.append(STAND_IN_NOTE)
+    if opts.feedback.note and not public_only:  # how a limit on probing applies to this submission
+        result.notes.append(opts.feedback.note)
     _update(opts, result, start)
     run = Path(tempfile.mkdtemp(prefix="grader-"))
     if sandbox.mode == "uid":  # the worker's uid reaches its working copy and scratch, lists nothing
@@ -259,6 +263,7 @@ class _Grading:
     def __init__(self, opts: Options, result: GradeResult, selected: list[rubric_mod.Problem],
                  check_files: dict[str, tuple[str, ...]], gpu_device: str, reveal: bool, start: float) -> None:
         self.opts, self.result, self.gpu_device, self.reveal = opts, result, gpu_device, reveal
+        self.details = opts.feedback.details
         self.check_files = check_files
         self.start = start
         self.problems = {p.name: p for p in selected}
@@ -294,7 +299,7 @@ class _Grading:
         merged = problem_results(name, self.check_files[name], parts)
         records = {i in self.hidden: r for i, part in self.parts[name].items() if (r := part.problems.get(name))}
         res = score_problem(p, self.check_files[name], merged, self.gpu_device, self.reveal,
-                            public=records.get(False), hidden=records.get(True))
+                            public=records.get(False), hidden=records.get(True), details=self.details)
         res.time = round(sum(c.duration for c in res.checks if not c.hidden), 3)
         res.hidden_time = round(sum(c.duration for c in res.checks if c.hidden), 3)
         if merged.fatal and merged.log:

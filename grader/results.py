@@ -147,6 +147,9 @@ def fmt(x: float) -> str:
 
 def failure_text(f: Failure) -> str:
     """A failure as the student reads it (several lines)."""
+    if f.hidden and not f.test:  # its details withheld from this submission (grader/feedback.py)
+        what = "ran out of time" if f.outcome == TIMEOUT else "failed"
+        return f"A hidden check {what}: its details are withheld from this submission."
     if f.hidden:
         head = f"A hidden check {'ran out of time' if f.outcome == TIMEOUT else 'failed'}: {f.test}"
         if f.property_test:

@@ -52,14 +52,16 @@ _IMPORT_ERRORS = {"remote:SyntaxError", "remote:ImportError", "remote:ModuleNotF
 
 
 def score_problem(p: Problem, files: Sequence[str], outcome: RunResults, gpu_device: str, reveal: bool,
-                  public: WorkerRecord | None = None, hidden: WorkerRecord | None = None) -> ProblemResult:
+                  public: WorkerRecord | None = None, hidden: WorkerRecord | None = None, *,
+                  details: bool = True) -> ProblemResult:
     """Problem ``p``'s result from its checks' outcomes (``outcome``: of every
     phase, merged; ``files``: its check files that exist, this grade's);
     ``gpu_device`` is where GPU problems ran ("cuda"; "cpu": the CPU stood
     in for a GPU, :data:`STAND_IN_NOTE`; "": nowhere, they are "not run on a
     GPU"); ``public`` and ``hidden`` are its phases' worker records, kept
     apart so that what students read holds figures of its public checks only
-    (the hidden run's are the instructors')."""
+    (the hidden run's are the instructors'). Without ``details`` (a limit on
+    probing, :mod:`grader.feedback`) a failed hidden check is said to have failed, nothing more."""
     if not files:
         return unavailable(p, NO_CHECKS, f"its check files do not exist yet ({', '.join(p.files)})", gpu_device)
     if p.gpu and not gpu_device:
@@ -67,7 +69,7 @@ def score_problem(p: Problem, files: Sequence[str], outcome: RunResults, gpu_dev
     if outcome.fatal:
         return unavailable(p, GRADER_ERROR, f"{NOT_GRADED} ({(outcome.error or 'the grader failed')[:3000]})",
                            gpu_device)
-    res = _score_checks(p, files, outcome, reveal, public, hidden)
+    res = _score_checks(p, files, outcome, reveal, public, hidden, details)
     if p.gpu and gpu_device == "cpu":
         res.output = f"{STAND_IN_NOTE}\n{res.output}"
     return res
@@ -79,7 +81,7 @@ STAND_IN_NOTE = ("graded on the CPU standing in for a GPU (--cpu-stand-in: a reh
 
 
 def _score_checks(p: Problem, files: Sequence[str], outcome: RunResults, reveal: bool,
-                  public: WorkerRecord | None, hidden: WorkerRecord | None) -> ProblemResult:
+                  public: WorkerRecord | None, hidden: WorkerRecord | None, details: bool) -> ProblemResult:
     """Problem ``p``'s result from checks that ran (see :func:`score_problem`)."""
     state = outcome.problems.get(p.name)
     checks, collect_errors = [], []
@@ -110,7 +112,7 @@ def _score_checks(p: Problem, files: Sequence[str], outcome: RunResults, reveal:
         res.status, res.output = GRADER_ERROR, why
         res.items = [ItemResult(i.name, 0.0, i.points, GRADER_ERROR, note=NOT_GRADED) for i in p.items]
         return res
-    res.items = [score_item(i, [c for c in checks if c.item in (i.name, "")], reveal) for i in p.items]
+    res.items = [score_item(i, [c for c in checks if c.item in (i.name, "")], reveal, details) for i in p.items]
     for spec, gate in zip(p.items, res.items, strict=True):
         if spec.gate and gate.status != PASSED:
             for other in res.items:
@@ -191,7 +193,7 @@ def _budget_text(res: ProblemResult, cut: str) -> str:
             "they belong to earn nothing, those whose checks all ran and passed keep their points.")
 
 
-def score_item(item: Item, checks: list[Check], reveal: bool) -> ItemResult:
+def score_item(item: Item, checks: list[Check], reveal: bool, details: bool = True) -> ItemResult:
     """An item earns its points when every check of it ran and passed. A wrong
     answer outranks a timeout, which outranks a grader error, which outranks
     checks that did not run: the item's status is the first that applies."""
@@ -206,15 +208,17 @@ def score_item(item: Item, checks: list[Check], reveal: bool) -> ItemResult:
         if names & (_IMPORT_ERRORS | {"WorkerCrashed", "ProtocolError"}):
             res.status = ERROR
         first = next((c for c in wrong if not c.hidden), None) or wrong[0]
-        res.failure = first_failure(first, reveal)
+        res.failure = first_failure(first, reveal, details)
         return res
     if failed:  # only timeouts
         res.status = TIMEOUT
         first = next((c for c in failed if not c.hidden), None) or failed[0]
-        res.failure = first_failure(first, reveal)
+        res.failure = first_failure(first, reveal, details)
         # The message is the grader's own account of the limit (no input, no
-        # output of the submission): shown for hidden checks too, without the example.
-        res.failure.message, res.failure.example = _clean(first.message, 1000), ""
+        # output of the submission): shown for hidden checks too, without the
+        # example, unless their details are withheld.
+        if details or not first.hidden:
+            res.failure.message, res.failure.example = _clean(first.message, 1000), ""
         return res
     if faults:
         res.status, res.note = GRADER_ERROR, NOT_GRADED
@@ -327,10 +331,13 @@ def public_docstring(test: str) -> str:
     return _DOCS[path].get(name, "")
 
 
-def first_failure(c: Check, reveal: bool) -> Failure:
-    """Check ``c``'s failure as fields; a hidden one's message and example only when revealed.
+def first_failure(c: Check, reveal: bool, details: bool = True) -> Failure:
+    """Check ``c``'s failure as fields; a hidden one's message and example only when revealed,
+    and nothing of it but its outcome without ``details`` (the test left empty).
     The reproduction line is the command the student runs in their own checkout
     (``pytest tests/test_x.py::test_y``: the default ``--impl`` is their ``student/``)."""
+    if c.hidden and not details:
+        return Failure(test="", hidden=True, outcome=c.outcome, withheld=True)
     prop = c.test.split("[")[0] if not c.hidden else c.extends
     f = Failure(test=c.test, hidden=c.hidden, outcome=c.outcome, property_test=prop,
                 property=public_docstring(prop) if prop else "", input_kind=dict(c.input_kind),

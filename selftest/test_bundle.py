@@ -148,6 +148,18 @@ def test_bundle_prints_the_settings_the_docs_ask_for(capsys, tmp_path):
     assert "\n".join(subset) in capsys.readouterr().out
 
 
+def test_bundle_carries_a_limit_on_probing(tmp_path):
+    """``--full-feedback N/WINDOW`` reaches the bundle's grader arguments; a
+    malformed one is refused when the bundle is built, not on a student's grade."""
+    out = tmp_path / "limited.zip"
+    assert gradescope.main([str(out), "--profile", "dev", "--problems", "precision", "--full-feedback", "2/1d"]) == 0
+    with zipfile.ZipFile(out) as z:
+        assert "--profile dev --problems precision --full-feedback 2/1d" in z.read("run_autograder").decode()
+    with pytest.raises(SystemExit) as e:
+        gradescope.main([str(tmp_path / "bad.zip"), "--full-feedback", "2 a day"])
+    assert e.value.code == 2 and not (tmp_path / "bad.zip").exists()
+
+
 def autograder_layout(root: Path, bundle_zip: Path, submission: Path | None) -> Path:
     """What Gradescope sets up: the bundle unpacked in source/ (permissions kept,
     as unzip does), run_autograder copied to the root, the upload in submission/."""
@@ -239,6 +251,7 @@ def test_run_autograder_puts_the_upload_in_place(tmp_path, bundle_zip, fake_pyth
     assert graded.endswith("/submission") and not graded.startswith(str(root)), graded
     assert set(found) >= {"__init__.py", "precision.py", "views.py", "optimizers.py"}, found
     assert "--profile dev --problems precision,views" in results["output"]
+    assert f"--submission-metadata {root}/submission_metadata.json" in results["output"]  # (for --full-feedback)
     # the upload itself is untouched; the solutions and hidden checks are the grading user's only
     assert sorted(str(p.relative_to(root / "submission")) for p in (root / "submission").rglob("*")) == \
         sorted(str(p.relative_to(tmp_path / "again" / f"upload-{kind}"))
@@ -331,3 +344,36 @@ def test_run_autograder_with_the_real_grader(tmp_path, bundle_zip):
     root = autograder_layout(tmp_path / "stubs-root", bundle_zip, stubs)
     results = run_autograder(root)
     assert results["score"] == 0 and results["tests"], results
+
+
+@pytest.mark.full  # ./lab test: test_feedback_limit.py covers the decision, the scoring and every report
+@pytest.mark.timeout(1200)
+def test_run_autograder_limits_probing_with_the_real_grader(tmp_path, bundle_zip):
+    """A views submission wrong only where the hidden checks look (more than 5
+    dimensions), graded by run_autograder with ``--full-feedback 1/24h``: the
+    first submission in the window reads the hidden check's function and input
+    kind, the second reads points only, the same points."""
+    views = (REPO / "reference" / "views.py").read_text()
+    wrong = views.replace("    return tuple(reversed(strides))\n",
+                          "    return tuple(reversed(strides)) if len(shape) <= 5 else tuple(strides)\n", 1)
+    assert wrong != views
+    sub = tmp_path / "upload"
+    sub.mkdir()
+    for name, data in _modules(REPO / "reference").items():
+        (sub / name).write_bytes(data)
+    (sub / "views.py").write_text(wrong)
+    created = "2026-03-02T14:00:00-08:00"
+    seen = {}
+    for previous in (0, 1):
+        root = autograder_layout(tmp_path / f"grade-{previous}", bundle_zip, sub)
+        (root / "submission_metadata.json").write_text(json.dumps({
+            "id": 1, "created_at": created, "previous_submissions": [
+                {"submission_time": "2026-03-02T09:00:00-08:00", "score": 0.0}] * previous}))
+        seen[previous] = run_autograder(root, AUTOGRADER_GRADER_ARGS="--profile dev --problems views "
+                                                                     "--full-feedback 1/24h")
+    full, limited = (json.dumps(seen[n]) for n in (0, 1))
+    assert "test_contiguous_strides_many_dims" in full and "dims=" in full and "this is 1 of 1" in full, full
+    for detail in ("test_contiguous_strides_many_dims", "dims=", "test_contiguous_strides_match_torch"):
+        assert detail not in limited, detail
+    assert "details are withheld" in limited and "points only this time" in limited, limited
+    assert seen[0]["score"] == seen[1]["score"] < sum(t["max_score"] for t in seen[1]["tests"])

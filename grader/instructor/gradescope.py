@@ -13,7 +13,9 @@ docs, local state.
 the grader finds the work as uploaded: :func:`grader.sandbox.submission.find_student`), makes the
 reference and hidden checks readable by the grading user only, and runs
 ``python -m grader SUB --gradescope /autograder/results/results.json`` with the
-bundle's grader arguments (default ``--profile grade``). If the grader cannot
+bundle's grader arguments (default ``--profile grade``; ``--full-feedback N/WINDOW``
+adds the limit on probing of :mod:`grader.feedback`, counted from Gradescope's
+``submission_metadata.json``, which run_autograder always passes). If the grader cannot
 run, it still writes a results.json that says so (score 0), so a student never
 sees Gradescope's bare "autograder failed".
 """
@@ -28,6 +30,7 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from grader.feedback import parse_limit
 from grader.instructor.files import TEMPLATES, render
 from grader.instructor.release import candidate_files
 from grader.results import fmt
@@ -158,8 +161,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--profile", choices=PROFILES, default="grade",
                    help="hypothesis profile the bundle grades with (default: grade)")
     p.add_argument("--problems", default=None, help="grade only these problems (comma-separated)")
+    p.add_argument("--full-feedback", metavar="N/WINDOW", default=None,
+                   help="a limit on probing: the hidden checks' details for the first N submissions of a student in "
+                        "any WINDOW (e.g. 3/24h), points only after that (default: details for every submission)")
     args = p.parse_args(list(argv) if argv is not None else None)
     grader_args = ["--profile", args.profile] + (["--problems", args.problems] if args.problems else [])
+    if args.full_feedback:
+        try:
+            grader_args += ["--full-feedback", parse_limit(args.full_feedback).text]
+        except ValueError as e:
+            p.error(str(e))
     try:
         names = build_bundle(args.out, grader_args=grader_args)
     except ValueError as e:

@@ -307,6 +307,8 @@ def _reason(f: Failure | None, note: str) -> str:
     if stub is not None:  # no input matters: which stub, not which test
         return f"{stub[0]} is not implemented yet (handout §{stub[1]})"
     test = function_name(f.test) + (f"[{f.test.split('[', 1)[1]}" if "[" in f.test else "")
+    if f.hidden and not f.test:  # its details withheld from this submission
+        return "a hidden check failed (details withheld)"
     if f.hidden and not f.message:
         what = f"a hidden check failed: {function_name(f.test)}"
         if f.property_test:
