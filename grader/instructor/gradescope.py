@@ -3,8 +3,7 @@
 The zip holds, at its root, what Gradescope needs (``setup.sh``, run once as root
 to build the image; ``run_autograder``, run for each submission) and what the
 grader needs at ``/autograder/source``: ``grader/`` (with the hidden checks),
-``reference/``, ``tests/``, the stubs' ``student/__init__.py`` (for submissions
-uploaded as loose files), ``conftest.py``, ``pyproject.toml``,
+``reference/``, ``tests/``, ``conftest.py``, ``pyproject.toml``,
 ``constraints.txt`` and a ``requirements.txt`` made from pyproject's runtime
 dependencies. Not shipped: the corpus, the project's own checks, benchmarks,
 docs, local state.
@@ -40,7 +39,7 @@ __all__ = ["build_bundle", "bundle_files", "main", "requirements", "settings"]
 
 
 _SHIPPED_DIRS = ("grader", "reference", "tests")
-_SHIPPED_FILES = ("conftest.py", "pyproject.toml", "constraints.txt", "student/__init__.py")
+_SHIPPED_FILES = ("conftest.py", "pyproject.toml", "constraints.txt")
 _NOT_SHIPPED = ("grader/corpus", "grader/instructor/templates")
 #: Fixed timestamp: the same sources give the same zip, byte for byte.
 _EPOCH = (2020, 1, 1, 0, 0, 0)
