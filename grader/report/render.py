@@ -21,7 +21,8 @@ The ``--json`` schema (stable; other tools build on it)::
                                   "input_kind": {str: str}, "parameters": [str],
                                   "message": str, "example": str,
                                   "reproduce": str, "withheld": bool}}],
-                   "unmapped": [str]}]}
+                   "unmapped": [str],
+                   "leaderboard": {...}}]}    (only where an MFU was graded: below)
     (with ``reveal``, each problem also has "hidden_log": str,
      "hidden_time": float, "hidden_cpu": float, "peak_bytes": int,
      "workers": int)
@@ -49,6 +50,13 @@ and ``points_without_checks`` sum them. So the items' scores and maxima add up
 to their problem's, and the problems' to the top-level ``score`` and
 ``max_score``, in this file as in Gradescope's results.json and the JUnit XML
 (whose testsuite carries ``score`` and ``max_score`` properties). Hidden checks' messages are withheld unless revealed.
+A problem whose MFU was graded (the check measured it) has ``leaderboard``:
+``{"board": "GPU" | "CPU stand-in", "verified": bool, "ratio": float,
+"mfu": float | null, "reference_mfu": float | null, "doubts": [str],
+"ranked": bool}`` (:class:`grader.mfu.leaderboard.Entry`: MFU over the
+reference's, MFU against the dense peak where known, why a verified run is
+not ranked); Gradescope's results.json carries the same as its
+``leaderboard`` entries, for a verified run only.
 ``log`` is the submission's own (capped) output in its public checks, for
 instructors; it is never copied into the Gradescope output. With ``reveal``
 (``--reveal-hidden``) the document also holds what only instructors may see,
@@ -77,6 +85,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, fields
 from typing import Any, TextIO
 
+from grader.mfu import leaderboard as mfu_leaderboard
 from grader.protocol import Failure
 from grader.results import (
     FAILED,
@@ -165,6 +174,8 @@ def _problem_json(p: ProblemResult, reveal: bool) -> dict[str, Any]:
         value = getattr(p, f.name)
         out[f.name] = (_visible_checks(p, reveal) if f.name == "checks" else
                        [_item_json(i) for i in value] if f.name == "items" else value)
+    if (board := mfu_leaderboard.entry(c.figures for c in p.checks)) is not None:
+        out["leaderboard"] = board.to_json()
     return out
 
 
@@ -221,7 +232,20 @@ def to_gradescope(r: GradeResult) -> dict[str, Any]:
                 test["status"] = "passed" if status == PASSED else "failed"
             tests.append({**test, "output": output, "visibility": p.visibility})
     output = "\n".join([summary(r), *_run_lines(r)])
-    return {"score": r.score, "execution_time": r.execution_time, "output": output, "tests": tests}
+    doc = {"score": r.score, "execution_time": r.execution_time, "output": output, "tests": tests}
+    if board := leaderboard(r):
+        doc["leaderboard"] = board
+    return doc
+
+
+def leaderboard(r: GradeResult) -> list[dict[str, Any]]:
+    """Gradescope's ``leaderboard`` entries of the grade: those of its graded
+    MFU (:func:`grader.mfu.leaderboard.gradescope_entries`: none unless its
+    work was verified), else none."""
+    for p in [] if unreadable(r) else r.problems:
+        if (board := mfu_leaderboard.entry(c.figures for c in p.checks)) is not None:
+            return mfu_leaderboard.gradescope_entries(board)
+    return []
 
 
 def to_junit(r: GradeResult) -> str:
