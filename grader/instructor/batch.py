@@ -32,7 +32,9 @@ Contract (instructors rely on each point):
   submissions in flight, never a row already written; the graders it had
   started die with it.
 * ``DIR/summary.md`` and ``DIR/summary.png``: per-problem pass rates and the score
-  distribution of the class (also printed as a table). (:mod:`.gradebook`.)
+  distribution of the class (also printed as a table), and where an MFU was
+  graded its leaderboard: verified runs only, under pseudonyms unless
+  ``--leaderboard-ids real``. (:mod:`.gradebook`, :mod:`.leaderboard`.)
 * ``--similarity``: also ``DIR/similarity/`` (pairs of submissions ranked by the code
   only they share, per module; :mod:`grader.instructor.similarity`), from the same
   staged copies.
@@ -73,6 +75,7 @@ from grader.instructor.discovery import Submission, discover, parse_shard, shard
 from grader.instructor.files import write_json_atomic
 from grader.instructor.gradebook import gradebook_csv, write_outputs
 from grader.instructor.grading import grade_submission
+from grader.instructor.leaderboard import ID_MODES
 from grader.instructor.records import (
     NOT_GRADED_STATUSES,
     combine_records,
@@ -251,7 +254,7 @@ def run_batch(args: argparse.Namespace) -> int:
             progress.close()
         shutil.rmtree(out / "tmp", ignore_errors=True)
         ordered = [records[s.id] for s in subs]
-        write_outputs(out, ordered, quiet=args.quiet)
+        write_outputs(out, ordered, quiet=args.quiet, leaderboard_ids=args.leaderboard_ids)
     print(f"batch: {len(ordered)} rows in {out / 'gradebook.csv'}; summary in {out / 'summary.md'}")
     if args.similarity:
         from grader.instructor import similarity
@@ -286,7 +289,7 @@ def run_merge(args: argparse.Namespace) -> int:
         for sub_id, rec in merged.items():
             write_json_atomic(out / "results" / f"{sub_id}.json", rec)
         records = [merged[k] for k in sorted(merged)]
-        write_outputs(out, records, quiet=args.quiet)
+        write_outputs(out, records, quiet=args.quiet, leaderboard_ids=args.leaderboard_ids)
     print(f"batch --merge: {len(records)} rows from {len(args.merge)} folders in {out / 'gradebook.csv'}")
     return 0
 
@@ -319,6 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write the class similarity report (OUT/similarity; see "
                         "grader/instructor/similarity.py)")
     p.add_argument("--quiet", action="store_true", help="no summary table on the console")
+    p.add_argument("--leaderboard-ids", choices=ID_MODES, default="pseudonym",
+                   help="how the summary's MFU leaderboard names submissions: pseudonym (default; a keyed hash "
+                        "of the id, the key in OUT/leaderboard.key) or real (the id)")
     p.add_argument("--shard", type=parse_shard, default=None, metavar="i/N",
                    help="grade only shard i (0-based) of N; deterministic (a hash of the submission id)")
     p.add_argument("--slurm", type=int, default=None, metavar="N",

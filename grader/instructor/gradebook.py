@@ -1,4 +1,5 @@
-"""The class's outputs from its records: ``gradebook.csv``, ``summary.md``, ``summary.png``.
+"""The class's outputs from its records: ``gradebook.csv``, ``summary.md``, ``summary.png``
+(with the MFU leaderboard where an MFU was graded: :mod:`.leaderboard`).
 
 Contract: every record is one gradebook row (who, what happened and why, total
 and per-problem scores), sorted by id; pass rates count every submission,
@@ -13,16 +14,17 @@ from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from grader.instructor import leaderboard
 from grader.instructor.files import csv_text
 from grader.instructor.records import NOT_COUNTED_STATUSES, STATUSES, stand_in
 from grader.util import write_atomic
 
-__all__ = ["NOT_RUN_CELL", "class_summary", "gradebook_csv", "print_summary", "summary_markdown", "summary_png",
-           "write_outputs"]
+__all__ = ["NOT_RUN_CELL", "class_summary", "gradebook_csv", "print_summary", "summary_figure", "summary_markdown",
+           "summary_png", "write_outputs"]
 
 #: A cell of a problem that was not run for that submission (it needs a GPU), where a score would be.
 NOT_RUN_CELL = "not run"
@@ -77,9 +79,12 @@ def gradebook_csv(records: Sequence[dict[str, Any]]) -> str:
     return csv_text(["id", "name", "sid", "email", "status", "reason", "score", "max_score",
                      "gpu_points_not_run", "stand_in", *problems, "wall_time_s", "source"], rows)
 
-def class_summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def class_summary(records: Sequence[dict[str, Any]], who: Callable[[str], str] | None = None,
+                  ids: str = "pseudonym") -> dict[str, Any]:
     """Per-problem pass rates (over every submission: one that could not be graded
-    did not pass) and the distribution of total scores."""
+    did not pass), the distribution of total scores and, with ``who`` (a
+    submission id's name on a board, :func:`.leaderboard.namer`; ``ids``: which
+    kind), the MFU leaderboard's boards (:func:`.leaderboard.boards`)."""
     n = len(records)
     statuses = {s: sum(r["status"] == s for r in records) for s in STATUSES}
     problems = []
@@ -101,6 +106,7 @@ def class_summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "max_score": _class_max(records),
         "mean": statistics.fmean(scores) if scores else 0.0,
         "median": statistics.median(scores) if scores else 0.0,
+        "leaderboard": leaderboard.boards(records, who) if who is not None else [], "leaderboard_ids": ids,
     }
 
 
@@ -121,6 +127,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     lines += ["", "Pass rates count every submission, including those that could not be graded, except those a "
               "problem was not run for (it needs a GPU): \"not run\" when it ran for none.",
               "", "![pass rates and scores](summary.png)", ""]
+    lines += leaderboard.markdown(s.get("leaderboard", []), s.get("leaderboard_ids", "pseudonym"))
     return "\n".join(lines)
 
 
@@ -133,13 +140,31 @@ def _mean(p: dict[str, Any]) -> str:
 
 
 def summary_png(summary: dict[str, Any], path: Path) -> None:
-    """Pass rate per problem (bars) and the histogram of total scores."""
+    """:func:`summary_figure`, written to ``path`` (atomically)."""
+    import matplotlib.pyplot as plt
+
+    fig = summary_figure(summary)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def summary_figure(summary: dict[str, Any]) -> Any:
+    """Pass rate per problem (bars), the histogram of total scores and, beside
+    them, each MFU leaderboard board (:func:`.leaderboard.draw`); a matplotlib
+    Figure (the caller closes it)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on graders and CI machines
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    boards = summary.get("leaderboard", [])
+    fig, axes = plt.subplots(1, 2 + len(boards), figsize=(11 + 5.5 * len(boards), 4.2))
+    ax1, ax2 = axes[0], axes[1]
+    for ax, board in zip(axes[2:], boards, strict=True):
+        leaderboard.draw(ax, board)
     names = [p["name"] for p in summary["problems"]]
     rates = [None if p["pass_rate"] is None else 100 * p["pass_rate"] for p in summary["problems"]]
     bars = ax1.barh(names[::-1], [r or 0.0 for r in rates[::-1]], color="#4C72B0")
@@ -157,11 +182,7 @@ def summary_png(summary: dict[str, Any], path: Path) -> None:
     ax2.set_ylabel("submissions")
     ax2.set_title(f"Scores: mean {summary['mean']:.2f}, median {summary['median']:.2f}")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    return fig
 
 
 def print_summary(summary: dict[str, Any]) -> None:
@@ -177,17 +198,22 @@ def print_summary(summary: dict[str, Any]) -> None:
         c = p["counts"]
         table.add_row(p["name"], f"{p['max_score']:g}", _mean(p), _rate(p),
                       *(str(c.get(k, 0)) for k in ("passed", "failed", "error", "timeout")))
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    for board in leaderboard.rich_tables(summary.get("leaderboard", [])):
+        console.print(board)
     other = {k: v for k, v in summary["statuses"].items() if k != "graded" and v}
     if other:
         print("not graded: " + ", ".join(f"{v} {k}" for k, v in other.items()))
 
 
-def write_outputs(out: Path, records: Sequence[dict[str, Any]], *, quiet: bool = False) -> dict[str, Any]:
+def write_outputs(out: Path, records: Sequence[dict[str, Any]], *, quiet: bool = False,
+                  leaderboard_ids: str = "pseudonym") -> dict[str, Any]:
     """Write gradebook.csv, summary.md and summary.png for ``records`` into ``out``
-    (and print the summary unless ``quiet``); return the summary."""
+    (and print the summary unless ``quiet``); return the summary. The MFU
+    leaderboard names submissions by ``leaderboard_ids`` (:data:`.leaderboard.ID_MODES`)."""
     write_atomic(out / "gradebook.csv", gradebook_csv(records))
-    summary = class_summary(records)
+    summary = class_summary(records, leaderboard.namer(out, leaderboard_ids), leaderboard_ids)
     write_atomic(out / "summary.md", summary_markdown(summary))
     summary_png(summary, out / "summary.png")
     if not quiet:
