@@ -215,3 +215,11 @@ def test_the_plot_draws_the_boards_values_and_the_reference_line(folders, report
     finally:
         plt.close(fig)
     assert (out / "summary.png").stat().st_size > 0
+
+
+def test_a_key_file_without_a_key_is_refused_not_used(tmp_path):
+    """A key file cut short (or edited) would silently change every pseudonym, or
+    key them with nothing: refused, saying so."""
+    (tmp_path / class_board.KEY_FILE).write_text("")
+    with pytest.raises(ValueError, match="holds no pseudonym key"):
+        class_board.class_key(tmp_path)

@@ -43,15 +43,29 @@ MFU_LABEL, RATIO_LABEL = "MFU (of dense peak)", "MFU / reference MFU"
 
 def class_key(out: Path) -> bytes:
     """The class's pseudonym key: ``out/KEY_FILE``, made (32 random bytes, hex,
-    readable by its owner only) the first time; the same key ever after."""
+    readable by its owner only) the first time; the same key ever after.
+    ValueError for a key file that holds no such key (pseudonyms would change)."""
     path = out / KEY_FILE
+    if not path.exists():
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = out / f".{KEY_FILE}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(os.urandom(32).hex() + "\n")
+        try:  # a link is never half-written, and never replaces a key another batch made first
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return bytes.fromhex(path.read_text().strip())
-    with os.fdopen(fd, "w") as f:
-        f.write(os.urandom(32).hex() + "\n")
-    return bytes.fromhex(path.read_text().strip())
+        key = bytes.fromhex(path.read_text().strip())
+    except ValueError:
+        key = b""
+    if len(key) < 16:
+        raise ValueError(f"{path} holds no pseudonym key (64 hex digits); restore it, or remove it to make a new "
+                         "one (every pseudonym then changes)")
+    return key
 
 
 def pseudonym(key: bytes, sub_id: str) -> str:
