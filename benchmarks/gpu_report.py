@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader.mfu.leaderboard import Entry
 from grader.mfu.settings import DEFAULT_CRITERIA
 
 
@@ -77,6 +78,16 @@ def _mfu(problem: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def _leaderboard(entry: Any) -> str:
+    """Where the graded MFU stands on a leaderboard (grader/mfu/leaderboard.py), or "" where none was graded."""
+    e = Entry.from_json(entry)
+    if e is None:
+        return ""
+    if not e.verified:
+        return "leaderboard: not listed (work not verified)"
+    return f"leaderboard: ranked ({e.board})" if e.ranked else f"leaderboard: not ranked ({'; '.join(e.doubts)})"
+
+
 def verdict(grade: Grade, result: dict[str, Any], *, stand_in: bool, bench: dict[str, Any]) -> tuple[str, str]:
     """(the row's verdict cell, its notes) for one grade's ``--json`` result."""
     problems = {p["name"]: p for p in result.get("problems", [])}
@@ -105,6 +116,7 @@ def verdict(grade: Grade, result: dict[str, Any], *, stand_in: bool, bench: dict
     for key, what in (("mfu_vs_dense_peak", "the submission"), ("reference_mfu_vs_dense_peak", "the reference")):
         if key in figures:
             notes.append(f"{what}: MFU {figures[key]:.3f} of the dense peak")
+    notes.append(_leaderboard(mfu.get("leaderboard")))
     if lost:
         notes.append(f"lost: {', '.join(lost)}")
     if got != grade.must:

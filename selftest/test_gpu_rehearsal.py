@@ -37,6 +37,13 @@ VERDICTS = {
     "grader/corpus/mfu/half_steps": "mfu: rejected (must be rejected)",
     "grader/corpus/mfu/half_batch": "mfu: rejected (must be rejected)",
 }
+#: Where each grade's MFU must stand on the leaderboard (its row's notes):
+#: a verified run listed, a partial one never.
+LEADERBOARD = {
+    "full grade of the reference": "leaderboard: ranked (CPU stand-in)",
+    "grader/corpus/mfu/half_steps": "leaderboard: not listed (work not verified)",
+    "grader/corpus/mfu/half_batch": "leaderboard: not listed (work not verified)",
+}
 #: The old end of the supported torch range, as the GPU nodes have it.
 OLD_TORCH, OLD_PYTHON = "2.11.0", "/root/.pyenv/versions/3.12.1/bin/python3.12"
 
@@ -50,13 +57,13 @@ def rehearse(tmp_path: Path, *args: str) -> tuple[int, str]:
     return status, out.read_text() if out.is_file() else ""
 
 
-def rows(table: str) -> dict[str, str]:
-    """Each grade row's verdict cell, keyed by what it grades."""
+def rows(table: str, cell: int = 2) -> dict[str, str]:
+    """Each grade row's verdict cell (``cell`` 3: its notes), keyed by what it grades."""
     found = {}
     for line in table.splitlines():
-        m = re.match(r"\| grade: (.*?) \| (.*?) \|", line)
+        m = re.match(r"\| grade: (.*?) \| (.*?) \| (.*?) \|$", line)
         if m:
-            found[m[1].split(" (")[0]] = m[2]
+            found[m[1].split(" (")[0]] = m[cell]
     return found
 
 
@@ -67,6 +74,9 @@ def test_the_gpu_node_rehearsal_reaches_every_verdict(tmp_path, capsys):
     got = rows(table)
     for what, verdict in VERDICTS.items():
         assert got.get(what, "").startswith(verdict), (what, got.get(what), table)
+    notes = rows(table, cell=3)
+    for what, standing in LEADERBOARD.items():
+        assert standing in notes.get(what, ""), (what, notes.get(what), table)
     assert "| grades' sandbox | unprivileged uid " in table, table
     assert "NOT GPU figures" in table and "UNEXPECTED" not in table and "**WRONG**" not in table, table
 
