@@ -223,3 +223,28 @@ def test_a_key_file_without_a_key_is_refused_not_used(tmp_path):
     (tmp_path / class_board.KEY_FILE).write_text("")
     with pytest.raises(ValueError, match="holds no pseudonym key"):
         class_board.class_key(tmp_path)
+
+
+@pytest.mark.full  # a real grade of the MFU problem: about a minute on a busy 2-core machine; the rest above
+def test_a_real_stand_in_grade_writes_the_leaderboard(tmp_path):
+    """``python -m grader --cpu-stand-in --problems mfu --gradescope``: the
+    hidden check's recorded figures reach results.json's leaderboard, in
+    the stand-in's own columns, verified."""
+    import shutil
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    shutil.copytree(repo / "reference", tmp_path / "sub" / "student", ignore=shutil.ignore_patterns("__pycache__"))
+    results = tmp_path / "results.json"
+    proc = subprocess.run([sys.executable, "-m", "grader", str(tmp_path / "sub"), "--problems", "mfu",
+                           "--cpu-stand-in", "--profile", "dev", "--gradescope", str(results), "--json",
+                           str(tmp_path / "grade.json"), "--no-progress", "-q"],
+                          cwd=repo, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    board = json.loads(results.read_text())["leaderboard"]
+    names = [e["name"] for e in board]
+    assert names == ["MFU / reference MFU (CPU stand-in, a rehearsal)", "MFU check (CPU stand-in, a rehearsal)"] \
+        or names == ["MFU check (CPU stand-in, a rehearsal)"], board  # ranked, or marked on a noisy machine
+    entry = json.loads((tmp_path / "grade.json").read_text())["problems"][0]["leaderboard"]
+    assert entry["verified"] is True and entry["board"] == leaderboard.STAND_IN and entry["mfu"] is None
