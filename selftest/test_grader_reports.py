@@ -44,6 +44,12 @@ GRADESCOPE_SCHEMA = {
                 "visibility": {"enum": ["hidden", "after_due_date", "after_published", "visible"]},
             },
         }},
+        # Gradescope's leaderboard entries (its "Leaderboards" page): where the MFU was graded
+        "leaderboard": {"type": "array", "items": {
+            "type": "object", "required": ["name", "value"], "additionalProperties": False,
+            "properties": {"name": {"type": "string", "minLength": 1}, "value": {"type": ["number", "string"]},
+                           "order": {"enum": ["asc", "desc"]}},
+        }},
     },
 }
 

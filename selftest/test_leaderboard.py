@@ -18,6 +18,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from grader.instructor import batch, gradebook
@@ -29,6 +30,7 @@ from grader.report import render
 from grader.results import PASSED, Check, GradeResult, ProblemResult
 from grader.scoring import total
 from selftest.mfu_fakes import check, good_train, on_gpu, one_thread, train_loop  # noqa: F401 (autouse fixture)
+from selftest.test_grader_reports import GRADESCOPE_SCHEMA
 
 
 def half_steps_train(model, optimizer, batches, *, steps, precision):
@@ -106,6 +108,8 @@ def test_gradescope_results_carry_the_leaderboard(reports, tmp_path):
         paths[kind] = tmp_path / f"{kind}.json"
         assert render.write_reports(grade_of(reports[kind]), json_path=str(tmp_path / f"{kind}.full.json"),
                                     gradescope=str(paths[kind]), junit=None, reveal=False) == []
+    for path in paths.values():
+        jsonschema.validate(json.loads(path.read_text()), GRADESCOPE_SCHEMA)
     good = json.loads(paths["good"].read_text())["leaderboard"]
     r = reports["good"]
     assert good == [
@@ -242,6 +246,7 @@ def test_a_real_stand_in_grade_writes_the_leaderboard(tmp_path):
                            str(tmp_path / "grade.json"), "--no-progress", "-q"],
                           cwd=repo, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    jsonschema.validate(json.loads(results.read_text()), GRADESCOPE_SCHEMA)
     board = json.loads(results.read_text())["leaderboard"]
     names = [e["name"] for e in board]
     assert names == ["MFU / reference MFU (CPU stand-in, a rehearsal)", "MFU check (CPU stand-in, a rehearsal)"] \

@@ -219,7 +219,8 @@ def to_gradescope(r: GradeResult) -> dict[str, Any]:
     item"; a problem without items is one test. An item left out of the totals
     (needs a GPU, no checks yet) is a test of max_score 0 without a status,
     whose output says so: never a failed test. A submission that could not be
-    read has no tests, its reason in the top-level output."""
+    read has no tests, its reason in the top-level output. Where the MFU was
+    graded and verified, Gradescope's ``leaderboard`` entries (:func:`leaderboard`)."""
     tests = []
     for p in [] if unreadable(r) else r.problems:
         rows = [(_title(p), p.score, p.max_score, p.status, f"[{p.status}] {p.output}".strip())] \
