@@ -135,11 +135,12 @@ def markdown(found: list[dict[str, Any]], ids: str) -> list[str]:
     lines: list[str] = []
     for b in found:
         ranked = [r for r in b["rows"] if r["ranked"]]
+        median = " (the median of the reference's runs in these grades)" if b["measure"] == MFU_LABEL else ""
+        named = (" Ids are pseudonyms (a keyed hash; the key is leaderboard.key in this folder; "
+                 "`--leaderboard-ids real` shows the ids).") if ids == "pseudonym" else ""
         lines += [f"## {_title(b)}", "",
                   f"Runs whose work the grader verified, by {b['measure']}; reference: {_g(b['reference'])}"
-                  + (" (the median of the reference's runs in these grades)" if b["measure"] == MFU_LABEL else "")
-                  + ". " + ("Ids are pseudonyms (a keyed hash; the key is leaderboard.key in this folder; "
-                            "`--leaderboard-ids real` shows the ids)." if ids == "pseudonym" else ""), "",
+                  f"{median}.{named}", "",
                   f"| rank | who | {MFU_LABEL} | {RATIO_LABEL} | note |", "|---:|---|---:|---:|---|"]
         for i, r in enumerate(b["rows"], 1):
             rank = str(i) if r["ranked"] else "not ranked"
