@@ -79,3 +79,6 @@ def tensor_bytes(''')
     assert proc.returncode == 1
     assert ("grader/corpus/correct/precision-from_the_handout/precision.py: extend it with element_count"
             in proc.stdout), proc.stdout
+    # each honest solution too (selftest/test_honest_solutions.py, a full test, would find it in minutes)
+    for solution in sorted((root / "grader" / "corpus" / "honest").glob("*/precision.py")):
+        assert f"{solution.relative_to(root)}: extend it with element_count" in proc.stdout, proc.stdout

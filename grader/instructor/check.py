@@ -19,8 +19,9 @@ naming the file to change and what to change there:
   dead, and every hidden check extends (``@pytest.mark.extends``) one existing
   public test of its own problem;
 * every ``pytest.mark.<name>`` used is a declared marker or a problem's;
-* each whole module of the correct corpus defines every function of its stub,
-  and each wrong-corpus entry names a problem and items the rubric has.
+* each whole module of the correct corpus, and each honest solution (one
+  module per problem), defines every function of its stub, and each
+  wrong-corpus entry names a problem and items the rubric has.
 
 Notes (to do before a release, not errors): check files ``grader/budgets.toml``
 has no figure for (``python -m grader calibrate``). Exit status 0 when nothing is
@@ -364,6 +365,21 @@ def _check_corpus(rubric: rubric_module.Rubric, root: Path, f: Findings) -> None
                 f.need(name in have, f"{module.relative_to(root)}: extend it with {name} (student/{module.name} "
                                      "stubs it; this whole module replaces the reference's, so the correct corpus "
                                      f"would fail with \"module 'student.{module.stem}' has no attribute '{name}'\")")
+    modules = [p.name for p in rubric.problems if any(not rubric_module.is_hidden(c) for c in p.files)]
+    for solution in sorted(p for p in (corpus / "honest").glob("*") if p.is_dir()):
+        for name in modules:
+            f.need((solution / f"{name}.py").is_file(),
+                   f"{(solution / name).relative_to(root)}.py: missing (each honest solution is complete: a {name} "
+                   "written from the handout in this solution's style)")
+        for module in sorted(solution.glob("*.py")):
+            stub, mine = _parse(root / "student" / module.name), _parse(module)
+            if stub is None or mine is None or module.stem not in names:
+                continue
+            have = {n.name for n in mine.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+            for name in stubs_of(stub):
+                f.need(name in have, f"{module.relative_to(root)}: extend it with {name}, written from the handout "
+                                     f"in this solution's style (student/{module.name} stubs it; each honest "
+                                     "solution must get full marks: selftest/test_honest_solutions.py)")
     for entry in sorted((corpus / "wrong").glob("*.toml")):
         where = entry.relative_to(root)
         try:
