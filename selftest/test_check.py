@@ -52,6 +52,9 @@ def _edit(root: Path, file: str, find: str, replace: str) -> None:
     # a wrong-corpus entry breaking an item the rubric does not have
     ("grader/corpus/wrong/views-data_ptr.toml", 'breaks = ["', 'breaks = ["no such item", "',
      "breaks 'no such item', no item of views"),
+    # an item the wrong corpus was checked against that the rubric does not have (renamed, retired)
+    ("grader/corpus/wrong_checked.toml", "views = [\n", 'views = [\n    "no such item",\n',
+     "grader/corpus/wrong_checked.toml: views's 'no such item' is no item of views"),
 ])
 def test_a_place_left_out_is_named(tmp_path, file, find, replace, named):
     if not (REPO / file).is_file():
