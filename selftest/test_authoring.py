@@ -2,14 +2,23 @@
 recipes "A function" and "A problem" list files in order, this test changes
 each in that order, and after every step ``python -m grader check`` names only
 files of the steps still to do (and fails) until the last, then passes. The
-new function's and the new problem's tests then run on the copy's reference."""
+new function's and the new problem's tests then run on the copy's reference.
+
+The new function is ``bits_per_element`` (8 times ``bytes_per_element``): four
+wrong-corpus entries' bugs then cost its item too, which only a corpus run of
+minutes found before; the check must name those four, with their new
+``breaks`` lists, in seconds."""
 
 from __future__ import annotations
 
+import json
 import re
+import resource
 import subprocess
 import sys
+import time
 from collections.abc import Callable
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 import pytest
@@ -26,10 +35,18 @@ def recipe(title: str) -> list[str]:
     return re.findall(r"^\d+\. `([^`]+)`", section, re.M)
 
 
+#: The last check of each copy: its output, its CPU seconds (its own and its
+#: children's) and its wall seconds, for a step that reads what the check said.
+LAST: dict[Path, tuple[subprocess.CompletedProcess[str], float, float]] = {}
+
+
 def _check(root: Path) -> tuple[int, set[str]]:
     """The check's exit status and the files its findings name (notes aside)."""
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "grader", "check", "--root", str(root)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=300)
+    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    LAST[root] = (proc, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall)
     named = {line.removeprefix("missing: ").split(":")[0] for line in proc.stdout.splitlines()
              if line.startswith("missing: ")}
     return proc.returncode, named
@@ -50,18 +67,20 @@ def _append(root: Path, file: str, text: str) -> None:
 
 def _follow(root: Path, module: str, steps: list[str], edits: dict[str, Callable[[Path], None]],
             optional: set[str]) -> None:
-    """Do ``steps`` in order (files with ``<m>`` for ``module``); after each, the
-    check names only files of later steps, until it passes."""
+    """Do ``steps`` in order (files, or patterns of files, with ``<m>`` for
+    ``module``); after each, the check names only files of later steps, until
+    it passes."""
     assert set(steps) == set(edits), f"the guide's steps {steps} are not the ones this test knows {sorted(edits)}"
     files = [step.replace("<m>", module) for step in steps]
     optional = {step.replace("<m>", module) for step in optional}
     for i, step in enumerate(steps):
         edits[step](root)
         rc, named = _check(root)
-        later = set(files[i + 1:])
-        assert named <= later, f"after {step}: the check names {sorted(named - later)}, no later step's file"
-        if later - optional:
-            assert rc == 1 and named, f"after {step}: the check passes with {sorted(later - optional)} still to do"
+        later = files[i + 1:]
+        early = {n for n in named if not any(fnmatchcase(n, pattern) for pattern in later)}
+        assert not early, f"after {step}: the check names {sorted(early)}, no later step's file"
+        if set(later) - optional:
+            assert rc == 1 and named, f"after {step}: the check passes with {sorted(set(later) - optional)} still to do"
     rc, named = _check(root)
     assert rc == 0 and not named, f"all steps done, but the check names {sorted(named)}"
 
@@ -73,59 +92,119 @@ def _pytest(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 # ------------------------------------------------------------------ a function
 
+#: The wrong entries whose bugs cost bits_per_element too, and the breaks each
+#: needs: what LAB_FULL_CORPUS=1 selftest/test_wrong_corpus.py -k precision
+#: finds (minutes) after the recipe's other steps.
+STALE = {
+    "precision-bf16_four_bytes": ["bytes_per_element", "tensor_bytes", "bits_per_element", "float_format"],
+    "precision-bool_one_bit": ["bytes_per_element", "tensor_bytes", "bits_per_element"],
+    "precision-bytes_true_division": ["bytes_per_element", "tensor_bytes", "bits_per_element",
+                                      "bad input is rejected; results of the promised Python types"],
+    "precision-fp8_four_bytes": ["bytes_per_element", "tensor_bytes", "bits_per_element"],
+}
+#: The issue's bound on the check that names them, in CPU seconds of the check
+#: and its children (the machine is shared: its wall time measures the others' load).
+CHECK_CPU_SECONDS = 10.0
+
+
+def _fix_stale_breaks(root: Path) -> None:
+    """The check after the previous step (the rubric's item) named exactly the
+    STALE entries, each with the breaks it needs (and asked for the item in
+    wrong_checked.toml), within the bound; then the entries get those lists."""
+    proc, cpu, wall = LAST[root]
+    print(f"grader check naming the stale wrong entries: {cpu:.1f} CPU s, {wall:.1f} s wall")
+    named = {}
+    for line in proc.stdout.splitlines():
+        m = re.match(r"missing: grader/corpus/wrong/(\S+)\.toml: .* make it breaks = (\[.*\])$", line)
+        if m:
+            named[m[1]] = sorted(json.loads(m[2]))  # (in the rubric's order; the order does not matter)
+    assert named == {name: sorted(breaks) for name, breaks in STALE.items()}, proc.stdout
+    assert re.search(r"^missing: grader/corpus/wrong_checked\.toml: add 'bits_per_element'", proc.stdout, re.M)
+    assert cpu < CHECK_CPU_SECONDS, f"the check took {cpu:.1f} CPU s ({wall:.1f} s wall)"
+    for name, breaks in STALE.items():
+        path = root / "grader" / "corpus" / "wrong" / f"{name}.toml"
+        text, n = re.subn(r"^breaks = \[.*?\]$", "breaks = " + json.dumps(breaks), path.read_text(),
+                          count=1, flags=re.M | re.S)
+        assert n == 1, name
+        path.write_text(text)
+
+
+def _honest_solutions(root: Path) -> None:
+    for module in sorted((root / "grader" / "corpus" / "honest").glob("*/precision.py")):
+        _append(root, str(module.relative_to(root)), '''
+
+def bits_per_element(dtype):
+    return 8 * bytes_per_element(dtype)
+''')
+
+
 FUNCTION_EDITS: dict[str, Callable[[Path], None]] = {
     "student/<m>.py": lambda root: _insert(root, "student/precision.py", "def tensor_bytes(", '''\
-def element_count(shape: tuple[int, ...]) -> int:
-    """The number of elements of a tensor of ``shape`` (1 for ``()``).
+def bits_per_element(dtype: torch.dtype) -> int:
+    """Bits one element of ``dtype`` occupies in memory: 8 times its bytes.
 
     Raises:
-        TypeError: ``shape`` is not a tuple of ints.
+        TypeError: ``dtype`` is not a ``torch.dtype``.
+        ValueError: ``dtype`` is not one of bytes_per_element's.
     """
-    raise NotImplementedError("element_count: see handout §1.1")
+    raise NotImplementedError("bits_per_element: see handout §1.1")
 
 
 '''),
-    "reference/<m>.py": lambda root: _insert(root, "reference/precision.py", "def tensor_bytes(", '''\
-def element_count(shape: tuple[int, ...]) -> int:
-    """The number of elements of a tensor of ``shape`` (1 for ``()``)."""
-    return math.prod(require_shape("shape", shape))
+    "reference/<m>.py": lambda root: (
+        _insert(root, "reference/precision.py", "def tensor_bytes(", '''\
+def bits_per_element(dtype: torch.dtype) -> int:
+    """Bits one element of ``dtype`` occupies in memory."""
+    return 8 * bytes_per_element(dtype)
 
 
 '''),
+        _insert(root, "reference/precision.py", '"bytes_per_element", "float_format"', '"bits_per_element", ')),
     "handout.md": lambda root: _insert(root, "handout.md", ", `tensor_bytes`, `float_format`",
-                                       ", `element_count`"),
-    "tests/test_<m>.py": lambda root: _append(root, "tests/test_precision.py", '''
+                                       ", `bits_per_element`"),
+    "tests/test_<m>.py": lambda root: (
+        _append(root, "tests/test_precision.py", '''
 
-# ------------------------------------------------------------------ element_count
+# ------------------------------------------------------------------ bits_per_element
 
 
-def test_element_count_of_worked_shapes(impl):
-    assert impl.precision.element_count((4, 8)) == 32
-    assert impl.precision.element_count(()) == 1
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_bits_per_element_matches_element_size(impl, dtype):
+    expected = 8 * torch.empty(0, dtype=dtype).element_size()
+    got = impl.precision.bits_per_element(dtype)
+    assert got == expected, f"bits_per_element({dtype}): expected {expected}, got {got!r}"
+    assert type(got) is int
 '''),
-    "grader/rubric.toml": lambda root: _add_item(root),
+        # the bad-input and result-type parametrisations, as the recipe asks
+        _insert(root, "tests/test_precision.py", '        ("tensor_bytes", ((2, -1), torch.float32), ValueError),',
+                '        ("bits_per_element", ("float32",), TypeError),\n'),
+        _insert(root, "tests/test_precision.py", "    if dtype in FORMATS:\n        fmt = impl.precision.float_format",
+                "    got = impl.precision.bits_per_element(dtype)\n    assert type(got) is int\n")),
     "grader/hidden/test_<m>_hidden.py": lambda root: _append(root, "grader/hidden/test_precision_hidden.py", '''
 
-@pytest.mark.extends("tests/test_precision.py::test_element_count_of_worked_shapes")
-def test_element_count_of_large_shapes(impl, ref):
-    assert impl.precision.element_count((10**6, 10**6)) == ref.precision.element_count((10**6, 10**6))
+@pytest.mark.extends("tests/test_precision.py::test_bits_per_element_matches_element_size")
+def test_bits_per_element_like_the_reference(impl, ref):
+    for dtype in (torch.float64, torch.bfloat16, torch.bool):
+        assert impl.precision.bits_per_element(dtype) == ref.precision.bits_per_element(dtype)
 '''),
     "grader/corpus/correct/<m>-from_the_handout/<m>.py": lambda root: _append(
         root, "grader/corpus/correct/precision-from_the_handout/precision.py", '''
 
-def element_count(shape):
-    """The number of elements of a tensor of ``shape``."""
-    count = 1
-    for size in shape:
-        count *= size
-    return count
+def bits_per_element(dtype):
+    """Bits per element: a byte is 8 bits."""
+    return bytes_per_element(dtype) << 3
 '''),
+    "grader/corpus/honest/*/<m>.py": _honest_solutions,
+    "grader/rubric.toml": lambda root: _add_item(root),
+    "grader/corpus/wrong/<m>-*.toml": _fix_stale_breaks,
+    "grader/corpus/wrong_checked.toml": lambda root: _insert(root, "grader/corpus/wrong_checked.toml",
+                                                             '    "float_format",\n', '    "bits_per_element",\n'),
 }
 
 
 def _add_item(root: Path) -> None:
-    """An item of its own for element_count, its point taken from the problem's
-    largest item, so precision's total stays."""
+    """An item of its own for bits_per_element, its point taken from the
+    problem's largest item, so precision's total stays."""
     path = root / "grader" / "rubric.toml"
     text = path.read_text()
     start = text.index('name = "precision"')
@@ -134,8 +213,8 @@ def _add_item(root: Path) -> None:
     points = [(int(m[1]), m.start()) for m in re.finditer(r"^points = (\d+)$", block, re.M)][1:]  # items' points
     most, at = max(points)
     block = block[:at] + f"points = {most - 1}" + block[at + len(f"points = {most}"):]
-    block = block.rstrip("\n") + ('\n\n[[problem.item]]\nname = "element_count"\npoints = 1\n'
-                                  'checks = ["test_element_count_*"]\n\n')
+    block = block.rstrip("\n") + ('\n\n[[problem.item]]\nname = "bits_per_element"\npoints = 1\n'
+                                  'checks = ["test_bits_per_element_*"]\n\n')
     path.write_text(text[:start] + block + text[end:])
 
 
@@ -144,11 +223,11 @@ def test_the_guide_adds_a_function(tmp_path):
     assert steps[:2] == ["student/<m>.py", "reference/<m>.py"], steps
     root = copy_repo(tmp_path / "repo")
     _follow(root, "precision", steps, FUNCTION_EDITS, optional={"grader/hidden/test_<m>_hidden.py"})
-    passed = _pytest(root, "tests/test_precision.py", "grader/hidden/test_precision_hidden.py", "-k", "element_count",
-                     "--impl=reference")
-    assert passed.returncode == 0 and "2 passed" in passed.stdout, passed.stdout[-3000:]
-    stub = _pytest(root, "tests/test_precision.py", "-k", "element_count")
-    assert stub.returncode == 1 and re.search(r"§1\.1\s+element_count\s+1 test", stub.stdout), stub.stdout[-3000:]
+    passed = _pytest(root, "tests/test_precision.py", "grader/hidden/test_precision_hidden.py",
+                     "-k", "bits_per_element", "--impl=reference")
+    assert passed.returncode == 0 and re.search(r"\b14 passed", passed.stdout), passed.stdout[-3000:]
+    stub = _pytest(root, "tests/test_precision.py", "-k", "bits_per_element")
+    assert stub.returncode == 1 and re.search(r"§1\.1\s+bits_per_element\s+13 tests", stub.stdout), stub.stdout[-3000:]
 
 
 # ------------------------------------------------------------------ a problem
@@ -233,7 +312,15 @@ def kib(num_bytes):
     if type(num_bytes) is not int:
         raise TypeError(f"num_bytes must be an int, got {num_bytes!r}")
     return float(num_bytes) / 1024.0
-'''),
+'''),    "grader/corpus/honest/*/<m>.py": lambda root: [_append(root, f"grader/corpus/honest/{s.name}/units.py", '''\
+"""Handout §7, in this solution's words."""
+
+
+def kib(num_bytes):
+    if isinstance(num_bytes, bool) or not isinstance(num_bytes, int):
+        raise TypeError(f"num_bytes must be an int, got {num_bytes!r}")
+    return num_bytes / 2**10
+''') for s in sorted((root / "grader" / "corpus" / "honest").iterdir()) if s.is_dir()],
 }
 
 
