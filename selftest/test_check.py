@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from grader.corpus import wrong_submissions
+from grader.instructor.check import wrong_reach
 from selftest.repo_copy import REPO, copy_repo
 
 
@@ -85,3 +87,17 @@ def tensor_bytes(''')
     # each honest solution too (selftest/test_honest_solutions.py, a full test, would find it in minutes)
     for solution in sorted((root / "grader" / "corpus" / "honest").glob("*/precision.py")):
         assert f"{solution.relative_to(root)}: extend it with element_count" in proc.stdout, proc.stdout
+
+
+def test_the_reach_finds_every_item_a_wrong_entry_breaks():
+    """For an item the wrong corpus was never checked against, the check runs
+    its checks only on the entries whose patch they may reach, read from the
+    sources. Tried on every judgement the corpus holds: each entry's patch is
+    placed, and each item its breaks names is one of those its patch reaches."""
+    reach = wrong_reach()
+    entries = wrong_submissions()
+    assert set(reach) == {s.name for s in entries}
+    for sub in entries:
+        reached = reach[sub.name]
+        assert reached is not None, f"{sub.name}: its patch is in no top-level statement of reference/"
+        assert set(sub.breaks) <= reached, f"{sub.name}: breaks {sorted(set(sub.breaks) - reached)}, not reached"

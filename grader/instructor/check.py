@@ -49,7 +49,7 @@ from pathlib import Path
 from grader import rubric as rubric_module
 from grader.util import REPO, tomllib
 
-__all__ = ["Findings", "check", "main"]
+__all__ = ["Findings", "check", "main", "wrong_reach"]
 
 #: Markers pytest and its plugins (pytest-timeout) declare themselves.
 _BUILTIN_MARKS = {"parametrize", "skip", "skipif", "xfail", "usefixtures", "filterwarnings", "timeout"}
@@ -503,6 +503,30 @@ def _patched(spec: dict, root: Path, tree: ast.Module) -> set[str] | None:
     return out
 
 
+def _reached(problem: rubric_module.Problem, root: Path, entries: dict[str, dict]) -> dict[str, set[str] | None]:
+    """Each wrong entry's items (of ``problem``) whose checks may reach its
+    patch; None for a patch the reference's statements do not place (any)."""
+    tree = _parse(root / "reference" / f"{problem.name}.py")
+    if tree is None:
+        return dict.fromkeys(entries)
+    reach = _item_reach(problem, root, _uses(tree))
+    out: dict[str, set[str] | None] = {}
+    for name, spec in entries.items():
+        touched = _patched(spec, root, tree)
+        out[name] = None if touched is None else {item for item, names in reach.items() if names & touched}
+    return out
+
+
+def wrong_reach(root: Path = REPO) -> dict[str, set[str] | None]:
+    """:func:`_reached` for every wrong entry of ``root``'s corpus, by name."""
+    rubric = rubric_module.load(root / "grader" / "rubric.toml")
+    wrong = sorted((root / "grader" / "corpus" / "wrong").glob("*.toml"))
+    specs = {p.stem: tomllib.loads(p.read_text()) for p in wrong}
+    return {name: reached for problem in rubric.problems
+            for name, reached in _reached(problem, root, {n: s for n, s in specs.items()
+                                                           if s.get("problem") == problem.name}).items()}
+
+
 @dataclass
 class _Probe:
     """An item the wrong entries of its problem were not checked against, and the entries to run its checks on."""
@@ -541,15 +565,13 @@ def _check_wrong_items(rubric: rubric_module.Rubric, root: Path, wrong: dict[str
     for problem in rubric.problems:
         entries = {n: s for n, s in wrong.items() if s.get("problem") == problem.name}
         new = [i.name for i in problem.items if i.name not in checked.get(problem.name, ())]
-        tree = _parse(root / "reference" / f"{problem.name}.py")
-        if not entries or not new or tree is None:
+        if not entries or not new:
             continue
-        reach = _item_reach(problem, root, _uses(tree))
-        patched = {n: _patched(s, root, tree) for n, s in entries.items()}
+        reached = _reached(problem, root, entries)
         for item in new:
             probes.append(_Probe(problem.name, item, [
                 n for n, s in entries.items()
-                if item in s.get("breaks", ()) or (touched := patched[n]) is None or touched & reach[item]]))
+                if item in s.get("breaks", ()) or (hit := reached[n]) is None or item in hit]))
     answers = _probe(root, probes, f) if any(p.entries for p in probes) else [{} for _ in probes]
     if len(answers) != len(probes):
         return  # _probe said why
