@@ -462,6 +462,7 @@ def _item_reach(problem: rubric_module.Problem, root: Path, reference: dict[str,
     scenarios = [_uses(t) for t in map(_parse, sorted((root / "tests" / "scenarios").glob("*.py"))) if t]
     public = {n for n in reference if not n.startswith("_")}
     reach: dict[str, set[str]] = {i.name: set() for i in problem.items}
+    params = [p for i in problem.items for p in i.params]
     for file in problem.files:
         tree = _parse(root / file)
         if tree is None:
@@ -476,10 +477,15 @@ def _item_reach(problem: rubric_module.Problem, root: Path, reference: dict[str,
                 words |= {w for s in _closure(words, graph) for w in graph[s]}
             called = words & public
             for item in problem.items_of(test, str(target)):
-                # An item of some parameters (an optimizer class) holds only those parameters' nodes.
-                reach[item.name] |= {n for n in called if any(fnmatchcase(n, p) for p in item.params)} \
-                    if item.params else called
+                # An item of some parameters (an optimizer class) holds only those parameters' nodes:
+                # of the names other items' parameters match, only its own.
+                reach[item.name] |= {n for n in called if not _matches(n, params)
+                                     or _matches(n, item.params)} if item.params else called
     return {item: _closure(names, reference) for item, names in reach.items()}
+
+
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatchcase(name, p) for p in patterns)
 
 
 def _patched(spec: dict, root: Path, tree: ast.Module) -> set[str] | None:
