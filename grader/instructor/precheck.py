@@ -23,21 +23,22 @@ from tests import handout_problems
 __all__ = ["precheck"]
 
 
-def _zip_student(path: Path) -> tuple[bool, str]:
-    """(True, "") when ``path`` is a readable zip holding the work in a layout the grader finds
-    (:func:`grader.sandbox.submission.names_hold_work`)."""
+def _zip_student(path: Path) -> tuple[str, str]:
+    """("graded", "") when ``path`` is a readable zip holding the work in a layout the grader finds
+    (:func:`grader.sandbox.submission.names_hold_work`), else the status ("bad zip", "no student/")
+    and the reason, which never repeats the status (reports print "status: reason")."""
     try:
         with zipfile.ZipFile(path) as z:
             bad = z.testzip()
             if bad is not None:
-                return False, f"bad zip: corrupt member {bad}"
+                return "bad zip", f"its member {bad} is corrupt"
             names = z.namelist()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, OSError, EOFError, ValueError, RuntimeError,
             NotImplementedError) as e:  # corrupt streams, encrypted or unsupported members
-        return False, f"bad zip: {type(e).__name__}: {str(e)[:200]}"
+        return "bad zip", f"it cannot be read as a zip ({type(e).__name__}: {str(e)[:200]})"
     if names_hold_work(names):
-        return True, ""
-    return False, EXPECTED_LAYOUT
+        return "graded", ""
+    return "no student/", EXPECTED_LAYOUT
 
 
 def precheck(path: Path, staging: Path | None = None) -> tuple[Path | None, str, str]:
@@ -45,7 +46,8 @@ def precheck(path: Path, staging: Path | None = None) -> tuple[Path | None, str,
 
     Returns ``(target, status, reason)``: ``target`` is ``None`` when the
     submission cannot be graded (``status`` "bad zip", "no student/" or
-    "rejected", ``reason`` says why), else ``status`` is "graded".
+    "rejected", ``reason`` says why, without repeating the status), else
+    ``status`` is "graded".
     A folder holding no ``student/`` but exactly one zip (a student who uploaded
     their zip to Gradescope) is graded through that zip; one holding the handout's
     modules loose (``precision.py``... dragged into Gradescope's upload box) is
@@ -67,9 +69,8 @@ def _precheck(path: Path, staging: Path | None) -> tuple[Path | None, str, str]:
     if kind == "link":
         return None, "rejected", f"{path.name} is a symbolic link (never followed)"
     if kind == "file":
-        ok, reason = _zip_student(path)
-        return (path, "graded", "") if ok else (None, "bad zip" if reason.startswith("bad zip") else "no student/",
-                                                 reason)
+        status, reason = _zip_student(path)
+        return (path if status == "graded" else None), status, reason
     if kind != "dir":
         return None, "rejected", f"{path.name} is not a regular file or folder"
     entries = sorted(path.iterdir(), key=lambda p: p.name)
@@ -89,10 +90,10 @@ def _precheck(path: Path, staging: Path | None) -> tuple[Path | None, str, str]:
     if len(zips) == 1:
         if kinds[zips[0].name] == "link":
             return None, "rejected", f"{zips[0].name} is a symbolic link (never followed)"
-        ok, reason = _zip_student(zips[0])
-        if ok:
-            return zips[0], "graded", ""
-        return None, "bad zip" if reason.startswith("bad zip") else "no student/", f"{zips[0].name}: {reason}"
+        status, reason = _zip_student(zips[0])
+        if status == "graded":
+            return zips[0], status, ""
+        return None, status, f"{zips[0].name}: {reason}"
     loose = [p for p in entries if p.suffix == ".py" and p.stem in handout_problems()]
     if loose and staging is not None:
         odd = [p.name for p in entries if p.suffix == ".py" and kinds[p.name] != "file"]
