@@ -5,7 +5,8 @@ The fake grader (``FAKE_GRADER``, installed by the ``fake_grader`` fixture:
 import ``fake_grader_fixture``) honours the grader's CLI contract (SUBMISSION,
 ``--json``, ``--problems``; exit 0 whenever grading completed) and scores each
 problem from markers in ``student/<problem>.py``, so the expected gradebook is
-known exactly. The real grader is exercised in ``test_batch_integration.py``.
+known exactly (``mfu`` is not run, as on a machine without a GPU). The real
+grader is exercised in ``test_batch_integration.py``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,12 @@ time.sleep(float(os.environ.get("FAKE_GRADER_SLEEP", "0")))
 result = {"submission": sub, "score": 0.0, "max_score": 0.0, "gpu_points_not_run": 0.0, "execution_time": 0.1,
           "sandbox": "none", "profile": "dev", "problems": []}
 for name in problems:
+    if name == "mfu":  # the GPU problem on a machine without one: left out of the totals
+        result["problems"].append({"name": name, "section": "3.1/6", "score": 0.0, "max_score": 0.0,
+                                   "status": "not run on a GPU", "not_counted": 5.0, "visibility": "visible",
+                                   "output": "", "checks": []})
+        result["gpu_points_not_run"] = 5.0
+        continue
     text = src.get(name + ".py", "")
     if "# HANG" in text:
         time.sleep(1000)

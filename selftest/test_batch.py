@@ -32,10 +32,13 @@ from selftest.batching import (
 
 
 def test_every_submission_gets_a_row_with_its_reason(tmp_path, fake_grader):
-    """Each row says why in its own words, never repeating its status."""
+    """Each row says why in its own words, never repeating its status; the
+    class summary's counts add up on a class with one of each outcome (graded
+    pass and fail, an error, a bad zip, no student/, a grader error, and mfu,
+    a problem run for nobody)."""
     expected = small_class(tmp_path / "subs")
     out = tmp_path / "out"
-    proc = run_batch(tmp_path / "subs", out, "--jobs", "2", "--problems", "precision,views")
+    proc = run_batch(tmp_path / "subs", out, "--jobs", "2", "--problems", "precision,views,mfu")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     book = read_gradebook(out)
     assert set(book) == set(expected), f"rows {sorted(book)}, expected {sorted(expected)}"
@@ -52,12 +55,34 @@ def test_every_submission_gets_a_row_with_its_reason(tmp_path, fake_grader):
     for row in book.values():  # once "bad zip: bad zip: ..." in the progress lines
         assert not row["reason"].lower().startswith(row["status"]), row
         assert f"{row['status']}: {row['status']}" not in proc.stdout
+    assert {row["mfu"] for row in book.values()} == {"not run"}
+    _assert_summary_adds_up((out / "summary.md").read_text(), len(expected), not_run_for_all={"mfu"})
     # non-TTY: one progress line per graded submission
     assert proc.stdout.count("] ") >= len(expected), proc.stdout
     summary = (out / "summary.md").read_text()
     assert "| precision | 5 |" in summary and "| views | 5 |" in summary, summary
     assert (out / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (out / "tmp").exists() and not list((out / "results").glob(".*"))
+
+
+def _assert_summary_adds_up(summary: str, size: int, not_run_for_all: set[str]) -> None:
+    """Every problem row of summary.md: its outcome counts add up to its
+    denominator ("of"), which with "not run" is the class; a problem run for
+    nobody reads "not run" for its mean and pass rate."""
+    from grader.instructor.gradebook import OUTCOMES
+
+    head = next(ln for ln in summary.splitlines() if ln.startswith("| problem |"))
+    cols = [c.strip() for c in head.strip("|").split("|")]
+    rows = [dict(zip(cols, (c.strip() for c in ln.strip("|").split("|")), strict=True))
+            for ln in summary.splitlines() if ln.startswith("| ") and not ln.startswith("| problem |")]
+    assert rows and set(OUTCOMES) <= set(cols), summary
+    for row in rows:
+        counted = sum(int(row[k]) for k in OUTCOMES if k != "not run")
+        assert counted == int(row["of"]) and int(row["of"]) + int(row["not run"]) == size, row
+        if row["problem"] in not_run_for_all:
+            assert row["pass rate"] == row["mean score"] == "not run", row
+        else:
+            assert row["pass rate"].endswith("%"), row
 
 
 def test_rerun_resumes_without_regrading(tmp_path, fake_grader):

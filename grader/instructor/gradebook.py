@@ -6,7 +6,9 @@ and per-problem scores), sorted by id; pass rates count every submission,
 including those that could not be graded (they did not pass), except those
 where the problem was not run (it needs a GPU the machine lacked): a problem
 run for nobody shows "not run", never 0% or 0, in the gradebook, the summary
-and its plot. Files are written atomically (:mod:`.files`), so a reader never
+and its plot. Each problem's counts (:data:`OUTCOMES`) put every submission
+in exactly one column, so they add up to the class and, "not run" aside, to
+the pass rate's denominator. Files are written atomically (:mod:`.files`), so a reader never
 sees half a gradebook.
 """
 
@@ -23,7 +25,8 @@ from grader.instructor.files import csv_text
 from grader.instructor.records import NOT_COUNTED_STATUSES, STATUSES, stand_in
 from grader.util import write_atomic
 
-__all__ = ["NOT_RUN_CELL", "class_summary", "gradebook_csv", "print_summary", "summary_figure", "summary_markdown",
+__all__ = ["NOT_RUN_CELL", "OUTCOMES", "class_summary", "gradebook_csv", "print_summary", "summary_figure",
+           "summary_markdown",
            "summary_png", "write_outputs"]
 
 #: A cell of a problem that was not run for that submission (it needs a GPU), where a score would be.
@@ -57,6 +60,9 @@ def gradebook_csv(records: Sequence[dict[str, Any]]) -> str:
     (``--cpu-stand-in``): a rehearsal's points, never a GPU's grade."""
     problems = _problem_names(records)
     class_max = _class_max(records)
+    # a submission without a result for a problem did not pass it, unless it ran for nobody
+    ran = {p.get("name") for r in records for p in (r.get("result") or {}).get("problems", [])
+           if _outcome(p) != NOT_RUN_CELL}
     rows = []
     for rec in sorted(records, key=lambda r: r["id"]):
         people = rec.get("submitters") or []
@@ -73,33 +79,52 @@ def gradebook_csv(records: Sequence[dict[str, Any]]) -> str:
             _fmt(rec.get("max_score") if rec["status"] == "graded" else class_max),
             _fmt(result.get("gpu_points_not_run", 0.0)),
             " ".join(p.get("name", "") for p in result.get("problems", []) if stand_in(p)),
-            *[per.get(name, "0") for name in problems],
+            *[per.get(name, "0" if name in ran else NOT_RUN_CELL) for name in problems],
             _fmt(rec.get("wall_time")), rec.get("source", ""),
         ])
     return csv_text(["id", "name", "sid", "email", "status", "reason", "score", "max_score",
                      "gpu_points_not_run", "stand_in", *problems, "wall_time_s", "source"], rows)
 
+#: A problem's outcomes for one submission, as the summary counts them: every
+#: submission is in exactly one, so a row's counts add up to the class size,
+#: and all but "not run" to the pass rate's denominator. "not graded": no
+#: verdict on that problem (the submission could not be graded at all, or a
+#: grader error); "not run": it needs a GPU the machine lacked, or has no checks.
+OUTCOMES = ("passed", "failed", "error", "timeout", "not graded", NOT_RUN_CELL)
+
+
+def _outcome(prob: dict[str, Any] | None) -> str:
+    """Which of :data:`OUTCOMES` a submission's result for one problem counts in (None: no result)."""
+    status = None if prob is None else prob.get("status")
+    if status in NOT_COUNTED_STATUSES:
+        return NOT_RUN_CELL
+    return status if status in OUTCOMES[:4] else "not graded"
+
+
 def class_summary(records: Sequence[dict[str, Any]], who: Callable[[str], str] | None = None,
                   ids: str = "pseudonym") -> dict[str, Any]:
-    """Per-problem pass rates (over every submission: one that could not be graded
-    did not pass), the distribution of total scores and, with ``who`` (a
-    submission id's name on a board, :func:`.leaderboard.namer`; ``ids``: which
-    kind), the MFU leaderboard's boards (:func:`.leaderboard.boards`)."""
+    """Per-problem counts of :data:`OUTCOMES` and pass rates (over every submission
+    the problem was not left out for: one that could not be graded did not pass;
+    ``over`` is that denominator, None rate and mean when it ran for nobody),
+    the distribution of total scores and, with ``who`` (a submission id's name
+    on a board, :func:`.leaderboard.namer`; ``ids``: which kind), the MFU
+    leaderboard's boards (:func:`.leaderboard.boards`)."""
     n = len(records)
     statuses = {s: sum(r["status"] == s for r in records) for s in STATUSES}
     problems = []
     for name in _problem_names(records):
-        entries = [p for r in records for p in (r.get("result") or {}).get("problems", []) if p.get("name") == name]
-        counts: dict[str, int] = {}
+        entries = [next((p for p in (r.get("result") or {}).get("problems", []) if p.get("name") == name), None)
+                   for r in records]
+        counts = dict.fromkeys(OUTCOMES, 0)
         for p in entries:
-            counts[p.get("status", "?")] = counts.get(p.get("status", "?"), 0) + 1
+            counts[_outcome(p)] += 1
         # a problem's worth, where it counted or not (max_score 0 and not_counted its points: needs a GPU)
-        max_score = max((p.get("max_score", 0.0) + p.get("not_counted", 0.0) for p in entries), default=0.0)
-        # over the submissions it was run for (or could not be graded at all): None when run for none
-        over = n - sum(counts.get(s, 0) for s in NOT_COUNTED_STATUSES)
-        mean = sum(p.get("score", 0.0) for p in entries) / over if over > 0 else None
-        problems.append({"name": name, "max_score": max_score, "mean_score": mean,
-                         "pass_rate": counts.get("passed", 0) / over if over > 0 else None, "counts": counts})
+        max_score = max((p.get("max_score", 0.0) + p.get("not_counted", 0.0) for p in entries if p), default=0.0)
+        over = n - counts[NOT_RUN_CELL]
+        ran = any(p is not None and _outcome(p) != NOT_RUN_CELL for p in entries)  # for somebody
+        mean = sum(p.get("score", 0.0) for p in entries if p) / over if ran else None
+        problems.append({"name": name, "max_score": max_score, "mean_score": mean, "over": over,
+                         "pass_rate": counts["passed"] / over if ran else None, "counts": counts})
     scores = [float(r.get("score", 0.0)) for r in records]
     return {
         "submissions": n, "statuses": statuses, "problems": problems, "scores": scores,
@@ -117,15 +142,15 @@ def summary_markdown(summary: dict[str, Any]) -> str:
              f"{s['submissions']} submissions: " + ", ".join(f"{v} {k}" for k, v in s["statuses"].items() if v) + ".",
              "", f"Total score: mean {s['mean']:.2f}, median {s['median']:.2f}"
              + (f" out of {s['max_score']:g}." if s["max_score"] is not None else "."), "",
-             "| problem | points | mean score | pass rate | passed | failed | error | timeout | not run on a GPU |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| problem | points | mean score | pass rate | of | " + " | ".join(OUTCOMES) + " |",
+             "|---|" + "---:|" * (4 + len(OUTCOMES))]
     for p in s["problems"]:
         c = p["counts"]
-        lines.append(f"| {p['name']} | {p['max_score']:g} | {_mean(p)} | {_rate(p)} | "
-                     f"{c.get('passed', 0)} | {c.get('failed', 0)} | {c.get('error', 0)} | {c.get('timeout', 0)} | "
-                     f"{c.get('not run on a GPU', 0)} |")
-    lines += ["", "Pass rates count every submission, including those that could not be graded, except those a "
-              "problem was not run for (it needs a GPU): \"not run\" when it ran for none.",
+        lines.append(f"| {p['name']} | {p['max_score']:g} | {_mean(p)} | {_rate(p)} | {p['over']} | "
+                     + " | ".join(str(c[k]) for k in OUTCOMES) + " |")
+    lines += ["", "Pass rates are of the submissions in \"of\": every one, including those that could not be "
+              "graded (\"not graded\"), except those a problem was not run for (it needs a GPU, or has no checks); "
+              "\"not run\" when it ran for none. passed + failed + error + timeout + not graded = of.",
               "", "![pass rates and scores](summary.png)", ""]
     lines += leaderboard.markdown(s.get("leaderboard", []), s.get("leaderboard_ids", "pseudonym"))
     return "\n".join(lines)
@@ -192,13 +217,15 @@ def print_summary(summary: dict[str, Any]) -> None:
 
     table = Table(title=f"Class: {summary['submissions']} submissions, mean {summary['mean']:.2f}"
                   + (f" / {summary['max_score']:g}" if summary["max_score"] is not None else ""))
-    for col in ("problem", "points", "mean", "pass rate", "passed", "failed", "error", "timeout"):
+    for col in ("problem", "points", "mean", "pass rate", "of", *OUTCOMES):
         table.add_column(col, justify="left" if col == "problem" else "right")
     for p in summary["problems"]:
         c = p["counts"]
-        table.add_row(p["name"], f"{p['max_score']:g}", _mean(p), _rate(p),
-                      *(str(c.get(k, 0)) for k in ("passed", "failed", "error", "timeout")))
+        table.add_row(p["name"], f"{p['max_score']:g}", _mean(p), _rate(p), str(p["over"]),
+                      *(str(c[k]) for k in OUTCOMES))
     console = Console()
+    if not console.is_terminal:  # a log or pipe is no 80-column terminal: the table's eleven columns keep their words
+        console = Console(width=120)
     console.print(table)
     for board in leaderboard.rich_tables(summary.get("leaderboard", [])):
         console.print(board)
