@@ -35,6 +35,7 @@ from pathlib import Path
 from grader import rubric as rubric_mod
 from grader.feedback import Feedback
 from grader.groups import Budgets, ProblemFiles, group_template, phases, problem_results, run_phase
+from grader.imports import NOT_IMPORTED, needed_modules, syntax_errors
 from grader.protocol import COLLECT_ERROR, RunResults
 from grader.report.progress import GradeProgress
 from grader.results import ERROR, GRADER_ERROR, UNFINISHED, UNFINISHED_TEXT, GradeResult
@@ -182,9 +183,19 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
             result.problems = [unavailable(p, ERROR, f"not graded: {result.error}", gpu_device) for p in selected]
             result.wall_time = round(time.monotonic() - start, 3)
             return total(result, _execution_time(start))
+        # A module that does not compile costs the problems that need it, found
+        # before any check runs; those are not run (grader/imports.py).
+        broken = syntax_errors(work / "student")
+        not_imported = {p.name: broken[m] for p in selected
+                        for m in sorted(needed_modules(p.name, work / "student") & set(broken))[:1]}
+        for p in selected:
+            if p.name in not_imported:
+                result.problems = [unavailable(p, ERROR, f"{NOT_IMPORTED} ({not_imported[p.name]})", gpu_device)
+                                   if q.name == p.name else q for q in result.problems]
+        graded = [p for p in selected if p.name not in not_imported]
         template = group_template(path, work, profile, sandbox, seed=seed, stand_in=gpu_device == "cpu")
-        grading = _Grading(opts, result, selected, check_files, gpu_device, reveal, start)
-        all_phases = phases(selected, check_files, gpu_device=gpu_device)
+        grading = _Grading(opts, result, graded, check_files, gpu_device, reveal, start)
+        all_phases = phases(graded, check_files, gpu_device=gpu_device)
         grading.expect([({p.name for p, _ in part}, any(is_hidden(f) for _, files in part for f in files))
                         for part in all_phases])
         for index, part in enumerate(all_phases):
@@ -201,6 +212,13 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
                     grading.arrived(index, name, res, final=True)
                 return outcomes
 
+            # A problem whose modules did not import in an earlier phase runs no more phases.
+            cut = [pf for pf in part if pf.problem.name in grading.import_errors()]
+            for pf in cut:
+                grading.arrived(index, pf.problem.name, RunResults(), final=True)
+            part = [pf for pf in part if pf not in cut]
+            if not part:
+                continue
             first = attempt(part, opts.parallel, run / f"phase-{index}")
             faulty = [pf for pf in part if _grader_error(first.get(pf.problem.name, RunResults()), pf.problem.name)]
             if faulty:
@@ -212,6 +230,7 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
                     outcome = "still a grader error" if _grader_error(again.get(name, RunResults()), name) else "graded"
                     result.notes.append(f"{name}: regraded alone after a grader error: {outcome}")
         grading.finish()
+        result.import_errors = _import_errors({**not_imported, **grading.import_errors()}, result)
         _record_seccomp(grading.outcomes(), result, sandbox)
         if speed_note and any(p.not_run for p in result.problems):  # a budget was spent: its size matters
             result.notes.append(speed_note)
@@ -313,8 +332,30 @@ class _Grading:
                 if set(self.parts[name]) < self.phases.get(name, set()) or name not in self.phases:
                     self._score(name)
 
+    def import_errors(self) -> dict[str, str]:
+        """Each problem a module it needs did not import for (in a worker): where and why."""
+        found: dict[str, str] = {}
+        with self.lock:
+            for name, parts in self.parts.items():
+                for i in sorted(parts):  # the first phase's words (a hidden phase's are fixed ones)
+                    record = parts[i].problems.get(name)
+                    if record is not None and record.import_error:
+                        found.setdefault(name, record.import_error)
+        return found
+
     def outcomes(self) -> dict[str, RunResults]:
         return {name: parts[i] for name, parts in self.parts.items() for i in parts}
+
+
+def _import_errors(by_problem: dict[str, str], result: GradeResult) -> list[str]:
+    """One line per module that does not import: where and why, and the
+    problems it cost (those not counted here anyway, a GPU problem on a CPU
+    machine, are not named)."""
+    costs: dict[str, list[str]] = {}
+    for p in result.problems:
+        if p.name in by_problem and p.status == ERROR:
+            costs.setdefault(by_problem[p.name], []).append(p.name)
+    return [f"{why}; not graded: {', '.join(names)}" for why, names in costs.items()]
 
 
 def _record_seccomp(outcomes: dict[str, RunResults], result: GradeResult, sandbox: Sandbox) -> None:

@@ -433,6 +433,7 @@ def merge_records(records: list[WorkerRecord]) -> WorkerRecord:
         started=any(r.started for r in records),
         workers=sum(r.workers for r in records),
         peak_bytes=max(r.peak_bytes for r in records),
+        import_error=next((r.import_error for r in records if r.import_error), ""),
     )
 
 

@@ -210,6 +210,7 @@ class WorkerRecord:
     started: bool = False
     workers: int = 0  # workers started (each forked fresh)
     peak_bytes: int = 0  # the most resident memory one of them held beyond its start
+    import_error: str = ""  # a module it needs did not import: where and why (grader.imports), "" if all did
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> WorkerRecord:

@@ -130,6 +130,7 @@ class GradeResult:
     operator_notes: list[str] = field(default_factory=list)  # about the machine, for whoever runs the grader
     operator_warnings: list[str] = field(default_factory=list)  # the same, where the machine may change a result
     error: str = ""
+    import_errors: list[str] = field(default_factory=list)  # each module that does not import, and what it costs
     checks: str = ""  # which checks ran: public + hidden, or public only and why
     points_without_checks: float = 0.0
     seed: int = 0  # the hidden checks' seed (instructors only: --seed replays this grade)

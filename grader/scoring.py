@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from grader.imports import NOT_IMPORTED
 from grader.protocol import COLLECT_ERROR, Failure, RunResults, WorkerRecord
 from grader.results import (
     ERROR,
@@ -66,6 +67,10 @@ def score_problem(p: Problem, files: Sequence[str], outcome: RunResults, gpu_dev
         return unavailable(p, NO_CHECKS, f"its check files do not exist yet ({', '.join(p.files)})", gpu_device)
     if p.gpu and not gpu_device:
         return unavailable(p, NOT_RUN_GPU, "", gpu_device)
+    broken = next((r.import_error for r in (public, hidden, outcome.problems.get(p.name))
+                   if r is not None and r.import_error), "")
+    if broken:  # (its checks were not run: grader.imports)
+        return unavailable(p, ERROR, f"{NOT_IMPORTED} ({broken})", gpu_device)
     if outcome.fatal:
         return unavailable(p, GRADER_ERROR, f"{NOT_GRADED} ({(outcome.error or 'the grader failed')[:3000]})",
                            gpu_device)

@@ -5,8 +5,9 @@ The fake grader (``FAKE_GRADER``, installed by the ``fake_grader`` fixture:
 import ``fake_grader_fixture``) honours the grader's CLI contract (SUBMISSION,
 ``--json``, ``--problems``; exit 0 whenever grading completed) and scores each
 problem from markers in ``student/<problem>.py``, so the expected gradebook is
-known exactly (``mfu`` is not run, as on a machine without a GPU). The real
-grader is exercised in ``test_batch_integration.py``.
+known exactly (a module that does not compile is reported as the grader
+reports a module that does not import; ``mfu`` is not run, as on a machine
+without a GPU). The real grader is exercised in ``test_batch_integration.py``.
 """
 
 from __future__ import annotations
@@ -65,8 +66,10 @@ for name in problems:
         status = "failed" if ("NotImplementedError" in text or "# BUG" in text or not text) else "passed"
         if "# FAULT" in text and not os.environ.get("FAKE_GRADER_MACHINE_FIXED"):
             status = "grader error"
-    except SyntaxError:
+    except SyntaxError as e:  # as the grader reports a module that does not import
         status = "error"
+        result.setdefault("import_errors", []).append(
+            f"student/{name}.py, line {e.lineno}: SyntaxError: {e.msg}; not graded: {name}")
     score = 5.0 if status == "passed" else 0.0
     result["problems"].append({"name": name, "section": "1", "score": score, "max_score": 5.0, "status": status,
                                "visibility": "visible", "output": "", "checks": []})

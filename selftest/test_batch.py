@@ -34,8 +34,8 @@ from selftest.batching import (
 def test_every_submission_gets_a_row_with_its_reason(tmp_path, fake_grader):
     """Each row says why in its own words, never repeating its status; the
     class summary's counts add up on a class with one of each outcome (graded
-    pass and fail, an error, a bad zip, no student/, a grader error, and mfu,
-    a problem run for nobody)."""
+    pass and fail, a module that does not import, a bad zip, no student/, a
+    grader error, and mfu, a problem run for nobody)."""
     expected = small_class(tmp_path / "subs")
     out = tmp_path / "out"
     proc = run_batch(tmp_path / "subs", out, "--jobs", "2", "--problems", "precision,views,mfu")
@@ -55,6 +55,8 @@ def test_every_submission_gets_a_row_with_its_reason(tmp_path, fake_grader):
     for row in book.values():  # once "bad zip: bad zip: ..." in the progress lines
         assert not row["reason"].lower().startswith(row["status"]), row
         assert f"{row['status']}: {row['status']}" not in proc.stdout
+    assert book["dave"]["reason"] == "does not import: student/views.py, line 1: SyntaxError: invalid syntax; " \
+                                     "not graded: views", book["dave"]
     assert {row["mfu"] for row in book.values()} == {"not run"}
     _assert_summary_adds_up((out / "summary.md").read_text(), len(expected), not_run_for_all={"mfu"})
     # non-TTY: one progress line per graded submission

@@ -234,6 +234,11 @@ def _case_submission(case: str, tmp_path: Path) -> tuple[str, list[str]]:
         return str(tmp_path / "ref"), ["--problems", "views"]
     if case == "stubs":  # rlimits: said once (the sandbox line), and public checks only
         return str(REPO), ["--problems", "precision,mfu", "--sandbox", "rlimits"]
+    if case == "does not import":  # found by compiling: no check runs
+        shutil.copytree(REPO / "reference", tmp_path / "sub" / "student")
+        with open(tmp_path / "sub" / "student" / "views.py", "a") as f:
+            f.write("\ndef broken(:\n")
+        return str(tmp_path / "sub"), ["--problems", "views,mfu"]
     return str(REPO / "grader" / "corpus" / "cheat" / "bad_archives" / "corrupt_member.zip"), [
         "--problems", "precision,views,mfu"]
 
@@ -250,12 +255,13 @@ def _table_rows(stdout: str) -> tuple[list[tuple[float, float, str]], tuple[floa
     return [(float(m[1]), float(m[2]), m[3]) for m in rows if m], (float(total[1]), float(total[2]))
 
 
-@pytest.mark.parametrize("case", ["reference", "stubs", "unreadable"])
+@pytest.mark.parametrize("case", ["reference", "stubs", "unreadable", "does not import"])
 def test_every_report_adds_up(case, tmp_path):
     """Parses every report (--json, Gradescope, JUnit, the table) and checks that
     per-test scores and maxima add up to the totals, that points not counted
     (a GPU problem on a machine without one) are never a failed test, that no
-    top-level line repeats, and that an unreadable zip is one row or message."""
+    top-level line repeats, that an unreadable zip is one row or message, and
+    that a module that does not import says where and why once per report."""
     import torch
 
     sub, extra = _case_submission(case, tmp_path)
@@ -312,7 +318,7 @@ def test_every_report_adds_up(case, tmp_path):
     # the table: its problem rows add up to its summary; no line of the header twice
     rows, (t_score, t_max) = _table_rows(proc.stdout)
     assert (t_score, t_max) == (total, most) == (sum(r[0] for r in rows), sum(r[1] for r in rows))
-    header = proc.stdout.split("\nproblem ")[0].splitlines()
+    header = proc.stdout.partition("problem ")[0].splitlines()  # what comes above the table
     assert len(header) == len(set(header)), header
     assert proc.stdout.count("rlimits only") <= 1, proc.stdout
 
@@ -327,6 +333,14 @@ def test_every_report_adds_up(case, tmp_path):
         assert any(c.get("classname") == "mfu" and c.find("skipped") is not None for c in cases)
     if case == "reference":
         assert total == most > 0 and all(t["status"] == "passed" for t in gs["tests"])
+    if case == "does not import":
+        (line,) = result["import_errors"]
+        assert re.fullmatch(r"student/views\.py, line \d+: SyntaxError: invalid syntax; not graded: views", line)
+        assert gs["output"].count(line) == proc.stdout.count(line) == 1, proc.stdout
+        views = next(p for p in result["problems"] if p["name"] == "views")
+        assert views["status"] == "error" and views["checks"] == [] and total == 0
+        # the problem's words once in the details, not once per item
+        assert proc.stdout.count(views["output"]) == 1, proc.stdout
     if case == "stubs":  # what failed, and the command the student runs in their checkout
         # every stub of the problem, in the order pytest lists them (by section, then name)
         assert "not implemented yet: bytes_per_element, float_format, overflows, tensor_bytes, underflows" \

@@ -118,6 +118,9 @@ def grade_submission(sub: Submission, out: Path, grader_args: Sequence[str], tim
         return record
     record.update(status="graded", score=float(result["score"]), max_score=float(result["max_score"]),
                   result=result)
+    broken = [str(x) for x in result.get("import_errors") or [] if isinstance(x, str)]
+    if broken:  # graded: the problems that need those modules are "error", the others as usual
+        record["reason"] = printable("does not import: " + "; ".join(broken))[:500]
     ungraded = [p.get("name", "?") for p in result["problems"]
                 if isinstance(p, dict) and p.get("status") in NOT_GRADED_STATUSES]
     if ungraded:  # no verdict on those: the rows says so, and a rerun tries again (bounded)

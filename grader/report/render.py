@@ -5,7 +5,7 @@ The ``--json`` schema (stable; other tools build on it)::
 
     {"submission": str, "score": float, "max_score": float,
      "gpu_points_not_run": float, "execution_time": float, "sandbox": str,
-     "profile": str, "checks": str, "notes": [str], "error": str,
+     "profile": str, "checks": str, "notes": [str], "error": str, "import_errors": [str],
      "points_without_checks": float, "speed": float,
      "problems": [{"name": str, "section": str, "score": float,
                    "max_score": float, "status": str, "visibility": str,
@@ -34,6 +34,10 @@ a check's ``outcome`` is "passed", "failed", "error", "skipped", "timeout",
 problem's CPU budget ran out (its ``output`` says how much CPU the submission
 used, its budget, the reference's for the same checks, and how many checks did
 not run); "not run": an item whose checks did not all run before that;
+"error" is also a problem that needs a module of the submission that does not
+import: its checks were not run, its ``output`` reads "not graded: your code
+does not import (FILE, line N: ERROR)", and the run's ``import_errors`` has
+one such line per module with the problems it cost (grader/imports.py);
 "grader error": a fault of the machine or the grader, not graded (the engine
 regrades such a problem once, alone, before the result is final). A problem's score is
 the sum of its items' (rubric.toml's [[problem.item]]); an item's ``failure`` is
@@ -133,7 +137,12 @@ def _distinct(lines: list[str]) -> list[str]:
 def _run_lines(r: GradeResult) -> list[str]:
     """The run's own lines after the summary: which checks, the sandbox, notes, the submission's error."""
     error = [f"not graded: {r.error}"] if r.error else []
-    return _distinct([*error, f"checks: {r.checks}", f"sandbox: {r.sandbox}", *r.notes])
+    return _distinct([*error, *_import_lines(r), f"checks: {r.checks}", f"sandbox: {r.sandbox}", *r.notes])
+
+
+def _import_lines(r: GradeResult) -> list[str]:
+    """One line per module of the submission that does not import (grader/imports.py)."""
+    return [f"your code does not import: {line}" for line in r.import_errors]
 
 
 def unreadable(r: GradeResult) -> bool:
@@ -187,7 +196,7 @@ def to_json(r: GradeResult, reveal: bool = True) -> dict[str, Any]:
         "submission": r.submission, "score": r.score, "max_score": r.max_score,
         "gpu_points_not_run": r.gpu_points_not_run, "execution_time": r.execution_time,
         "sandbox": r.sandbox, "profile": r.profile, "checks": r.checks, "notes": r.notes, "error": r.error,
-        "points_without_checks": r.points_without_checks, "speed": r.speed,
+        "import_errors": r.import_errors, "points_without_checks": r.points_without_checks, "speed": r.speed,
         "problems": [_problem_json(p, reveal) for p in r.problems],
     }
     if reveal:
@@ -381,6 +390,8 @@ def _details(r: GradeResult) -> list[str]:
                 continue
             if i.failure is not None and not i.note and stub_of(i.failure) is not None:
                 continue
+            if i.failure is None and i.note == p.output:  # the problem's own words (not graded): said once below
+                continue
             text = "\n".join(x for x in (i.note, failure_text(i.failure) if i.failure else "") if x)
             if text:
                 blocks.append((f"{p.name} · {i.name}", text))
@@ -469,6 +480,7 @@ def table(r: GradeResult, *, details: bool = True, verbose: bool = False, width:
             rendered.append((text + "  " + (cell[k] if k < len(cell) else "")).rstrip())
     lines += [rendered[0], "-" * max(len(ln) for ln in rendered), *rendered[1:]]
     lines.append(summary(r))
+    lines += _import_lines(r)
     if r.checks and not unreadable(r):
         lines.append(f"checks: {r.checks}")
     lines += [f"note: {n}" for n in _distinct(r.notes)]

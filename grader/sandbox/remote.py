@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from grader.imports import NOT_IMPORTED, import_failure, problem_modules
 from grader.protocol import ProblemSpec, WorkerRecord
 from grader.sandbox import proctree
 from grader.sandbox.client import (
@@ -87,6 +88,7 @@ class ProblemState(WorkerRecord):
 
     spec: ProblemSpec = field(default_factory=lambda: ProblemSpec("", 0.0, ()))
     output: bytearray = field(default_factory=bytearray)
+    probed: bool = False  # its modules' import was tried (its first request)
 
     @classmethod
     def of(cls, spec: ProblemSpec) -> ProblemState:
@@ -448,6 +450,27 @@ class RemoteImpl(ImplBase):
         if st.cut:
             raise NotRun(f"{self.problem}: {st.cut}; this check did not run")
 
+    def _probe_imports(self, st: ProblemState) -> None:
+        """Before a problem's first check: import the modules it needs in a
+        worker, then retire that worker (so a check that wants a process that
+        has run nothing of the submission still gets one). A module that does
+        not import cuts the problem: its checks do not run, and
+        ``st.import_error`` says where and why (the submission's own words,
+        one bounded line; in a hidden run, fixed words). A timeout or a crash
+        while importing is that check's, as in any call. What the worker says
+        can only cost the submission points, never earn them."""
+        assert self.problem is not None
+        st.probed = True
+        for module in problem_modules(self.problem):
+            try:
+                self._request({"op": "import", "module": module})
+            except Exception as e:  # (WorkerError is no Exception: a timeout or crash is the check's)
+                st.import_error = (f"student/{module}.py did not import in the run of the hidden checks"
+                                   if self.hidden else import_failure(module, e))
+                self._retire(self.problem)
+                raise self._cut(st, f"{NOT_IMPORTED} ({st.import_error})") from None
+        self._retire(self.problem)
+
     def _cut(self, st: ProblemState, why: str) -> NotRun:
         st.cut = st.cut or why
         return NotRun(f"{self.problem}: {st.cut}; this check did not run")
@@ -467,6 +490,8 @@ class RemoteImpl(ImplBase):
         self._refuse(st)
         if st.cpu_budget - self.cpu_used(max_age=0.5) <= 0:
             raise self._budget_spent(st)
+        if not st.probed:
+            self._probe_imports(st)
         payload = wire.encode(req)  # the test's own arguments: a WireError here is a test bug
         st.calls += 1
         worker = self._worker()
@@ -564,4 +589,6 @@ def _describe(req: dict[str, Any]) -> str:
         return f"scenario {req.get('name')}"
     if req.get("op") == "prepare":
         return "readying a worker for a measured call"
+    if req.get("op") == "import":
+        return f"import {req.get('module')}"
     return f"{req.get('module')}.{req.get('function')}"

@@ -39,7 +39,9 @@ fields): :mod:`tests.wire` frames of :func:`tests.wire.encode` bytes, in
 the first frame a worker writes is a hello (``{"hello": ...}``); then, for
 each request ``{"op": "call", "module", "function", "args", "kwargs"}`` or
 ``{"op": "scenario", "name", "args", "kwargs"}`` (or ``{"op": "prepare"}``
-before calls whose memory is measured: :meth:`_Harness.answer`) it answers
+before calls whose memory is measured: :meth:`_Harness.answer`; or ``{"op":
+"import", "module"}``, a problem's first request: the module is imported,
+the value None) it answers
 with :func:`tests.wire.value_reply` or :func:`tests.wire.error_reply` (the
 reply fields, and which exception each error becomes on the trusted side).
 A worker of an unsealed server answers no optimizers request (why: see
@@ -138,7 +140,7 @@ class WorkerConfig:
 # ----------------------------------------------------------------------------- what a worker answers
 def _about_optimizers(req: dict[str, Any]) -> bool:
     """Whether a request runs the submission's optimizers."""
-    if req.get("op") == "call":
+    if req.get("op") in ("call", "import"):
         return req.get("module") == "optimizers"
     return str(req.get("name", "")).startswith("tests.scenarios.optimizers:")
 
@@ -203,6 +205,9 @@ class _Harness:
         try:
             if _about_optimizers(req) and not self.sealed:
                 raise RuntimeError("grader: this worker cannot run the optimizers (its torch.optim is not sealed)")
+            if req["op"] == "import":  # the problem's first request: does its module import?
+                getattr(self.modules, req["module"])  # (a handout module: the rubric's)
+                return wire.value_reply(None, f"import {req['module']}")
             args, kwargs = req["args"], req["kwargs"]
             if req["op"] == "call":
                 module, function = req["module"], req["function"]
