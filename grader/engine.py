@@ -35,7 +35,7 @@ from pathlib import Path
 from grader import rubric as rubric_mod
 from grader.feedback import Feedback
 from grader.groups import Budgets, ProblemFiles, group_template, phases, problem_results, run_phase
-from grader.imports import NOT_IMPORTED, needed_modules, syntax_errors
+from grader.imports import NOT_IMPORTED, needed_modules, problem_modules, static_import_errors
 from grader.protocol import COLLECT_ERROR, RunResults
 from grader.report.progress import GradeProgress
 from grader.results import ERROR, GRADER_ERROR, UNFINISHED, UNFINISHED_TEXT, GradeResult
@@ -183,9 +183,9 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
             result.problems = [unavailable(p, ERROR, f"not graded: {result.error}", gpu_device) for p in selected]
             result.wall_time = round(time.monotonic() - start, 3)
             return total(result, _execution_time(start))
-        # A module that does not compile costs the problems that need it, found
-        # before any check runs; those are not run (grader/imports.py).
-        broken = syntax_errors(work / "student")
+        # A module that does not compile (or is not there) costs the problems
+        # that need it, found before any check runs; those are not run (grader/imports.py).
+        broken = static_import_errors(work / "student", {m for p in selected for m in problem_modules(p.name)})
         not_imported = {p.name: broken[m] for p in selected
                         for m in sorted(needed_modules(p.name, work / "student") & set(broken))[:1]}
         for p in selected:

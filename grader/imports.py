@@ -6,9 +6,9 @@ problems read :data:`NOT_IMPORTED` with one plain sentence (file, line,
 error) instead of failing check after check. Two ways find it, both before a
 problem's first check:
 
-* a syntax error, on the trusted side: :func:`syntax_errors` compiles each
-  ``student/*.py`` (compiling runs nothing of it), and the engine never runs
-  the problems that need such a module;
+* a syntax error or a missing file, on the trusted side:
+  :func:`static_import_errors` compiles each ``student/*.py`` (compiling runs
+  nothing of it), and the engine never runs the problems that need such a module;
 * a missing module or an import-time crash needs the code to run: the first
   request of each problem in a sandboxed worker is an import of the modules
   it needs (:meth:`grader.sandbox.remote.RemoteImpl`), whose error reply
@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from grader.util import REPO, printable
 from tests import handout_problems
 
-__all__ = ["NOT_IMPORTED", "import_failure", "needed_modules", "problem_modules", "syntax_errors"]
+__all__ = ["NOT_IMPORTED", "import_failure", "needed_modules", "problem_modules", "static_import_errors"]
 
 #: What a problem that needs a module that does not import reads first.
 NOT_IMPORTED = "not graded: your code does not import"
@@ -97,11 +98,13 @@ def needed_modules(problem: str, package: Path, root: Path = REPO) -> set[str]:
     return seen
 
 
-def syntax_errors(package: Path) -> dict[str, str]:
-    """Each module of ``package`` (``student/``) that does not compile, with the
-    sentence saying where and why (``student/views.py, line 3: SyntaxError:
-    invalid syntax``). Compiling runs nothing of the submission."""
-    errors = {}
+def static_import_errors(package: Path, expected: Iterable[str] = ()) -> dict[str, str]:
+    """Each module of ``package`` (``student/``) that does not compile, and each
+    of the ``expected`` modules that is not there, with the sentence saying
+    where and why (``student/views.py, line 3: SyntaxError: invalid syntax``).
+    Compiling runs nothing of the submission."""
+    errors = {name: f"student/{name}.py: FileNotFoundError: no such file" for name in expected
+              if not (package / f"{name}.py").is_file()}
     for path in sorted(package.glob("*.py")):
         if not path.is_file() or path.is_symlink():
             continue

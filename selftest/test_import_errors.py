@@ -44,16 +44,20 @@ def _grade(folder: Path, tmp_path: Path, *args: str) -> tuple[str, dict]:
 def test_a_syntax_error_costs_what_imports_it_before_any_check_runs(tmp_path):
     """precision.py does not compile: precision and memory (whose module
     imports precision's) are "error", not graded, with the file, line and
-    error; no trusted process or worker ever started. views does not need it."""
+    error; so is einops_ops, whose file is missing; no trusted process or
+    worker ever started. views does not need precision.py."""
     folder = _submission(tmp_path, "precision", "def broken(:\n    pass\n")
     package = folder / "student"
+    (package / "einops_ops.py").unlink()
     assert "precision" in needed_modules("memory", package) and "precision" not in needed_modules("views", package)
-    stdout, result = _grade(folder, tmp_path, "--problems", "precision,memory")
+    stdout, result = _grade(folder, tmp_path, "--problems", "precision,memory,einops_ops")
     where = "student/precision.py, line 4: SyntaxError: invalid syntax"
+    missing = "student/einops_ops.py: FileNotFoundError: no such file"
     for p in result["problems"]:
         assert p["status"] == "error" and p["score"] == 0 and p["checks"] == [], p
-        assert p["output"] == f"{NOT_IMPORTED} ({where})", p["output"]
-    assert result["import_errors"] == [f"{where}; not graded: precision, memory"]
+        assert p["output"] == f"{NOT_IMPORTED} ({missing if p['name'] == 'einops_ops' else where})", p["output"]
+    assert result["import_errors"] == [f"{where}; not graded: precision, memory",
+                                       f"{missing}; not graded: einops_ops"]
     assert result["costs"] == [], "a trusted process ran checks"
     assert f"your code does not import: {where}" in stdout
 
