@@ -193,6 +193,9 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
                 result.problems = [unavailable(p, ERROR, f"{NOT_IMPORTED} ({not_imported[p.name]})", gpu_device)
                                    if q.name == p.name else q for q in result.problems]
         graded = [p for p in selected if p.name not in not_imported]
+        if not_imported:  # the reports say so at once, not after the first graded problem
+            result.import_errors = _import_errors(not_imported, result)
+            _update(opts, result, start)
         template = group_template(path, work, profile, sandbox, seed=seed, stand_in=gpu_device == "cpu")
         grading = _Grading(opts, result, graded, check_files, gpu_device, reveal, start)
         all_phases = phases(graded, check_files, gpu_device=gpu_device)
