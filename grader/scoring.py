@@ -148,7 +148,7 @@ def _score_checks(p: Problem, files: Sequence[str], outcome: RunResults, reveal:
     names = {n for c in failed for n in c.exceptions}
     fault = state.fault if state is not None else ""
     cut, timeouts, crashes = (state.cut, state.timeouts, state.crashes) if state is not None else ("", [], [])
-    fault = fault or next((c.message for c in checks if c.outcome == GRADER_ERROR), "")
+    fault = fault or next((_bare(c.message, p.name) for c in checks if c.outcome == GRADER_ERROR), "")
     if fault or any(i.status == GRADER_ERROR for i in res.items):
         res.status = GRADER_ERROR
     elif crashes or names & _IMPORT_ERRORS:
@@ -173,6 +173,16 @@ def _score_checks(p: Problem, files: Sequence[str], outcome: RunResults, reveal:
     return res
 
 
+def _bare(message: str, problem: str) -> str:
+    """A grader fault's words without what its exception put first (its class,
+    the problem, "not graded: "), which the problem's output says once already."""
+    for prefix in ("GraderFault: ", f"{problem}: ", f"{NOT_GRADED_PREFIX} "):
+        message = message.removeprefix(prefix)
+    return message
+
+
+#: How a grader fault's exception starts its message (grader/sandbox/remote.py, grader/plugin.py).
+NOT_GRADED_PREFIX = "not graded:"
 #: Check outcomes that are no verdict on the submission: the check did not run (to its end).
 _DID_NOT_RUN = ("skipped", NOT_RUN, GRADER_ERROR)
 

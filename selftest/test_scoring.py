@@ -91,6 +91,22 @@ def test_one_failing_property_costs_its_item_only(tmp_path):
     assert "[0/6] update rules: failed" in res.output and "4 of 10 points" in res.output
 
 
+def test_a_grader_fault_says_not_graded_once(tmp_path):
+    """A check's grader fault (no record of it in the problem's worker record):
+    the problem's first line says "not graded" once, then the fault's own words."""
+    problem = _problem(tmp_path)
+    fault = "GraderFault: optimizers: not graded: the machine was too busy: a call waited too long for a CPU"
+    res = _score(problem, {"checks": {
+        f"{PUBLIC}::test_trajectory_matches_torch[SGD]": _test(PUBLIC, "grader error", fault),
+        f"{PUBLIC}::test_state_dict_resumes_the_run[SGD]": _test(PUBLIC),
+        f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": _test(PUBLIC),
+    }, "problems": {}})
+    assert res.status == results.GRADER_ERROR
+    first = res.output.splitlines()[0]
+    assert first == f"{results.NOT_GRADED} (the machine was too busy: a call waited too long for a CPU)", first
+    assert first.count("not graded") == 1, first
+
+
 def test_a_hidden_check_counts_toward_the_item_it_extends_and_withholds_values(tmp_path):
     problem = _problem(tmp_path)
     secret = "AssertionError: got 0.123456 for betas=(0.9, 0.0)"

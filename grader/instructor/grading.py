@@ -124,6 +124,6 @@ def grade_submission(sub: Submission, out: Path, grader_args: Sequence[str], tim
     ungraded = [p.get("name", "?") for p in result["problems"]
                 if isinstance(p, dict) and p.get("status") in NOT_GRADED_STATUSES]
     if ungraded:  # no verdict on those: the rows says so, and a rerun tries again (bounded)
-        record.update(status="grader error", reason=f"not graded: {', '.join(map(str, ungraded))} (a fault of the "
-                                                    "machine or the grader, regraded by a rerun of the batch)")
+        record.update(status="grader error", reason=f"{', '.join(map(str, ungraded))} could not be graded here (the "
+                                                    "machine's or the grader's fault; a rerun of the batch regrades)")
     return record
