@@ -76,6 +76,35 @@ def test_a_missing_module_is_found_by_the_first_import_and_cuts_the_problem(tmp_
     assert len(result["costs"]) == 1, "the hidden phase of a problem that does not import ran"
 
 
+def test_a_hidden_run_tells_an_import_failure_in_fixed_words(tmp_path):
+    """The import each problem's worker tries first: in a public run its
+    sentence quotes the submission's exception; in a hidden run only fixed
+    words reach the problem's record, and the check does not run."""
+    import pytest
+
+    from grader.sandbox.client import NotRun
+    from grader.sandbox.workcopy import make_working_copy
+    from selftest.sandboxing import make_impl
+
+    student = tmp_path / "sub" / "student"
+    student.mkdir(parents=True)
+    (student / "__init__.py").write_text("")
+    (student / "precision.py").write_text("x = 1\nraise RuntimeError('SECRET ' + str(x))\n")
+    (tmp_path / "scratch").mkdir()
+    work = (make_working_copy(student, tmp_path / "work"), tmp_path / "scratch")
+    for hidden in (False, True):
+        impl = make_impl(work, hidden=hidden)
+        try:
+            with pytest.raises(NotRun):
+                impl.call("precision", "bytes_per_element", 1)
+            record = impl.states["precision"].record()
+        finally:
+            impl.close()
+        expected = ("student/precision.py did not import in the run of the hidden checks" if hidden else
+                    "student/precision.py, line 2: RuntimeError: SECRET 1")
+        assert record.import_error == expected and record.cut == f"{NOT_IMPORTED} ({expected})", record
+
+
 def test_an_import_failure_is_one_bounded_printable_line():
     """The exception's message is the submission's: one line, control
     characters dropped, capped; the innermost frame in student/ gives the place."""
