@@ -67,12 +67,12 @@ for name in problems:
         if "# FAULT" in text and not os.environ.get("FAKE_GRADER_MACHINE_FIXED"):
             status = "grader error"
     except SyntaxError as e:  # as the grader reports a module that does not import
-        status = "error"
-        result.setdefault("import_errors", []).append(
-            f"student/{name}.py, line {e.lineno}: SyntaxError: {e.msg}; not graded: {name}")
+        status, where = "error", f"student/{name}.py, line {e.lineno}: SyntaxError: {e.msg}"
+        result.setdefault("import_errors", []).append(f"{where}; not graded: {name}")
     score = 5.0 if status == "passed" else 0.0
+    output = f"not graded: your code does not import ({where})" if status == "error" else ""
     result["problems"].append({"name": name, "section": "1", "score": score, "max_score": 5.0, "status": status,
-                               "visibility": "visible", "output": "", "checks": []})
+                               "visibility": "visible", "output": output, "checks": []})
     result["score"] += score
     result["max_score"] += 5.0
 tmp = out + ".part"

@@ -57,6 +57,7 @@ def test_every_submission_gets_a_row_with_its_reason(tmp_path, fake_grader):
         assert f"{row['status']}: {row['status']}" not in proc.stdout
     assert book["dave"]["reason"] == "does not import: student/views.py, line 1: SyntaxError: invalid syntax; " \
                                      "not graded: views", book["dave"]
+    assert (book["alice"]["reason"], book["bob"]["reason"]) == ("full marks", "failed: views")
     assert {row["mfu"] for row in book.values()} == {"not run"}
     _assert_summary_adds_up((out / "summary.md").read_text(), len(expected), not_run_for_all={"mfu"})
     # non-TTY: one progress line per graded submission

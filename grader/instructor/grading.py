@@ -23,12 +23,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from grader.imports import NOT_IMPORTED
 from grader.instructor.discovery import Submission
 from grader.instructor.precheck import precheck
-from grader.instructor.records import NOT_GRADED_STATUSES, new_record, valid_result
+from grader.instructor.records import NOT_COUNTED_STATUSES, NOT_GRADED_STATUSES, new_record, valid_result
+from grader.results import stub_in
 from grader.util import REPO, printable
 
-__all__ = ["GRADER_ENV", "grade_submission", "grader_command"]
+__all__ = ["GRADER_ENV", "grade_submission", "graded_reason", "grader_command"]
 
 #: A shell-quoted command replacing ``python -m grader`` (the project's tests use a fake grader).
 GRADER_ENV = "LAB_GRADER_CMD"
@@ -49,6 +51,26 @@ def _tail(text: str, lines: int = 20) -> str:
 def _last_line(text: str) -> str:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1][:300] if lines else ""
+
+
+def graded_reason(result: dict[str, Any]) -> str:
+    """A graded row's why, in a few words: the modules that do not import (with
+    what they cost), then the other problems not passed by what happened to
+    them ("not started" when each lost item met an untouched stub), or "full
+    marks" when nothing was lost."""
+    broken = [x for x in result.get("import_errors") or [] if isinstance(x, str)]
+    lost: dict[str, list[str]] = {}
+    for p in result.get("problems") or []:
+        if not isinstance(p, dict) or p.get("status") in ("passed", *NOT_COUNTED_STATUSES) \
+                or str(p.get("output", "")).startswith(NOT_IMPORTED):
+            continue
+        items = [i for i in p.get("items") or [] if isinstance(i, dict) and i.get("score", 0) < i.get("points", 0)]
+        stubs = p.get("status") == "failed" and not p.get("score") and items and all(
+            stub_in(str((i.get("failure") or {}).get("message", ""))) for i in items)
+        lost.setdefault("not started" if stubs else str(p.get("status")), []).append(str(p.get("name")))
+    parts = ([f"does not import: {'; '.join(broken)}"] if broken else []) + [
+        f"{why}: {', '.join(names)}" for why, names in lost.items()]
+    return "; ".join(parts) or "full marks"
 
 
 def grade_submission(sub: Submission, out: Path, grader_args: Sequence[str], timeout: float,
@@ -118,9 +140,7 @@ def grade_submission(sub: Submission, out: Path, grader_args: Sequence[str], tim
         return record
     record.update(status="graded", score=float(result["score"]), max_score=float(result["max_score"]),
                   result=result)
-    broken = [str(x) for x in result.get("import_errors") or [] if isinstance(x, str)]
-    if broken:  # graded: the problems that need those modules are "error", the others as usual
-        record["reason"] = printable("does not import: " + "; ".join(broken))[:500]
+    record["reason"] = printable(graded_reason(result))[:500]
     ungraded = [p.get("name", "?") for p in result["problems"]
                 if isinstance(p, dict) and p.get("status") in NOT_GRADED_STATUSES]
     if ungraded:  # no verdict on those: the rows says so, and a rerun tries again (bounded)
