@@ -294,9 +294,9 @@ def test_run_autograder_explains_a_layout_it_cannot_grade(tmp_path, bundle_zip, 
     root = autograder_layout(tmp_path / "autograder", bundle_zip, sub)
     results = run_autograder(root, fake_python)
     expected = {"two-student-folders": "several student/ folders in the submission (v1, v2): upload one",
-                "notes-only": "not graded: no student/ folder and none of the handout's modules",
+                "notes-only": "not graded: neither a student/ folder nor any of the handout's modules",
                 "linked-module": "precision.py is not a regular file (symbolic links are never followed)",
-                "too-deep": "not graded: no student/ folder and none of the handout's modules"}[kind]
+                "too-deep": "not graded: neither a student/ folder nor any of the handout's modules"}[kind]
     assert results["score"] == 0 and expected in results["output"], results["output"]
     assert "upload your student/ folder, a zip holding it, or the modules themselves" in results["output"] \
         or kind in ("two-student-folders", "linked-module")

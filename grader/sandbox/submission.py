@@ -36,8 +36,9 @@ MAX_NESTING = 3
 #: Folders never searched (besides hidden ones: ``.git``, ``.venv``).
 _NOT_SEARCHED = frozenset({"__MACOSX", "__pycache__", "node_modules", "site-packages", "venv", "env"})
 #: What a student reads when nothing is found: the layouts accepted, in one sentence.
-EXPECTED_LAYOUT = ("no student/ folder and none of the handout's modules (precision.py, views.py, ...) found: "
-                   "upload your student/ folder, a zip holding it, or the modules themselves, loose or zipped")
+EXPECTED_LAYOUT = ("neither a student/ folder nor any of the handout's modules (precision.py, views.py, ...) "
+                   "was found: upload your student/ folder, a zip holding it, or the modules themselves, "
+                   "loose or zipped")
 
 
 def _is_dir(path: Path) -> bool:
