@@ -19,8 +19,8 @@ from grader import cli, engine, results, scoring
 from grader.feedback import Feedback, decide, parse_limit
 from grader.protocol import RunResults
 from grader.report import render as report
-from grader.rubric import load
 from grader.util import REPO
+from selftest.scored import HIDDEN, PUBLIC, check, problem_of
 
 NOW = datetime(2026, 3, 2, 14, 0, tzinfo=timezone(timedelta(hours=-8)))
 
@@ -89,45 +89,18 @@ def test_missing_metadata_or_no_limit_is_off(tmp_path):
     assert got.details and not got.note and "the limit is off" in got.operator
 
 
-RUBRIC = """
-[[problem]]
-name = "optimizers"
-section = "4"
-points = 10
-files = ["tests/test_optimizers.py", "grader/hidden/test_optimizers_hidden.py"]
-
-[[problem.item]]
-name = "update rules"
-points = 6
-checks = ["test_trajectory_matches_torch"]
-
-[[problem.item]]
-name = "state_dict"
-points = 4
-checks = ["test_state_dict_*"]
-"""
-PUBLIC = "tests/test_optimizers.py"
-HIDDEN = "grader/hidden/test_optimizers_hidden.py"
-
-
-def _check(file: str, outcome: str = "passed", message: str = "", **extra: Any) -> dict[str, Any]:
-    return {"problem": "optimizers", "file": file, "outcome": outcome, "message": message, "example": "",
-            "exceptions": [] if outcome == "passed" else ["AssertionError"], "gpu_marked": False, **extra}
-
-
 def _reports(tmp_path: Path, details: bool) -> tuple[results.ProblemResult, str]:
     """A problem whose hidden check failed (an item) and timed out (another),
     scored with or without details, and everything a student reads of it."""
     tmp_path.mkdir()
-    (tmp_path / "rubric.toml").write_text(RUBRIC)
-    problem = load(tmp_path / "rubric.toml").problems[0]
+    problem = problem_of(tmp_path)
     outcome = {"problems": {"optimizers": {}}, "checks": {
-        f"{PUBLIC}::test_trajectory_matches_torch[Adam]": _check(PUBLIC),
-        f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": _check(PUBLIC),
-        f"{HIDDEN}::test_long_runs[Adam-torch.float16]": _check(
+        f"{PUBLIC}::test_trajectory_matches_torch[Adam]": check(PUBLIC),
+        f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": check(PUBLIC),
+        f"{HIDDEN}::test_long_runs[Adam-torch.float16]": check(
             HIDDEN, "failed", "AssertionError: got 0.1", extends=f"{PUBLIC}::test_trajectory_matches_torch",
             input_kind={"dtype": "float16", "hyperparameters": "betas"}),
-        f"{HIDDEN}::test_state_dict_mid_run[AdamW]": _check(
+        f"{HIDDEN}::test_state_dict_mid_run[AdamW]": check(
             HIDDEN, "timeout", "a call ran past its time limit", extends=f"{PUBLIC}::test_state_dict_resumes_the_run",
             input_kind={"steps": "many"}),
     }}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,45 +15,8 @@ import pytest
 from grader import results, scoring
 from grader.protocol import RunResults
 from grader.report import render as report
-from grader.rubric import load
 from grader.util import REPO
-
-RUBRIC = """
-[[problem]]
-name = "optimizers"
-section = "4"
-points = 10
-files = ["tests/test_optimizers.py", "grader/hidden/test_optimizers_hidden.py"]
-
-[[problem.item]]
-name = "update rules"
-points = 6
-checks = ["test_trajectory_matches_torch"]
-
-[[problem.item]]
-name = "state_dict"
-points = 3
-checks = ["test_state_dict_*"]
-
-[[problem.item]]
-name = "bad hyperparameters"
-points = 1
-checks = ["test_bad_*"]
-"""
-
-PUBLIC = "tests/test_optimizers.py"
-HIDDEN = "grader/hidden/test_optimizers_hidden.py"
-
-
-def _problem(tmp_path: Path, text: str = RUBRIC):
-    path = tmp_path / "rubric.toml"
-    path.write_text(text)
-    return load(path).problems[0]
-
-
-def _test(file: str, outcome: str = "passed", message: str = "", **extra: Any) -> dict[str, Any]:
-    return {"problem": "optimizers", "file": file, "outcome": outcome, "exceptions": [] if outcome == "passed"
-            else ["AssertionError"], "message": message, "example": "", "gpu_marked": False, **extra}
+from selftest.scored import HIDDEN, PUBLIC, RUBRIC, check, problem_of
 
 
 def _outcome(**tests: dict[str, Any]) -> dict[str, Any]:
@@ -71,12 +33,12 @@ def _items(res: results.ProblemResult) -> dict[str, results.ItemResult]:
 
 
 def test_one_failing_property_costs_its_item_only(tmp_path):
-    problem = _problem(tmp_path)
+    problem = problem_of(tmp_path)
     res = _score(problem, {"checks": {
-        f"{PUBLIC}::test_trajectory_matches_torch[Adam]": _test(PUBLIC, "failed", "AssertionError: Adam: \x1b[31mX"),
-        f"{PUBLIC}::test_trajectory_matches_torch[SGD]": _test(PUBLIC),
-        f"{PUBLIC}::test_state_dict_resumes_the_run[SGD]": _test(PUBLIC),
-        f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": _test(PUBLIC),
+        f"{PUBLIC}::test_trajectory_matches_torch[Adam]": check(PUBLIC, "failed", "AssertionError: Adam: \x1b[31mX"),
+        f"{PUBLIC}::test_trajectory_matches_torch[SGD]": check(PUBLIC),
+        f"{PUBLIC}::test_state_dict_resumes_the_run[SGD]": check(PUBLIC),
+        f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": check(PUBLIC),
     }, "problems": {}})
     items = _items(res)
     assert (res.score, res.max_score, res.status) == (4, 10, results.FAILED)
@@ -94,12 +56,12 @@ def test_one_failing_property_costs_its_item_only(tmp_path):
 def test_a_grader_fault_says_not_graded_once(tmp_path):
     """A check's grader fault (no record of it in the problem's worker record):
     the problem's first line says "not graded" once, then the fault's own words."""
-    problem = _problem(tmp_path)
+    problem = problem_of(tmp_path)
     fault = "GraderFault: optimizers: not graded: the machine was too busy: a call waited too long for a CPU"
     res = _score(problem, {"checks": {
-        f"{PUBLIC}::test_trajectory_matches_torch[SGD]": _test(PUBLIC, "grader error", fault),
-        f"{PUBLIC}::test_state_dict_resumes_the_run[SGD]": _test(PUBLIC),
-        f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": _test(PUBLIC),
+        f"{PUBLIC}::test_trajectory_matches_torch[SGD]": check(PUBLIC, "grader error", fault),
+        f"{PUBLIC}::test_state_dict_resumes_the_run[SGD]": check(PUBLIC),
+        f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": check(PUBLIC),
     }, "problems": {}})
     assert res.status == results.GRADER_ERROR
     first = res.output.splitlines()[0]
@@ -108,13 +70,13 @@ def test_a_grader_fault_says_not_graded_once(tmp_path):
 
 
 def test_a_hidden_check_counts_toward_the_item_it_extends_and_withholds_values(tmp_path):
-    problem = _problem(tmp_path)
+    problem = problem_of(tmp_path)
     secret = "AssertionError: got 0.123456 for betas=(0.9, 0.0)"
     tests = {
-        f"{PUBLIC}::test_trajectory_matches_torch[Adam]": _test(PUBLIC),
-        f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": _test(PUBLIC),
-        f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": _test(PUBLIC),
-        f"{HIDDEN}::test_long_runs[Adam-0.5-torch.float16]": _test(
+        f"{PUBLIC}::test_trajectory_matches_torch[Adam]": check(PUBLIC),
+        f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": check(PUBLIC),
+        f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": check(PUBLIC),
+        f"{HIDDEN}::test_long_runs[Adam-0.5-torch.float16]": check(
             HIDDEN, "failed", secret, extends=f"{PUBLIC}::test_trajectory_matches_torch",
             input_kind={"dtype": "float16", "hyperparameters": "betas"}),
     }
@@ -135,23 +97,23 @@ def test_a_hidden_check_counts_toward_the_item_it_extends_and_withholds_values(t
 
 
 def test_a_check_no_item_holds_costs_every_item(tmp_path):
-    problem = _problem(tmp_path)
+    problem = problem_of(tmp_path)
     res = _score(problem, {"checks": {
-        f"{PUBLIC}::test_trajectory_matches_torch[Adam]": _test(PUBLIC),
-        f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": _test(PUBLIC),
-        f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": _test(PUBLIC),
-        f"{HIDDEN}::test_something_new": _test(HIDDEN, "failed", "AssertionError"),
+        f"{PUBLIC}::test_trajectory_matches_torch[Adam]": check(PUBLIC),
+        f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": check(PUBLIC),
+        f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": check(PUBLIC),
+        f"{HIDDEN}::test_something_new": check(HIDDEN, "failed", "AssertionError"),
     }, "problems": {}})
     assert res.score == 0 and res.unmapped == ["test_something_new"], res.output
     assert "no single item" in res.output
 
 
 def test_a_gate_withholds_the_other_items(tmp_path):
-    problem = _problem(tmp_path, RUBRIC.replace('checks = ["test_bad_*"]', 'checks = ["test_bad_*"]\ngate = true'))
+    problem = problem_of(tmp_path, RUBRIC.replace('checks = ["test_bad_*"]', 'checks = ["test_bad_*"]\ngate = true'))
     res = _score(problem, {"checks": {
-        f"{PUBLIC}::test_trajectory_matches_torch[Adam]": _test(PUBLIC),
-        f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": _test(PUBLIC),
-        f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": _test(PUBLIC, "failed", "AssertionError: no"),
+        f"{PUBLIC}::test_trajectory_matches_torch[Adam]": check(PUBLIC),
+        f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": check(PUBLIC),
+        f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": check(PUBLIC, "failed", "AssertionError: no"),
     }, "problems": {}})
     items = _items(res)
     assert res.score == 0 and items["update rules"].status == results.PASSED, res.output
@@ -159,12 +121,12 @@ def test_a_gate_withholds_the_other_items(tmp_path):
 
 
 def test_an_item_of_gpu_only_checks_is_not_run_on_cpu(tmp_path):
-    problem = _problem(tmp_path)
-    gpu = dict(_test(PUBLIC), outcome="skipped", gpu_marked=True)
+    problem = problem_of(tmp_path)
+    gpu = dict(check(PUBLIC), outcome="skipped", gpu_marked=True)
     res = _score(problem, {"checks": {
-        f"{PUBLIC}::test_trajectory_matches_torch[Adam]": _test(PUBLIC),
+        f"{PUBLIC}::test_trajectory_matches_torch[Adam]": check(PUBLIC),
         f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": gpu,
-        f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": _test(PUBLIC),
+        f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": check(PUBLIC),
     }, "problems": {}})
     state_dict = _items(res)["state_dict"]  # left out of the totals: max 0, its points not counted
     assert (state_dict.status, state_dict.max_score, state_dict.not_counted) == (results.NOT_RUN_GPU, 0, 3)
@@ -178,11 +140,11 @@ def _result(*problems: results.ProblemResult) -> results.GradeResult:
 
 
 def test_reports_have_one_entry_per_item(tmp_path):
-    problem = _problem(tmp_path)
+    problem = problem_of(tmp_path)
     res = _score(problem, {"checks": {
-        f"{PUBLIC}::test_trajectory_matches_torch[Adam]": _test(PUBLIC, "failed", "AssertionError: " + "word " * 60),
-        f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": _test(PUBLIC),
-        f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": _test(PUBLIC),
+        f"{PUBLIC}::test_trajectory_matches_torch[Adam]": check(PUBLIC, "failed", "AssertionError: " + "word " * 60),
+        f"{PUBLIC}::test_state_dict_resumes_the_run[Adam]": check(PUBLIC),
+        f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": check(PUBLIC),
     }, "problems": {}})
     r = _result(res)
     gs = report.to_gradescope(r)
