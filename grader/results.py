@@ -95,6 +95,9 @@ class ProblemResult:
     status: str
     visibility: str
     output: str
+    # graded with the CPU standing in for a GPU (--cpu-stand-in: a rehearsal, never a
+    # GPU's grade); set by the trusted side, with STAND_IN_NOTE first in ``output``
+    stand_in: bool = False
     log: str = ""  # the submission's output in its public checks (instructors)
     time: float = 0.0  # seconds: the sum of its public checks' durations (trusted side)
     cpu: float = 0.0  # CPU seconds its workers used in its public checks (its code and the scenarios driving it)

@@ -76,7 +76,7 @@ def score_problem(p: Problem, files: Sequence[str], outcome: RunResults, gpu_dev
                            gpu_device)
     res = _score_checks(p, files, outcome, reveal, public, hidden, details)
     if p.gpu and gpu_device == "cpu":
-        res.output = f"{STAND_IN_NOTE}\n{res.output}"
+        res.output, res.stand_in = f"{STAND_IN_NOTE}\n{res.output}", True
     return res
 
 

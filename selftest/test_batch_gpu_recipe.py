@@ -181,6 +181,23 @@ def _merge(tmp_path: Path, *folders: str) -> dict[str, dict[str, str]]:
     return read_gradebook(tmp_path / "m")
 
 
+def test_a_result_says_which_problems_the_cpu_stood_in_for():
+    """A ``--json`` problem's ``stand_in`` is true for a GPU problem graded
+    with the CPU standing in for a GPU, whatever its verdict, and false for one
+    graded on a GPU, one not run, and one that needs no GPU;
+    :func:`records.stand_in` reads it, and for a record written before the
+    field, the note its output then begins with (the field, where present, decides)."""
+    for device, mfu in (("cpu", True), ("cuda", False), ("", False)):
+        doc = _result(device, precision="passed", mfu="failed")
+        expected = {"precision": False, "mfu": mfu}
+        assert {p["name"]: p["stand_in"] for p in doc["problems"]} == expected, device
+        assert {p["name"]: stand_in(p) for p in doc["problems"]} == expected, device
+        old = [{k: v for k, v in p.items() if k != "stand_in"} for p in doc["problems"]]
+        assert {p["name"]: stand_in(p) for p in old} == expected, device
+    assert not stand_in({"stand_in": False, "output": scoring.STAND_IN_NOTE})
+    assert stand_in({"stand_in": True, "output": ""})
+
+
 def test_the_gradebook_names_a_stand_in_grade(tmp_path):
     """``batch --cpu-stand-in`` reaches every grader; a problem graded with the
     CPU standing in for a GPU is named in the row's ``stand_in``, one graded on

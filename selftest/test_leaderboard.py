@@ -64,7 +64,7 @@ def grade_of(report: MfuReport | None, name: str = "sub") -> GradeResult:
         return total(r, 1.0)
     passed = report.passed
     r.problems.append(ProblemResult("mfu", "3.1/6", 5.0 if passed else 0.0, 5.0, PASSED if passed else "failed",
-                                    "visible", "", checks=[
+                                    "visible", "", stand_in=report.stand_in, checks=[
                                         Check("grader/hidden/test_mfu_hidden.py::test_train_does_the_reference_work",
                                               PASSED if report.verified else "failed", hidden=True),
                                         Check("grader/hidden/test_mfu_hidden.py::test_mfu_is_a_fraction_of_the_"
@@ -74,7 +74,7 @@ def grade_of(report: MfuReport | None, name: str = "sub") -> GradeResult:
 
 
 def entry_of(report: MfuReport) -> leaderboard.Entry:
-    e = leaderboard.entry([leaderboard.figures(report)])
+    e = leaderboard.entry([leaderboard.figures(report)], stand_in=report.stand_in)
     assert e is not None
     return e
 
@@ -95,7 +95,7 @@ def test_only_verified_runs_rank_and_doubtful_ones_are_marked(reports):
     # what the --json file carries reads back as the same entry; anything else as none
     assert leaderboard.Entry.from_json(json.loads(json.dumps(fast.to_json()))) == fast
     assert leaderboard.Entry.from_json({**good.to_json(), "ratio": "1.0"}) is None
-    assert leaderboard.entry([{"verified": 1.0}]) is None  # nothing measured: no MFU graded
+    assert leaderboard.entry([{"verified": 1.0}], stand_in=False) is None  # nothing measured: no MFU graded
 
 
 def test_gradescope_results_carry_the_leaderboard(reports, tmp_path):
@@ -251,5 +251,7 @@ def test_a_real_stand_in_grade_writes_the_leaderboard(tmp_path):
     names = [e["name"] for e in board]
     assert names == ["MFU / reference MFU (CPU stand-in, a rehearsal)", "MFU check (CPU stand-in, a rehearsal)"] \
         or names == ["MFU check (CPU stand-in, a rehearsal)"], board  # ranked, or marked on a noisy machine
-    entry = json.loads((tmp_path / "grade.json").read_text())["problems"][0]["leaderboard"]
+    problem = json.loads((tmp_path / "grade.json").read_text())["problems"][0]
+    entry = problem["leaderboard"]
+    assert problem["stand_in"] is True
     assert entry["verified"] is True and entry["board"] == leaderboard.STAND_IN and entry["mfu"] is None

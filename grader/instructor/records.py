@@ -150,9 +150,13 @@ def load_records(out: Path) -> dict[str, dict[str, Any]]:
 
 def stand_in(problem: dict[str, Any]) -> bool:
     """Whether a problem of a result was graded with the CPU standing in for a
-    GPU (``--cpu-stand-in``: a rehearsal, never a GPU's grade). The grader's
-    trusted side writes :data:`grader.scoring.STAND_IN_NOTE` first in such a
-    problem's output, and in no other."""
+    GPU (``--cpu-stand-in``: a rehearsal, never a GPU's grade): its
+    ``stand_in`` field, which the grader's trusted side sets. A record written
+    before results had that field (batch reruns read old records) says so only
+    by :data:`grader.scoring.STAND_IN_NOTE` first in the problem's output,
+    which the trusted side writes there and nowhere else: that is read instead."""
+    if "stand_in" in problem:
+        return problem["stand_in"] is True
     from grader.scoring import STAND_IN_NOTE
 
     return str(problem.get("output", "")).startswith(STAND_IN_NOTE)

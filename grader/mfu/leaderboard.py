@@ -16,7 +16,9 @@ decides:
   doubtful submission; a marked row is what staff re-run by hand (as CS336's
   staff re-run the top of its self-reported boards).
 * **board**: "GPU", or "CPU stand-in" for a rehearsal (``--cpu-stand-in``),
-  whose figures are never shown beside a GPU's.
+  whose figures are never shown beside a GPU's. That fact is the problem's
+  (:attr:`grader.results.ProblemResult.stand_in`, which the caller passes),
+  not one of the check's figures.
 
 Doubts are categorical (the rule broken, with its threshold, never the
 measured spread), so that what a student reads of a hidden check's timing is
@@ -55,7 +57,7 @@ MAX_SPEEDUP = 2.0
 def figures(report: MfuReport) -> dict[str, float]:
     """What the MFU check records for its report (numbers only: a check's
     figures are floats): the MFU ratio and MFUs against the dense peak, and
-    what :func:`entry` decides from (``verified``, ``stand_in``, the spread
+    what :func:`entry` decides from (``verified``, the spread
     of each side's timed runs, the submission's share of the measured matmul
     rate where one was measured)."""
     out = {"mfu_ratio": _digits(report.ratio)}
@@ -65,7 +67,6 @@ def figures(report: MfuReport) -> dict[str, float]:
             out[name] = _digits(vs_peak)
     verified = report.verified and not report.isolation_violations and not report.impossible
     out["verified"] = 1.0 if verified else 0.0
-    out["stand_in"] = 1.0 if report.stand_in else 0.0
     out["submission_spread"] = _digits(max(report.submission_seconds) / min(report.submission_seconds))
     out["reference_spread"] = _digits(max(report.reference_seconds) / min(report.reference_seconds))
     if report.matmul_flops:
@@ -119,10 +120,12 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def entry(recorded: Iterable[dict[str, float]]) -> Entry | None:
+def entry(recorded: Iterable[dict[str, float]], *, stand_in: bool) -> Entry | None:
     """The entry of a problem whose checks recorded ``recorded`` (each check's
     figures); None where no MFU was graded (no check recorded :func:`figures`:
-    the problem did not run, or the check failed before it measured)."""
+    the problem did not run, or the check failed before it measured).
+    ``stand_in``: the problem was graded with the CPU standing in for a GPU
+    (its :attr:`~grader.results.ProblemResult.stand_in`): the stand-in's board."""
     figs: dict[str, float] = {}
     for f in recorded:
         figs.update(f)
@@ -136,7 +139,7 @@ def entry(recorded: Iterable[dict[str, float]]) -> Entry | None:
         doubts.append(f"suspiciously fast: more than {MAX_SPEEDUP:g} times the reference's MFU")
     if figs.get("matmul_share", 0.0) > 1.0:
         doubts.append("suspiciously fast: above the device's measured matmul rate")
-    return Entry(board=STAND_IN if figs.get("stand_in") else GPU, verified=figs["verified"] == 1.0,
+    return Entry(board=STAND_IN if stand_in else GPU, verified=figs["verified"] == 1.0,
                  ratio=figs["mfu_ratio"], mfu=figs.get("mfu_vs_dense_peak"),
                  reference_mfu=figs.get("reference_mfu_vs_dense_peak"), doubts=doubts)
 

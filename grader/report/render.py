@@ -9,7 +9,7 @@ The ``--json`` schema (stable; other tools build on it)::
      "points_without_checks": float, "speed": float,
      "problems": [{"name": str, "section": str, "score": float,
                    "max_score": float, "status": str, "visibility": str,
-                   "output": str, "log": str, "time": float, "cpu": float, "not_counted": float,
+                   "output": str, "stand_in": bool, "log": str, "time": float, "cpu": float, "not_counted": float,
                    "cpu_budget": float, "reference_cpu": float, "not_run": int,
                    "checks": [{"test": str, "outcome": str, "message": str,
                                "duration": float, "cpu": float, "figures": {str: float}}],
@@ -54,8 +54,11 @@ and ``points_without_checks`` sum them. So the items' scores and maxima add up
 to their problem's, and the problems' to the top-level ``score`` and
 ``max_score``, in this file as in Gradescope's results.json and the JUnit XML
 (whose testsuite carries ``score`` and ``max_score`` properties). Hidden checks' messages are withheld unless revealed.
+``stand_in`` is true for a GPU problem graded with the CPU standing in for a
+GPU (``--cpu-stand-in``: a rehearsal, never a GPU's grade; its ``output``
+begins with :data:`grader.scoring.STAND_IN_NOTE`), false for every other.
 A problem whose MFU was graded (the check measured it) has ``leaderboard``:
-``{"board": "GPU" | "CPU stand-in", "verified": bool, "ratio": float,
+``{"board": "GPU" | "CPU stand-in" (where ``stand_in``), "verified": bool, "ratio": float,
 "mfu": float | null, "reference_mfu": float | null, "doubts": [str],
 "ranked": bool}`` (:class:`grader.mfu.leaderboard.Entry`: MFU over the
 reference's, MFU against the dense peak where known, why a verified run is
@@ -183,7 +186,7 @@ def _problem_json(p: ProblemResult, reveal: bool) -> dict[str, Any]:
         value = getattr(p, f.name)
         out[f.name] = (_visible_checks(p, reveal) if f.name == "checks" else
                        [_item_json(i) for i in value] if f.name == "items" else value)
-    if (board := mfu_leaderboard.entry(c.figures for c in p.checks)) is not None:
+    if (board := mfu_leaderboard.entry((c.figures for c in p.checks), stand_in=p.stand_in)) is not None:
         out["leaderboard"] = board.to_json()
     return out
 
@@ -253,7 +256,7 @@ def leaderboard(r: GradeResult) -> list[dict[str, Any]]:
     MFU (:func:`grader.mfu.leaderboard.gradescope_entries`: none unless its
     work was verified), else none."""
     for p in [] if unreadable(r) else r.problems:
-        if (board := mfu_leaderboard.entry(c.figures for c in p.checks)) is not None:
+        if (board := mfu_leaderboard.entry((c.figures for c in p.checks), stand_in=p.stand_in)) is not None:
             return mfu_leaderboard.gradescope_entries(board)
     return []
 
