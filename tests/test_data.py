@@ -77,7 +77,8 @@ def test_every_valid_start_is_sampled_including_the_last(impl):
     # with probability 7 * (6/7)**500 < 1e-32.
     context_length, n = 5, 12
     tokens = position_coded(n)
-    x, y = impl.scenario(scenarios.batch_with_seed, tokens, 500, context_length, 1234)
+    x, y = impl.scenario(scenarios.batch_with_seed, tokens, batch_size=500, context_length=context_length,
+                         seed=1234)
     starts = check_windows(tokens, x, y, 500, context_length)
     seen = sorted(set(starts.tolist()))
     assert seen == list(range(n - context_length)), (
@@ -101,7 +102,8 @@ def test_starts_are_uniform_chi_square(impl):
     # is reproducible). Dropping the last start alone adds about 250.
     context_length, n_starts, draws = 3, 40, 10_000
     tokens = position_coded(n_starts + context_length)
-    x, _ = impl.scenario(scenarios.batch_with_seed, tokens, draws, context_length, 20250407)
+    x, _ = impl.scenario(scenarios.batch_with_seed, tokens, batch_size=draws, context_length=context_length,
+                         seed=20250407)
     check_tensor(x, dtype=torch.int64, shape=(draws, context_length), what="x")
     counts = np.bincount(starts_of(tokens, x), minlength=n_starts)
     assert len(counts) == n_starts, f"starts beyond the last valid one ({n_starts - 1}): {counts[n_starts:]}"
@@ -254,7 +256,7 @@ def test_only_the_sampled_windows_are_read(impl, tmp_path):
 
 @given(tokens=st.lists(st.integers(0, 65535), min_size=1, max_size=200))
 def test_save_tokens_writes_raw_uint16_by_default(impl, tokens):
-    got = impl.scenario(scenarios.save_and_read_back, tokens, None)
+    got = impl.scenario(scenarios.save_and_read_back, tokens, dtype_name=None)
     expected = np.array(tokens, dtype=np.uint16).tobytes()
     assert got["files"] == ["tokens.bin"], f"save_tokens left other files behind: {got['files']}"
     assert got["bytes"] == expected, (
@@ -293,7 +295,7 @@ def test_saving_twice_to_one_path_replaces_the_file(impl, first, second, dtype):
 
 def test_load_tokens_is_a_read_only_memmap(impl):
     values = np.array([5, 65535, 0, 42], dtype=np.uint16)
-    got = impl.scenario(scenarios.load_written, values.tobytes(), None)
+    got = impl.scenario(scenarios.load_written, values.tobytes(), dtype_name=None)
     assert got["is_memmap"], f"load_tokens should return an np.memmap (nothing read eagerly), got {got['type']}"
     assert got["dtype"] == "uint16" and got["shape"] == (4,), (
         f"expected 4 uint16 tokens, got {got['shape']} {got['dtype']}"
@@ -301,7 +303,7 @@ def test_load_tokens_is_a_read_only_memmap(impl):
     assert np.array_equal(got["values"], values), f"expected {values.tolist()}, got {got['values'].tolist()}"
     assert not got["writeable"], "map the token file read-only (mode='r'): training must never modify its data"
     wide = np.array([2**31 - 1, 3], dtype=np.int32)
-    got = impl.scenario(scenarios.load_written, wide.tobytes(), "int32")
+    got = impl.scenario(scenarios.load_written, wide.tobytes(), dtype_name="int32")
     assert got["dtype"] == "int32" and np.array_equal(got["values"], wide), f"int32 file read as {got['values']}"
 
 
@@ -359,7 +361,7 @@ def test_save_tokens_refuses_ids_that_do_not_fit_any_dtype(impl, dtype, end):
 def test_save_tokens_of_no_tokens_writes_an_empty_file(impl):
     """``save_tokens(path, [])``: zero tokens (although NumPy makes ``[]`` a
     float64 array), an empty file at ``path``."""
-    got = impl.scenario(scenarios.save_and_read_back, [], None)
+    got = impl.scenario(scenarios.save_and_read_back, tokens=[], dtype_name=None)
     assert got == {"bytes": b"", "files": ["tokens.bin"]}, f"save_tokens of [] should write an empty file, got {got}"
 
 
@@ -369,9 +371,9 @@ def test_load_tokens_rejects_bad_files(impl):
     with pytest.raises((OSError, ValueError)):  # a directory: either error is accepted (docstring)
         impl.scenario(scenarios.load_directory)
     with pytest.raises(ValueError):  # 3 bytes are not a whole number of uint16 tokens
-        impl.scenario(scenarios.load_written, b"\x01\x02\x03", None)
+        impl.scenario(scenarios.load_written, raw=b"\x01\x02\x03", dtype_name=None)
     with pytest.raises(ValueError):
-        impl.scenario(scenarios.load_written, b"", None)
+        impl.scenario(scenarios.load_written, raw=b"", dtype_name=None)
 
 
 GOOD = position_coded(20)
@@ -429,7 +431,7 @@ def test_get_batch_rejects_tokens_on_a_cuda_device(impl):
     """``tokens`` live in host memory (an array, a memmap or a CPU tensor): a
     CUDA tensor of tokens is a ValueError (the docstring)."""
     with pytest.raises(ValueError):
-        impl.scenario(scenarios.batch_of_cuda_tokens, position_coded(100), 2, 4)
+        impl.scenario(scenarios.batch_of_cuda_tokens, position_coded(100), batch_size=2, context_length=4)
 
 
 @pytest.mark.gpu

@@ -36,7 +36,7 @@ def test_count_parameters_matches_numel(impl, dims, bias, tie):
 
 
 def test_tied_weights_count_once(impl):
-    got = impl.scenario(scenarios.count_parameters_of, [5, 5, 5], False, True)
+    got = impl.scenario(scenarios.count_parameters_of, dims=[5, 5, 5], bias=False, tie=True)
     assert got == 25, f"a weight shared by two layers counts once: expected 25, got {got!r}"
 
 
@@ -59,7 +59,8 @@ def test_count_parameters_counts_frozen_parameters_and_no_buffers(impl, dims, bi
 @pytest.mark.parametrize("buffers", [False, True], ids=["frozen", "frozen+buffers"])
 def test_count_parameters_of_a_frozen_model(impl, buffers):
     """A fully frozen 4 -> 3 -> 2 MLP with biases still has 4*3 + 3 + 3*2 + 2 = 23 parameters."""
-    got = impl.scenario(scenarios.count_parameters_of_frozen, [4, 3, 2], True, [True] * 4, buffers)
+    got = impl.scenario(scenarios.count_parameters_of_frozen, dims=[4, 3, 2], bias=True, frozen=[True] * 4,
+                        buffers=buffers)
     assert got == 23, (
         f"count_parameters of a frozen 4 -> 3 -> 2 MLP with biases (buffers={buffers}): expected 23, got {got!r}"
     )

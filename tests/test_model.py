@@ -193,7 +193,7 @@ def test_linear_keeps_the_variance(impl):
     """
     d_in, d_out, rows = 512, 128, 1024
     x = make_tensor((rows, d_in), seed=12)
-    got = impl.scenario(scenarios.linear_forward_backward, d_in, d_out, x, 13)
+    got = impl.scenario(scenarios.linear_forward_backward, d_in=d_in, d_out=d_out, x=x, seed=13)
     w = check_tensor(got["weight"], dtype=torch.float32, shape=(d_in, d_out), what="Linear.weight").double()
     out = check_tensor(got["out"], shape=(rows, d_out), what="Linear output").double()
     variance = (out**2).mean().item()
@@ -238,7 +238,7 @@ def test_cruncher_forward(impl, batch, dim, num_layers, seed):
 
 def test_cruncher_keeps_a_batch_of_one(impl):
     state = {"layers.0.weight": torch.tensor([[2.0]]), "final.weight": torch.tensor([[3.0]])}
-    got = impl.scenario(scenarios.cruncher_run, 1, 1, state, torch.tensor([[1.5]]))
+    got = impl.scenario(scenarios.cruncher_run, dim=1, num_layers=1, state=state, x=torch.tensor([[1.5]]))
     assert_close(got, torch.tensor([9.0]), what="Cruncher(1, 1)(x of shape (1, 1)): squeeze only the last dimension")
 
 
@@ -258,7 +258,7 @@ def test_cruncher_layers_differ_without_a_generator(impl, dim, num_layers):
     call advances: two calls after one ``torch.manual_seed`` give different
     weights, and so do the layers of one ``Cruncher``"; the global state
     advances."""
-    got = impl.scenario(scenarios.cruncher_from_global, dim, num_layers, 3)
+    got = impl.scenario(scenarios.cruncher_from_global, dim=dim, num_layers=num_layers, global_seed=3)
     names = [f"layers.{i}.weight" for i in range(num_layers)]
     assert all(n in got["state"] for n in names), (
         f"Cruncher({dim}, {num_layers}) state dict keys: expected {names} and final.weight, got {list(got['state'])}"
@@ -319,7 +319,7 @@ def test_seed_everything_seeds_cuda_too(impl, seed):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="not run on a GPU: needs CUDA")
 def test_seed_everything_seeds_the_cuda_generator(impl):
-    got = impl.scenario(scenarios.seeded_cuda_draws, 1234)
+    got = impl.scenario(scenarios.seeded_cuda_draws, seed=1234)
     torch.manual_seed(1234)
     expected = torch.rand(8, device="cuda").cpu()
     assert torch.equal(got, expected), "seed_everything(1234) did not seed the CUDA generator as torch.manual_seed does"

@@ -56,7 +56,7 @@ def test_default_hyperparameters_match_torch(impl, name):
     grads = [[make_tensor(p.shape, torch.float32, 10 * k + i) for i, p in enumerate(params)] for k in range(3)]
     groups = [([0, 1], {})]
     expected = torch_trajectory(name, params, groups, {}, grads)
-    got = impl.scenario(scenarios.trajectory, name, params, groups, {}, grads)
+    got = impl.scenario(scenarios.trajectory, name, params, groups, defaults={}, grads_per_step=grads)
     assert_same_trajectory(got, expected, f"{name}() with default hyperparameters")
 
 
@@ -68,7 +68,7 @@ def test_learning_rate_is_read_at_every_step(impl, name):
     groups = [([0], {"lr": 0.1}), ([1], {"lr": 0.05})]
     lrs = [[0.1, 0.05], [0.01, 0.3], [0.5, 0.0]]
     expected = torch_trajectory(name, params, groups, {}, grads, lrs)
-    got = impl.scenario(scenarios.trajectory, name, params, groups, {}, grads, lrs)
+    got = impl.scenario(scenarios.trajectory, name, params, groups, defaults={}, grads_per_step=grads, lrs=lrs)
     assert_same_trajectory(got, expected, f"{name} with learning rates {lrs}")
 
 
@@ -82,7 +82,8 @@ def test_params_without_grad_are_left_alone(impl, name):
     grads = [[g(0, 0), g(1, 0), None], [g(0, 1), None, None], [g(0, 2), g(1, 2), g(2, 2)]]
     hp = {"weight_decay": 0.1, "lr": 0.1}
     expected = torch_trajectory(name, params, [([0, 1, 2], hp)], {}, grads)
-    got = impl.scenario(scenarios.trajectory, name, params, [([0, 1, 2], hp)], {}, grads)
+    got = impl.scenario(scenarios.trajectory, name, params, groups=[([0, 1, 2], hp)], defaults={},
+                        grads_per_step=grads)
     for k, i in ((0, 2), (1, 1), (1, 2)):
         before = params[i] if k == 0 else got[k - 1][i]
         check_tensor(got[k][i], dtype=torch.float64, shape=tuple(params[i].shape), what=f"param {i}")
@@ -100,7 +101,7 @@ def test_momentum_buffer_starts_at_the_first_gradient(impl):
     grads = [[make_tensor((4, 2), torch.float64, 12 + k)] for k in range(2)]
     groups = [([0], {"lr": 0.1, "momentum": 0.9, "dampening": 0.5})]
     expected = torch_trajectory("SGDMomentum", params, groups, {}, grads)
-    got = impl.scenario(scenarios.trajectory, "SGDMomentum", params, groups, {}, grads)
+    got = impl.scenario(scenarios.trajectory, "SGDMomentum", params, groups, defaults={}, grads_per_step=grads)
     assert_same_trajectory(got, expected, "SGDMomentum(momentum=0.9, dampening=0.5)")
 
 
@@ -136,9 +137,8 @@ def test_trajectory_with_gradients_written_in_place_matches_torch(impl, name, da
     so rewriting ``p.grad`` in place between steps leaves the run equal to
     torch.optim's. No weight decay, so the update reads ``p.grad`` itself."""
     run = data.draw(runs(name, min_steps=2, none_grads=False, weight_decay=st.just(0.0)))
-    args = (*_run_args(run), None)
-    expected = torch_trajectory(name, *args, in_place=True)
-    got = impl.scenario(scenarios.trajectory, name, *args, True)
+    expected = torch_trajectory(name, *_run_args(run), in_place=True)
+    got = impl.scenario(scenarios.trajectory, name, *_run_args(run), in_place=True)
     assert_same_trajectory(got, expected, name + " (gradients written into the same .grad tensors)")
 
 
@@ -236,7 +236,7 @@ def test_checkpoint_after_two_steps_resumes_exactly(impl, name):
               for i, p in enumerate(params)] for k in range(4)]
     groups = [([0], {"lr": 0.05}), ([1], {"lr": 0.01, "weight_decay": 0.1})]
     expected = torch_trajectory(name, params, groups, {}, grads)
-    got = impl.scenario(scenarios.resumed_trajectory, name, params, groups, {}, grads, 2)
+    got = impl.scenario(scenarios.resumed_trajectory, name, params, groups, defaults={}, grads_per_step=grads, split=2)
     assert_same_trajectory(got, expected, f"{name} resumed from a state_dict saved after step 2")
 
 
@@ -249,7 +249,7 @@ def test_state_bytes_match_torch(impl, name, dtype):
     params = [make_tensor(s, dtype, 30 + i) for i, s in enumerate([(3, 4), (5,), (2, 3, 2)])]
     grads = [[make_tensor(p.shape, dtype, 40 + 10 * k + i) for i, p in enumerate(params)] for k in range(2)]
     groups = [([0, 1, 2], {})]
-    got = impl.scenario(scenarios.state_after, name, params, groups, {}, grads)
+    got = impl.scenario(scenarios.state_after, name, params, groups, defaults={}, grads_per_step=grads)
     problems = state_bytes_mismatches(name, params, groups, grads, got)
     assert not problems, "\n".join(problems)
 
@@ -277,7 +277,7 @@ def test_does_not_delegate_to_torch_optim(impl, name):
     params = [make_tensor((3, 2), torch.float32, 8)]
     grads = [[make_tensor((3, 2), torch.float32, 9 + k)] for k in range(2)]
     groups = [([0], {"lr": 0.1})]
-    got = impl.scenario(scenarios.trajectory, name, params, groups, {}, grads)
+    got = impl.scenario(scenarios.trajectory, name, params, groups, defaults={}, grads_per_step=grads)
     assert_same_trajectory(got, torch_trajectory(name, params, groups, {}, grads), name)
 
 
@@ -324,7 +324,7 @@ def test_bad_hyperparameters_are_rejected(impl, name, hp, error, argument):
 def test_bad_group_hyperparameters_are_rejected(impl, name, hp, error, argument):
     """A param group's own hyperparameters are checked like the constructor's."""
     with pytest.raises(error, match=argument):
-        impl.scenario(scenarios.construct, name, {}, hp)
+        impl.scenario(scenarios.construct, name, defaults={}, group_overrides=hp)
 
 
 #: per hyperparameter, values outside the range the docstring states (ValueError)
@@ -353,11 +353,11 @@ def test_bad_values_of_every_optimizers_hyperparameters_are_rejected(impl, name,
     lr_decay < 0, initial_accumulator_value < 0): a ValueError naming it, from
     the constructor and from a param group."""
     with pytest.raises(ValueError, match=hp):
-        impl.scenario(scenarios.construct, name, {hp: value})
+        impl.scenario(scenarios.construct, name, defaults={hp: value})
         pytest.fail(f"{name}({hp}={value!r}) should raise ValueError naming {hp}")
     if hp != "initial_accumulator_value":  # read from the constructor only, as torch.optim.Adagrad does
         with pytest.raises(ValueError, match=hp):
-            impl.scenario(scenarios.construct, name, {}, {hp: value})
+            impl.scenario(scenarios.construct, name, defaults={}, group_overrides={hp: value})
             pytest.fail(f"{name} with a param group's {hp}={value!r} should raise ValueError naming {hp}")
 
 
@@ -380,4 +380,4 @@ def test_hyperparameters_at_the_ends_of_their_ranges_are_accepted(impl, name, hp
     decay rates in [0, 1) take 0, lr and weight decay take 0; an optimizer
     built with them, as its defaults or as a group's own, raises nothing."""
     impl.scenario(scenarios.construct, name, hp)
-    impl.scenario(scenarios.construct, name, {}, hp)
+    impl.scenario(scenarios.construct, name, defaults={}, group_overrides=hp)

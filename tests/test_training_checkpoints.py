@@ -48,7 +48,7 @@ def test_resumed_run_equals_the_uninterrupted_run_bit_for_bit(impl, kind, tmp_pa
 
 
 def test_checkpoint_round_trip_restores_everything(impl):
-    got = impl.scenario(scenarios.checkpoint_round_trip, 5)
+    got = impl.scenario(scenarios.checkpoint_round_trip, seed=5)
     assert got["iteration"] == 41, f"load_checkpoint should return 41, got {got['iteration']!r}"
     assert got["extra"] == {"note": "hello", "lr": 0.5, "ids": [1, 2]}, f"extras read back: {got['extra']!r}"
     for i, (a, b) in enumerate(zip(got["params"], got["loaded_params"], strict=True)):
@@ -259,7 +259,7 @@ def test_checkpoint_round_trip_between_cpu_and_cuda_machines(impl, saved_with_cu
     RNG test): one written where CUDA is absent loads where it is available,
     and one holding CUDA generator states loads where CUDA is absent. The model
     and the iteration come back."""
-    got = impl.scenario(scenarios.checkpoint_across_machines, saved_with_cuda, 3)
+    got = impl.scenario(scenarios.checkpoint_across_machines, saved_with_cuda, seed=3)
     where = "saved with CUDA, loaded without" if saved_with_cuda else "saved without CUDA, loaded with it"
     assert got["iteration"] == 9, f"{where}: load_checkpoint returned {got['iteration']!r}, not 9"
     assert got["params_restored"], f"{where}: the parameters were not restored"
@@ -335,7 +335,7 @@ def test_checkpoint_restores_the_cuda_rng_when_cuda_is_available(impl, seed):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="not run on a GPU: needs CUDA")
 def test_checkpoint_restores_the_cuda_rng(impl):
-    got = impl.scenario(scenarios.resume_cuda_draws, 11)
+    got = impl.scenario(scenarios.resume_cuda_draws, seed=11)
     assert torch.equal(got["after_save"], got["after_load"]), (
         "draws from the CUDA generator after load_checkpoint differ from those after save_checkpoint: "
         "save and restore torch.cuda's RNG state too"
@@ -347,7 +347,7 @@ def test_save_to_a_bare_file_name_writes_beside_it(impl, tmp_path):
     is the working directory (``os.path.dirname`` is ""), never the system's
     temp folder, which may be another filesystem (here it does not exist).
     Observed from outside: the folder holds the checkpoint and nothing else."""
-    impl.scenario(scenarios.save_to_a_bare_file_name, str(tmp_path), 6)
+    impl.scenario(scenarios.save_to_a_bare_file_name, str(tmp_path), iteration=6)
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == ["ckpt.pt"], f"save_checkpoint('ckpt.pt') from {tmp_path} left {left}, expected ['ckpt.pt']"
     got = impl.scenario(scenarios.load_iteration, str(tmp_path / "ckpt.pt"))

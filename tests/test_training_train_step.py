@@ -100,7 +100,7 @@ def test_fp16_skips_a_step_with_inf_gradients(impl):
     # gradients are inf/nan, so the scaler must skip the step and halve the scale.
     w = torch.full((1, 8), 300.0)
     x = torch.full((4, 8), 300.0)
-    got = impl.scenario(scenarios.fp16_step, [w], x, torch.zeros(4), lr=0.1, init_scale=1024.0)
+    got = impl.scenario(scenarios.fp16_step, weights=[w], x=x, y=torch.zeros(4), lr=0.1, init_scale=1024.0)
     assert torch.equal(got["weights"][0], w), (
         f"a step with inf/nan gradients must be skipped (weights unchanged), got {got['weights'][0]}"
     )
@@ -133,7 +133,7 @@ def test_train_step_rejects_a_batch_that_is_not_tensors(impl, which):
     floats included: without the check, a list ``y`` fails inside the loss with
     another error)."""
     with pytest.raises(TypeError):
-        impl.scenario(scenarios.step_with, "fp32", False, [3], which)
+        impl.scenario(scenarios.step_with, "fp32", use_scaler=False, y_shape=[3], as_list=which)
 
 
 @settings(max_examples=3)

@@ -142,7 +142,8 @@ def token_file(tmp_path_factory):
 @pytest.mark.extends("tests/test_data.py::test_only_the_sampled_windows_are_read")
 def test_larger_batches_read_only_their_windows(impl, token_file, batch_size, context_length):
     input_kind(file="128 MiB memmap", batch_size=str(batch_size), context_length=str(context_length))
-    (x, y), peak = impl.measured_scenario(scenarios.sample_file, str(token_file), batch_size, context_length, 11)
+    (x, y), peak = impl.measured_scenario(scenarios.sample_file, str(token_file), batch_size=batch_size,
+                                          context_length=context_length, seed=11)
     check_tensor(x, dtype=torch.int64, shape=(batch_size, context_length), what="x")
     assert_rows_are_windows_of(token_file, x, y, f"a {batch_size}x{context_length} batch")
     file_bytes = os.path.getsize(token_file)

@@ -96,7 +96,7 @@ def test_bias_correction_late_in_a_run(impl, name):
     input_kind(optimizer=name, dtype="float64", steps="40", missing_gradients="most steps",
                hyperparameters=", ".join(groups[0][1]))
     expected = torch_trajectory(name, params, groups, {}, grads)
-    got = impl.scenario(scenarios.trajectory, name, params, groups, {}, grads)
+    got = impl.scenario(scenarios.trajectory, name, params, groups, defaults={}, grads_per_step=grads)
     assert_same_trajectory(got, expected, name)
 
 
@@ -112,7 +112,7 @@ def test_state_bytes_with_two_groups_match_torch(impl, name, dtype):
               for i, s in enumerate(shapes)] for k in range(3)]
     groups = [([0, 2], {}), ([1, 3], {"lr": 0.1})]
     input_kind(optimizer=name, dtype=str(dtype).removeprefix("torch."), params="4", groups="2", steps="3")
-    got = impl.scenario(scenarios.state_after, name, params, groups, {}, grads)
+    got = impl.scenario(scenarios.state_after, name, params, groups, defaults={}, grads_per_step=grads)
     problems = state_bytes_mismatches(name, params, groups, grads, got)
     assert not problems, "\n".join(problems)
 
@@ -124,5 +124,5 @@ def test_sgd_momentum_first_step_is_undamped(impl):
     groups = [([0], {"lr": 0.5, "momentum": 0.9, "dampening": 0.9})]
     input_kind(optimizer="SGDMomentum", dtype="float64", steps="1", hyperparameters="lr, momentum, dampening")
     expected = torch_trajectory("SGDMomentum", params, groups, {}, grads)
-    got = impl.scenario(scenarios.trajectory, "SGDMomentum", params, groups, {}, grads)
+    got = impl.scenario(scenarios.trajectory, "SGDMomentum", params, groups, defaults={}, grads_per_step=grads)
     assert_same_trajectory(got, expected, "SGDMomentum with dampening 0.9")

@@ -79,8 +79,8 @@ def test_fp16_scaler_dynamics_equal_the_reference(impl, ref, init_scale, magnitu
     input_kind(precision="fp16", scaler="GradScaler with another initial scale", weights="other magnitudes")
     w = torch.full((1, 8), magnitude)
     x = torch.linspace(-1.0, 1.0, 32).reshape(4, 8) * magnitude
-    got = impl.scenario(scenarios.fp16_step, [w], x, torch.zeros(4), lr=1e-6, init_scale=init_scale)
-    expected = ref.scenario(scenarios.fp16_step, [w], x, torch.zeros(4), lr=1e-6, init_scale=init_scale)
+    got = impl.scenario(scenarios.fp16_step, weights=[w], x=x, y=torch.zeros(4), lr=1e-6, init_scale=init_scale)
+    expected = ref.scenario(scenarios.fp16_step, weights=[w], x=x, y=torch.zeros(4), lr=1e-6, init_scale=init_scale)
     assert got["scale"] == expected["scale"], (
         f"scale after the step: {got['scale']}, the reference's {expected['scale']}"
     )
