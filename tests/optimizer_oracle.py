@@ -13,6 +13,7 @@ does not have this file).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,7 +140,7 @@ class Expected:
 
 def _torch_run(
     name: str, params: list[torch.Tensor], groups: list[tuple[list[int], dict[str, Any]]],
-    defaults: dict[str, Any], grads: list[list[torch.Tensor | None]], lrs: list[list[float]] | None,
+    defaults: dict[str, Any], grads: Sequence[Sequence[torch.Tensor | None]], lrs: list[list[float]] | None,
     dtype: torch.dtype, foreach: bool, in_place: bool = False, jitter: float = 0.0, seed: int = 0,
 ) -> list[list[torch.Tensor]]:
     """torch.optim's run in ``dtype``; with ``jitter``, every param, gradient and
@@ -203,7 +204,7 @@ JITTER_EPS = 1.0
 
 def torch_trajectory(
     name: str, params: list[torch.Tensor], groups: list[tuple[list[int], dict[str, Any]]],
-    defaults: dict[str, Any], grads: list[list[torch.Tensor | None]], lrs: list[list[float]] | None = None,
+    defaults: dict[str, Any], grads: Sequence[Sequence[torch.Tensor | None]], lrs: list[list[float]] | None = None,
     in_place: bool = False,
 ) -> Expected:
     """The oracle: the same run with torch.optim (default flags), in float64,

@@ -105,7 +105,7 @@ HYPERPARAMETER_VALUES: dict[str, st.SearchStrategy[Any]] = {
 }
 
 
-def hyperparameters(keys: tuple[str, ...] | list[str] | None = None,
+def hyperparameters(keys: tuple[str, ...] | list[str] | None = None, /,
                     **overrides: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
     """Optimizer hyperparameters in the ranges torch.optim accepts: those named
     in ``keys`` (default: every one), each drawn from its strategy in

@@ -32,7 +32,8 @@ from tests.strategies import compute_dtypes, hyperparameters, make_tensor, seeds
 from tests.tolerances import assert_close, check_tensor
 
 
-def _run_args(run: dict[str, Any]) -> tuple[Any, ...]:
+def _run_args(run: dict[str, Any]) -> tuple[list[torch.Tensor], scenarios.Groups, dict[str, Any], scenarios.Grads]:
+    """A drawn run's params, groups, defaults and gradients, as the trajectory scenarios and the oracle take them."""
     return run["params"], run["groups"], run["defaults"], run["grads"]
 
 
@@ -54,7 +55,7 @@ def test_trajectory_matches_torch(impl, name, data):
 def test_default_hyperparameters_match_torch(impl, name):
     params = [make_tensor((4, 3), torch.float32, 1), make_tensor((5,), torch.float32, 2)]
     grads = [[make_tensor(p.shape, torch.float32, 10 * k + i) for i, p in enumerate(params)] for k in range(3)]
-    groups = [([0, 1], {})]
+    groups: scenarios.Groups = [([0, 1], {})]
     expected = torch_trajectory(name, params, groups, {}, grads)
     got = impl.scenario(scenarios.trajectory, name, params, groups, defaults={}, grads_per_step=grads)
     assert_same_trajectory(got, expected, f"{name}() with default hyperparameters")
@@ -79,7 +80,7 @@ def test_params_without_grad_are_left_alone(impl, name):
     params = [make_tensor((3,), torch.float64, 5), make_tensor((2, 2), torch.float64, 6),
               make_tensor((4,), torch.float64, 7)]
     g = lambda i, k: make_tensor(params[i].shape, torch.float64, 100 + 10 * k + i)
-    grads = [[g(0, 0), g(1, 0), None], [g(0, 1), None, None], [g(0, 2), g(1, 2), g(2, 2)]]
+    grads: scenarios.Grads = [[g(0, 0), g(1, 0), None], [g(0, 1), None, None], [g(0, 2), g(1, 2), g(2, 2)]]
     hp = {"weight_decay": 0.1, "lr": 0.1}
     expected = torch_trajectory(name, params, [([0, 1, 2], hp)], {}, grads)
     got = impl.scenario(scenarios.trajectory, name, params, groups=[([0, 1, 2], hp)], defaults={},
@@ -122,7 +123,7 @@ def test_large_parameters_match_torch(impl, name, data):
              for k in range(data.draw(st.integers(1, 3), label="steps"))]
     hp = data.draw(hyperparameters(**EXTRA_HYPERPARAMETERS).map(
         lambda d: {k: d[k] for k in HYPERPARAMETERS[name]}))
-    groups = [(list(range(len(params))), {})]
+    groups: scenarios.Groups = [(list(range(len(params))), {})]
     expected = torch_trajectory(name, params, groups, hp, grads)
     got = impl.scenario(scenarios.trajectory, name, params, groups, hp, grads)
     assert_same_trajectory(got, expected, f"{name} with parameters of {sizes} elements")
@@ -149,7 +150,7 @@ def test_optimizer_built_from_a_generator_of_params(impl, name, data):
     """``Opt(model.parameters())`` passes a generator, which can be read only
     once: the optimizer still holds every param and steps like torch.optim."""
     run = data.draw(runs(name, max_groups=1, none_grads=False))
-    one_group = [(list(range(len(run["params"]))), {})]
+    one_group: scenarios.Groups = [(list(range(len(run["params"]))), {})]
     expected = torch_trajectory(name, run["params"], one_group, run["defaults"], run["grads"])
     got = impl.scenario(scenarios.trajectory_from_a_generator, name, run["params"], run["defaults"], run["grads"])
     assert_same_trajectory(got, expected, name + " (built from a generator of params)")
@@ -248,7 +249,7 @@ def test_state_bytes_match_torch(impl, name, dtype):
     dtype), for every float dtype a param may have."""
     params = [make_tensor(s, dtype, 30 + i) for i, s in enumerate([(3, 4), (5,), (2, 3, 2)])]
     grads = [[make_tensor(p.shape, dtype, 40 + 10 * k + i) for i, p in enumerate(params)] for k in range(2)]
-    groups = [([0, 1, 2], {})]
+    groups: scenarios.Groups = [([0, 1, 2], {})]
     got = impl.scenario(scenarios.state_after, name, params, groups, defaults={}, grads_per_step=grads)
     problems = state_bytes_mismatches(name, params, groups, grads, got)
     assert not problems, "\n".join(problems)

@@ -23,7 +23,8 @@ from tests.scenarios import optimizers as scenarios
 LONG_RUNS = 0.4
 
 
-def _args(run: dict[str, Any]) -> tuple[Any, ...]:
+def _args(run: dict[str, Any]) -> tuple[list[torch.Tensor], scenarios.Groups, dict[str, Any], scenarios.Grads]:
+    """A drawn run's params, groups, defaults and gradients, as the trajectory scenarios and the oracle take them."""
     return run["params"], run["groups"], run["defaults"], run["grads"]
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import io
 import operator
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -102,7 +103,7 @@ def grads_after_steps(
     return out
 
 
-def quadratic_closure(opt: Any, ps: list[torch.Tensor], targets: list[torch.Tensor]) -> Any:
+def quadratic_closure(opt: Any, ps: Sequence[torch.Tensor], targets: Sequence[torch.Tensor]) -> Any:
     """The closure torch.optim's docs describe: zero the grads, compute the loss
     ``sum((p - target)^2)``, backward, return the loss."""
 
