@@ -23,17 +23,17 @@ from hypothesis import strategies as st
 from tests.harness import Impl
 from tests.scenarios import training as scenarios
 from tests.tolerances import assert_close
-from tests.training_checks import BF16_TOLERANCE, FP16_TOLERANCE, assert_losses_close, make_batches, torch_loop
+from tests.training_checks import BF16_TOLERANCE, FP16_TOLERANCE, Run, assert_losses_close, make_batches, torch_loop
 
 # --------------------------------------------------------------------------- train
 
 
 #: the model and optimizer of the fp32 ``train`` runs compared with a torch loop
-ADAMW_RUN: dict[str, Any] = {"dim": 6, "num_layers": 2, "seed": 1, "opt_name": "adamw", "lr": 1e-2}
+ADAMW_RUN: Run = {"dim": 6, "num_layers": 2, "seed": 1, "opt_name": "adamw", "lr": 1e-2}
 #: the small SGD run of the checks of ``train``'s arguments
-SGD_RUN: dict[str, Any] = {"dim": 6, "num_layers": 2, "seed": 0, "opt_name": "sgd", "lr": 0.1}
+SGD_RUN: Run = {"dim": 6, "num_layers": 2, "seed": 0, "opt_name": "sgd", "lr": 0.1}
 #: the tiny SGD run of the checks of bad input and logging
-TINY_RUN: dict[str, Any] = {"dim": 4, "num_layers": 1, "seed": 0, "opt_name": "sgd", "lr": 0.1}
+TINY_RUN: Run = {"dim": 4, "num_layers": 1, "seed": 0, "opt_name": "sgd", "lr": 0.1}
 
 
 def train_matches_a_torch_loop(impl: Impl, kind: str, batches: list[Any], steps: int, feed: str,
@@ -57,7 +57,7 @@ def test_train_matches_a_torch_loop_and_draws_one_batch_per_step(impl, kind):
 
 def test_train_bf16_tracks_fp32(impl):
     batches = make_batches(20, batch=32, dim=16, seed=7)
-    run = {"dim": 16, "num_layers": 2, "seed": 2, "opt_name": "adamw", "lr": 1e-2}
+    run: Run = {"dim": 16, "num_layers": 2, "seed": 2, "opt_name": "adamw", "lr": 1e-2}
     got = impl.scenario(scenarios.run_train, "mlp", **run, batches=batches, steps=20, precision="bf16",
                         feed="counted")
     losses, _ = torch_loop("mlp", **run, batches=batches)
@@ -87,7 +87,7 @@ def test_train_fp16_tracks_fp32(impl, seed, steps):
     """``train(precision="fp16", scaler=GradScaler("cpu"))``: one loss per step,
     within fp16's rounding of the fp32 run; fp32 parameters and state."""
     batches = make_batches(steps, batch=16, dim=8, seed=seed)
-    run = {"dim": 8, "num_layers": 2, "seed": seed, "opt_name": "adamw", "lr": 1e-2}
+    run: Run = {"dim": 8, "num_layers": 2, "seed": seed, "opt_name": "adamw", "lr": 1e-2}
     got = impl.scenario(scenarios.run_train, "mlp", **run, batches=batches, steps=steps, precision="fp16",
                         scaler="default")
     losses, _ = torch_loop("mlp", **run, batches=batches)

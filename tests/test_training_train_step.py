@@ -18,6 +18,7 @@ from tests.scenarios import training as scenarios
 from tests.training_checks import (
     BF16_TOLERANCE,
     FP16_TOLERANCE,
+    Run,
     assert_losses_close,
     assert_same_steps,
     check_by_keyword,
@@ -34,14 +35,14 @@ from tests.training_checks import (
 def test_fp32_steps_match_a_torch_loop(impl, kind, opt_name):
     # Three steps: a step that forgets to zero the gradients drifts from step 2 on.
     batches = make_batches(3, batch=8, dim=6, seed=1)
-    run = {"dim": 6, "num_layers": 2, "seed": 0, "opt_name": opt_name, "lr": 0.05}
+    run: Run = {"dim": 6, "num_layers": 2, "seed": 0, "opt_name": opt_name, "lr": 0.05}
     got = impl.scenario(scenarios.run_steps, kind, **run, batches=batches, precision="fp32")
     assert_same_steps(got, torch_steps(kind, **run, batches=batches), f"3 fp32 train_step calls ({kind}, {opt_name})")
 
 
 def test_bf16_tracks_fp32_and_keeps_fp32_master_weights(impl):
     batches = make_batches(25, batch=32, dim=16, seed=2)
-    run = {"dim": 16, "num_layers": 2, "seed": 3, "opt_name": "adamw", "lr": 1e-2}
+    run: Run = {"dim": 16, "num_layers": 2, "seed": 3, "opt_name": "adamw", "lr": 1e-2}
     got = impl.scenario(scenarios.run_steps, "mlp", **run, batches=batches, precision="bf16")
     losses, _ = torch_loop("mlp", **run, batches=batches)
     assert got["forward_dtypes"] == ["bfloat16"], (
@@ -143,7 +144,7 @@ def test_fp16_train_step_loss_tracks_the_fp32_loss(impl, seed, kind):
     itself (not the scaled loss the scaler backpropagates), within fp16's
     rounding of the fp32 run's; parameters and state stay fp32."""
     batches = make_batches(8, batch=16, dim=8, seed=seed)
-    run = {"dim": 8, "num_layers": 2, "seed": seed, "opt_name": "adamw", "lr": 1e-2}
+    run: Run = {"dim": 8, "num_layers": 2, "seed": seed, "opt_name": "adamw", "lr": 1e-2}
     got = impl.scenario(scenarios.run_steps, kind, **run, batches=batches, precision="fp16")
     losses, _ = torch_loop(kind, **run, batches=batches)
     assert got["param_dtypes"] == ["float32"] and got["state_dtypes"] == ["float32"], (

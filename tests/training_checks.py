@@ -13,7 +13,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -114,6 +114,17 @@ def _float_loop(kind: str, *, dim: int, num_layers: int, seed: int, opt_name: st
                      for m, p, b in zip(magnitude, params, before, strict=True)]
         losses.append(loss.item())
     return losses, [p.detach() for p in params], magnitude
+
+
+class Run(TypedDict):
+    """A training run's model and optimizer, as :func:`torch_loop` and the
+    training scenarios take them (by keyword)."""
+
+    dim: int
+    num_layers: int
+    seed: int
+    opt_name: str
+    lr: float
 
 
 def torch_loop(kind: str, *, dim: int, num_layers: int, seed: int, opt_name: str, lr: float,

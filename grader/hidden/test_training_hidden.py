@@ -19,6 +19,7 @@ from tests.scenarios import training as scenarios
 from tests.strategies import make_tensor, seeds
 from tests.tolerances import assert_close
 from tests.training_checks import (
+    Run,
     assert_checkpointed_is_the_model,
     assert_same_steps,
     checkpoint_layers,
@@ -48,7 +49,7 @@ def _close_losses(got, expected, atol: float, what: str) -> None:
 def test_fp32_steps_equal_the_reference(impl, kind, dim, layers, opt, lr, seed):
     input_kind(model=kind, width="2 to 12", layers=str(layers), optimizer=opt, precision="fp32", steps="4")
     batches = hidden_batches(4, batch=5, dim=dim, seed=seed)
-    run = {"dim": dim, "num_layers": layers, "seed": seed, "opt_name": opt, "lr": lr}
+    run: Run = {"dim": dim, "num_layers": layers, "seed": seed, "opt_name": opt, "lr": lr}
     got = impl.scenario(scenarios.run_steps, kind, **run, batches=batches, precision="fp32")
     # The public test's oracle (a plain torch loop, and the rounding this run's conditioning allows).
     assert_same_steps(got, torch_steps(kind, **run, batches=batches), f"fp32 {kind} {opt} lr={lr}")
