@@ -140,7 +140,7 @@ def test_a_worker_that_cannot_start_is_a_grader_error_in_every_report(tmp_path):
     assert "not graded because of a grader error" in proc.stdout
     assert all(t["score"] == 0 and "not graded" in t["output"] for t in gs["tests"]), gs["tests"]
     assert "grader error" in gs["output"]
-    assert int(junit.get("errors")) == len(p["items"]) and int(junit.get("failures")) == 0
+    assert int(junit.attrib["errors"]) == len(p["items"]) and int(junit.attrib["failures"]) == 0
     assert all(c.find("error") is not None for c in junit.iter("testcase"))
 
 

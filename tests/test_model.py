@@ -295,11 +295,12 @@ def test_seed_everything_seeds_torch_numpy_and_random(impl, seed):
     torch.manual_seed(seed)
     np.random.seed(seed)
     random.seed(seed)
-    expected = {"torch": torch.rand(4), "numpy": np.random.rand(4), "random": [random.random() for _ in range(4)]}
+    expected_torch, expected_numpy = torch.rand(4), np.random.rand(4)
+    expected_random = [random.random() for _ in range(4)]
     call = f"seed_everything({seed})"
-    assert torch.equal(got["torch"], expected["torch"]), f"{call} did not seed torch as torch.manual_seed does"
-    assert np.array_equal(got["numpy"], expected["numpy"]), f"{call} did not seed NumPy as np.random.seed does"
-    assert got["random"] == expected["random"], f"{call} did not seed random as random.seed does"
+    assert torch.equal(got["torch"], expected_torch), f"{call} did not seed torch as torch.manual_seed does"
+    assert np.array_equal(got["numpy"], expected_numpy), f"{call} did not seed NumPy as np.random.seed does"
+    assert got["random"] == expected_random, f"{call} did not seed random as random.seed does"
 
 
 @given(seed=st.integers(0, 2**32 - 1))

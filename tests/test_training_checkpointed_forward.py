@@ -161,6 +161,7 @@ def test_checkpointed_forward_input_without_grad(impl, kind, seed, num_layers, b
             f"parameter {i} got no gradient when x does not require grad (torch.utils.checkpoint with "
             "use_reentrant=True drops them: use use_reentrant=False)"
         )
+        assert p.grad is not None  # the oracle's, set by the backward above
         assert_close(got["grads"][i], p.grad, what=f"gradient of parameter {i} (x without grad)")
 
 
@@ -187,9 +188,11 @@ def test_checkpointed_forward_with_dropout_matches_the_same_seeded_model(
     assert_close(got["out"], out.detach(), what=f"checkpointed_forward output with dropout p={p}")
     for i, prm in enumerate(model.parameters()):
         assert got["grads"][i] is not None, f"parameter {i} got no gradient"
+        assert prm.grad is not None  # the oracle's, set by the backward above
         assert_close(got["grads"][i], prm.grad, what=f"gradient of parameter {i} with dropout p={p} "
                      "(the recomputed forward must reuse the forward's dropout masks)")
     if x_requires_grad:
+        assert xr.grad is not None
         assert_close(got["x_grad"], xr.grad, what="gradient of the input with dropout")
 
 

@@ -86,6 +86,7 @@ def test_fp16_scaler_keeps_tiny_gradients(impl):
     model = scenarios.build_linear_chain(weights)
     F.mse_loss(model(x), y).backward()
     for i, (w, p) in enumerate(zip(weights, model.parameters(), strict=True)):
+        assert p.grad is not None  # the fp32 oracle's, set by the backward above
         expected = -lr * p.grad
         update = got["weights"][i] - w
         err = (update - expected).abs().max().item() / expected.abs().max().item()
