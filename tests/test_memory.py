@@ -66,7 +66,7 @@ def test_count_parameters_of_a_frozen_model(impl, buffers):
     )
 
 
-def _measure_step(name: str, dims: list[int], dtype: torch.dtype, batch: int):
+def _measure_step(name: str, dims: list[int], dtype: torch.dtype, batch: int) -> dict[str, int]:
     """Bytes held after one real step: params, grads, per-parameter state, activations."""
     torch.manual_seed(0)
     model = scenarios.build_model(dims, bias=True, tie=False, dtype=dtype)

@@ -69,7 +69,7 @@ def test_fp16_runs_in_fp16_and_keeps_fp32_master_weights(impl):
     )
 
 
-def _tiny_gradient_problem():
+def _tiny_gradient_problem() -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
     # Layer 2's weights are ~1e-4, so the gradient reaching layer 1 is ~1e-10:
     # zero in fp16 (smallest subnormal 6e-8) unless the loss is scaled first.
     g = torch.Generator().manual_seed(0)

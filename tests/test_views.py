@@ -30,7 +30,7 @@ def test_contiguous_strides_match_torch(impl, shape):
 
 
 @st.composite
-def views(draw):
+def views(draw: st.DrawFn) -> tuple[torch.Tensor, tuple[int, ...]]:
     """A tensor view made by slicing, transposing and indexing, and one element of it."""
     base = torch.arange(draw(st.integers(1, 6)) * 2 * 3 * 4).reshape(-1, 2, 3, 4)
     t = base
@@ -111,7 +111,7 @@ VIEWS = {
 
 
 @st.composite
-def view_pairs(draw):
+def view_pairs(draw: st.DrawFn) -> tuple[torch.Tensor, torch.Tensor, bool, tuple[str, str]]:
     base = torch.arange(24.0).reshape(4, 6)
     other = torch.arange(24.0).reshape(4, 6)  # equal values, different storage
     a_name, b_name = draw(st.sampled_from(sorted(VIEWS))), draw(st.sampled_from(sorted(VIEWS)))

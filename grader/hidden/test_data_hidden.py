@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -33,7 +36,7 @@ def _tokens(n: int, dtype: str, seed: int) -> np.ndarray:
     )
 
 
-def _outcome(call):
+def _outcome(call: Callable[[], Any]) -> tuple[str, Any]:
     try:
         return "ok", call()
     except NotImplementedError:
@@ -131,7 +134,7 @@ def test_get_batch_bad_input_raises_like_the_reference(impl, ref, argument, valu
 
 
 @pytest.fixture(scope="module")
-def token_file(tmp_path_factory):
+def token_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 128 MiB file of random uint16 tokens (a fresh seed per run)."""
     path = tmp_path_factory.mktemp("tokens") / "tokens.bin"
     write_random_tokens(path, 64 << 20, secrets.randbelow(2**31))

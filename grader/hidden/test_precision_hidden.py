@@ -49,7 +49,7 @@ def test_float_format_fields(impl, ref, dtype):
 
 
 @st.composite
-def near_thresholds(draw):
+def near_thresholds(draw: st.DrawFn) -> tuple[float, torch.dtype]:
     """A float64 value within a few ulps (of the format) of a rounding threshold."""
     dtype = draw(st.sampled_from(NARROW))
     info = torch.finfo(dtype)
@@ -129,10 +129,10 @@ def test_bad_input_like_the_reference(impl, ref, function, args):
     raises_like_reference(impl, ref, "precision", function, *args)
 
 
-def _double_rounding_cases():
+def _double_rounding_cases() -> list[tuple[str, float, torch.dtype]]:
     """Values a hair past a threshold in float64 that round onto the threshold in
     float32: casting through float32 first (double rounding) gets them wrong."""
-    cases = []
+    cases: list[tuple[str, float, torch.dtype]] = []
     for dtype in NARROW:
         info = torch.finfo(dtype)
         tiny = info.smallest_normal * info.eps

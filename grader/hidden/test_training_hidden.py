@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from grader.hidden.conftest import input_kind
 from grader.hidden.training_inputs import hidden_batches
+from tests.harness import Impl
 from tests.scenarios import checkpoints as checkpoint_scenarios
 from tests.scenarios import training as scenarios
 from tests.strategies import make_tensor, seeds
@@ -146,7 +147,7 @@ def test_train_equals_the_reference(impl, ref, steps, seed, precision):
 @pytest.mark.parametrize("kind", ["truncated", "garbage", "tensor", "dict", "missing"])
 def test_bad_files_raise_like_the_reference(impl, ref, kind):
     input_kind(file=kind)
-    def outcome(who):
+    def outcome(who: Impl) -> str | None:
         try:
             who.scenario(checkpoint_scenarios.load_bad_file, kind)
         except NotImplementedError:
