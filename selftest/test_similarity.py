@@ -1,4 +1,4 @@
-"""The class similarity report (grader/instructor/similarity.py).
+"""The class similarity report (grader/instructor/similarity/).
 
 A small class built here, all on the handout's ``views`` module:
 

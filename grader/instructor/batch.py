@@ -320,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="regrade submissions that already have results")
     p.add_argument("--similarity", action="store_true",
                    help="also write the class similarity report (OUT/similarity; see "
-                        "grader/instructor/similarity.py)")
+                        "grader/instructor/similarity/)")
     p.add_argument("--quiet", action="store_true", help="no summary table on the console")
     p.add_argument("--leaderboard-ids", choices=ID_MODES, default="pseudonym",
                    help="how the summary's MFU leaderboard names submissions: pseudonym (default; a keyed hash "
