@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from grader.corpus import wrong_submissions
-from grader.instructor.check import wrong_reach
+from grader.instructor.reach import wrong_reach
 from selftest.repo_copy import REPO, copy_repo
 
 

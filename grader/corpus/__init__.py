@@ -171,7 +171,7 @@ def build_correct(sub: CorrectSubmission, dest: Path) -> Path:
     A whole module of the entry replaces the reference's, so it must define
     every function its stub has: ValueError names the module to extend when a
     function was added to the assignment after it was written."""
-    from grader.instructor.check import stubs_of  # the stubs' functions, read from the source
+    from grader.sourcefacts import stubs_of  # the stubs' functions, read from the source
 
     for module in sub.modules:
         stub = REPO / "student" / module.name
