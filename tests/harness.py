@@ -48,7 +48,7 @@ the implementation imported here, and a child process for the three methods
 above) and the grader's ``RemoteImpl`` (grader/sandbox/remote.py: a sandboxed
 worker). :mod:`tests.memwatch` measures memory from outside a process.
 
-**Why the harness lives in ``tests/``** (with :mod:`tests.wire`, :mod:`tests.local`,
+**Why the harness lives in ``tests/``** (with :mod:`tests.codec`, :mod:`tests.wire`, :mod:`tests.local`,
 :mod:`tests.memwatch` and ``tests/scenarios/``) and not in a package of its own: it is part of what
 students receive and run. ``pytest`` in the student release needs it next to
 the public tests, with no install step; the grader's worker runs the very same

@@ -21,7 +21,7 @@ from grader.util import memory_available
 #: pytest process (public tests, hidden checks, the reference's oracle
 #: computations). Measured: grading the reference on every problem peaks at
 #: 1.2 GiB of address space (1189 MiB VmPeak, 471 MiB resident), so 4 GiB
-#: leaves room; a reply that would need more is refused before (tests.wire's
+#: leaves room; a reply that would need more is refused before (tests.codec's
 #: logical-size bounds) or ends the run with an error.
 TRUSTED_MEMORY_BYTES = 4 << 30
 #: Bytes of a worker's output kept for the instructors' log (the rest is read and dropped).

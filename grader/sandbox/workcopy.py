@@ -3,7 +3,7 @@
 :func:`make_working_copy` fills a fresh folder with the submission's
 ``student/`` (its plain modules, regular files only, capped by :data:`MAX_FILES`
 and :data:`MAX_BYTES`; symlinks never followed), the public
-harness the worker needs (``tests/__init__.py``, ``tests/wire.py``,
+harness the worker needs (``tests/__init__.py``, ``tests/codec.py``, ``tests/wire.py``,
 ``tests/harness.py``, ``tests/memwatch.py``, ``tests/scenarios/``), the rubric
 (``grader/rubric.toml``, which names the handout's modules, as the student
 release ships it) and the worker script (:data:`WORKER_SCRIPT`, a copy of
@@ -99,7 +99,7 @@ def make_working_copy(student: Path, dest: Path) -> Path:
     shutil.copyfile(REPO / "grader" / "rubric.toml", dest / "grader" / "rubric.toml")
     tests = dest / "tests"
     (tests / "scenarios").mkdir(parents=True, exist_ok=True)
-    for name in ("__init__.py", "wire.py", "harness.py", "memwatch.py"):
+    for name in ("__init__.py", "codec.py", "wire.py", "harness.py", "memwatch.py"):
         shutil.copyfile(REPO / "tests" / name, tests / name)
     for src in sorted((REPO / "tests" / "scenarios").glob("*.py")):
         shutil.copyfile(src, tests / "scenarios" / src.name)

@@ -1,7 +1,7 @@
 """The grader's workers: the only processes that import the submission.
 
 This file is copied, as ``_grader_worker.py``, into a fresh working copy that
-holds the submission's ``student/``, the public harness (``tests/wire.py``,
+holds the submission's ``student/``, the public harness (``tests/codec.py``, ``tests/wire.py``,
 ``tests/harness.py``, ``tests/memwatch.py``, ``tests/scenarios/``) and its two
 companions (``_grader_confine.py``: rlimits, seccomp, Landlock;
 ``_grader_seal.py``: the torch.optim seal), and runs there inside the sandbox
