@@ -3,7 +3,7 @@
     python -m grader [SUBMISSION] [--json FILE] [--gradescope FILE] [--junit FILE] [--markdown FILE]
                      [--profile dev|ci|grade] [--problems a,b] [--public-only]
                      [--sandbox auto|bwrap|uid|rlimits] [--call-cpu S] [--cpu-budget S]
-                     [--memory-limit GIB] [--parallel N] [--reveal-hidden] [--seed N] [--rubric FILE] [--quiet]
+                     [--memory-limit GIB] [--reveal-hidden] [--seed N] [--rubric FILE] [--quiet]
                      [--verbose] [--no-progress] [--cpu-stand-in]
                      [--full-feedback N/WINDOW --submission-metadata FILE]
 
@@ -28,7 +28,6 @@ engine): the pipeline is imported after the arguments are parsed.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -60,15 +59,6 @@ EPILOG = "\n".join([
 ])
 
 
-def _env_int(name: str) -> int | None:
-    """``$name`` as an int; None when unset or empty (a bad value is reported by main)."""
-    value = os.environ.get(name, "").strip()
-    try:
-        return int(value) if value else None
-    except ValueError:
-        return 0  # main rejects N < 1 with a message naming the option
-
-
 def parser() -> argparse.ArgumentParser:
     """The command line's parser (building it imports nothing of the pipeline)."""
     ap = argparse.ArgumentParser(prog="python -m grader", description=DESCRIPTION, epilog=EPILOG,
@@ -93,10 +83,6 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--cpu-budget", type=float, metavar="S",
                     help="CPU seconds per problem (default: a multiple of the reference's, scaled to this machine)")
     ap.add_argument("--memory-limit", type=float, metavar="GIB", help="address space per worker (default: rubric)")
-    ap.add_argument("--parallel", type=int, metavar="N", default=_env_int("GRADER_PARALLEL"),
-                    help="trusted pytest processes per phase, sharing its problems (default: $GRADER_PARALLEL, "
-                         "else 1: one process per phase costs least CPU; to use more cores, grade several "
-                         "submissions at once with batch --jobs)")
     ap.add_argument("--reveal-hidden", action="store_true", default=None,
                     help="show hidden checks' failure details (instructors)")
     ap.add_argument("--seed", type=int, metavar="N",
@@ -126,9 +112,6 @@ def main(argv: list[str] | None = None) -> int:
     """Grade one submission from the command line; the exit code is as the module docstring says."""
     started = time.monotonic()  # the reports' execution_time counts from here: torch's import included
     args = parser().parse_args(argv)
-    if args.parallel is not None and args.parallel < 1:
-        print("grader: --parallel (or $GRADER_PARALLEL) needs N >= 1", file=sys.stderr)
-        return 2
     if args.submission is not None and not Path(args.submission).exists():
         # A mistyped path is the caller's argument, not a submission to score 0.
         print(f"grader: {args.submission} does not exist (give a folder or zip holding student/)", file=sys.stderr)
@@ -161,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         profile=args.profile, problems=[p for p in args.problems.split(",") if p] if args.problems else None,
         public_only=args.public_only, sandbox=args.sandbox, call_cpu=args.call_cpu,
         cpu_budget=args.cpu_budget, memory_limit_gib=args.memory_limit, reveal_hidden=args.reveal_hidden,
-        rubric=args.rubric or DEFAULT_RUBRIC, seed=args.seed, parallel=args.parallel, progress=progress,
+        rubric=args.rubric or DEFAULT_RUBRIC, seed=args.seed, progress=progress,
         on_update=rewrite if args.json or args.gradescope or args.junit or args.markdown else None,
         cpu_stand_in=args.cpu_stand_in, started=started, feedback=feedback,
     )

@@ -7,9 +7,9 @@ selected problems) with :mod:`grader.plugin`, which routes every call of the
 tests to one sandboxed worker per problem and sends the outcomes back over a
 pipe. The work is split by concern, each module importing only those below it:
 
-* :mod:`grader.groups`: which check files go to which of the K concurrent
-  trusted pytest processes (groups), running them (the :mod:`grader.protocol`
-  plan out, results back) and merging each problem's results from its groups;
+* :mod:`grader.groups`: the phases (public checks, then hidden ones), each
+  run as one trusted pytest process (the :mod:`grader.protocol` plan out,
+  results back);
 * :mod:`grader.scoring`: verdicts and points from the rubric, and each failed
   item's first failure as structured fields;
 * :mod:`grader.results`: the records all this produces, which
@@ -68,7 +68,6 @@ class Options:
     memory_limit_gib: float | None = None
     rubric: Path = rubric_mod.DEFAULT_RUBRIC
     seed: int | None = None  # hidden checks' inputs; None: a fresh one, recorded in the result
-    parallel: int | None = None  # concurrent trusted pytest processes per phase; None: one
     progress: GradeProgress | None = None  # told as each problem starts and finishes; None: silent
     cpu_stand_in: bool = False  # without CUDA, run the GPU problems on the CPU standing in for one (a rehearsal)
     on_update: Callable[[GradeResult], None] | None = None  # told the result as it stands, after each problem
@@ -204,31 +203,31 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
         for index, part in enumerate(all_phases):
             hidden = any(is_hidden(f) for _, files in part for f in files)
 
-            def attempt(part: list[ProblemFiles], parallel: int | None, where: Path, hidden: bool = hidden,
+            def attempt(part: list[ProblemFiles], where: Path, hidden: bool = hidden,
                         index: int = index) -> dict[str, RunResults]:
                 outcomes, errors, costs_ = run_phase(
-                    part, template, cpu_budgets, hidden=hidden, parallel=parallel, run=where,
+                    part, template, cpu_budgets, hidden=hidden, run=where,
                     progress=opts.progress, on_problem=lambda name, res: grading.arrived(index, name, res))
                 result.notes.extend(e for e in errors if e not in result.notes)
                 result.costs.extend(costs_)
-                for name, res in outcomes.items():
-                    grading.arrived(index, name, res, final=True)
+                for name, res in outcomes.items():  # the phase's results, once its process has ended
+                    grading.arrived(index, name, res)
                 return outcomes
 
             # A problem whose modules did not import in an earlier phase runs no more phases.
             cut = [pf for pf in part if pf.problem.name in grading.import_errors()]
             for pf in cut:
-                grading.arrived(index, pf.problem.name, RunResults(), final=True)
+                grading.arrived(index, pf.problem.name, RunResults())
             part = [pf for pf in part if pf not in cut]
             if not part:
                 continue
-            first = attempt(part, opts.parallel, run / f"phase-{index}")
+            first = attempt(part, run / f"phase-{index}")
             faulty = [pf for pf in part if _grader_error(first.get(pf.problem.name, RunResults()), pf.problem.name)]
             if faulty:
                 names = [pf.problem.name for pf in faulty]
                 if opts.progress is not None:
                     opts.progress.note(f"regrading {', '.join(names)} alone, after a grader error")
-                again = attempt(faulty, 1, run / f"phase-{index}-regrade")
+                again = attempt(faulty, run / f"phase-{index}-regrade")
                 for name in names:
                     outcome = "still a grader error" if _grader_error(again.get(name, RunResults()), name) else "graded"
                     result.notes.append(f"{name}: regraded alone after a grader error: {outcome}")
@@ -302,14 +301,12 @@ class _Grading:
             for name in names:
                 self.phases.setdefault(name, set()).add(i)
 
-    def arrived(self, phase: int, name: str, res: RunResults, final: bool = False) -> None:
-        """Problem ``name``'s results of ``phase`` (``final``: its phase's
-        process has ended, and a regrade's results replace an attempt's)."""
+    def arrived(self, phase: int, name: str, res: RunResults) -> None:
+        """Problem ``name``'s results of ``phase``: they replace any it had
+        (its end event's by its process's, an attempt's by a regrade's)."""
         if name not in self.problems:
             return
         with self.lock:
-            if not final and phase in self.parts[name]:
-                return  # a split problem's second part: the phase's merged results come at its end
             self.parts[name][phase] = res
             if set(self.parts[name]) >= self.phases.get(name, set()):
                 self._score(name)

@@ -1,19 +1,13 @@
-"""Planning and running a grade's groups: which check files go to which
-trusted pytest process, one process per group, then each problem's results
-merged from the groups that ran its files.
+"""Planning and running a grade's phases: which check files each phase runs
+(every problem's public ones, then the hidden ones), each phase as one
+trusted pytest process.
 
-**Planning.** The problems (a heavy one split into its check files) are split into K groups
-run concurrently, one trusted pytest process each, with K = min(cores, check
-files, memory slots of :func:`grader.sandbox.limits.worker_slots`) or the requested
-number. Expected times (the reference's wall-clock seconds per check file in
-``grader/budgets.toml``) only balance the groups; they never decide a verdict.
-
-**Running.** Each group gets its own :class:`grader.protocol.GroupSpec`, results pipe and
-scratch folder; its pytest process loads :mod:`grader.plugin`, which routes
+**Running.** A phase's process gets its :class:`grader.protocol.GroupSpec`, results pipe and
+scratch folder; it loads :mod:`grader.plugin`, which routes
 the tests' calls to one sandboxed worker per problem and writes
 :class:`grader.protocol.RunResults` back over the pipe. Each problem's CPU
-budget is computed here, for the files of it the group runs
-(:func:`grader.sandbox.budgets.problem_budget`). A group that ends without results (a
+budget is computed here, for the files of it the phase runs
+(:func:`grader.sandbox.budgets.problem_budget`). A process that ends without results (a
 crash, killed for memory, the hard time limit) yields a ``fatal`` record:
 nothing the submission could cause (its code never runs in that process), so
 its problems are grader errors rather than failures, and are regraded.
@@ -38,18 +32,15 @@ from grader.report.progress import GradeProgress
 from grader.rubric import Problem, is_hidden
 from grader.sandbox.budgets import Costs, problem_budget
 from grader.sandbox.isolation import Sandbox
-from grader.sandbox.limits import LOG_CAP, worker_slots
+from grader.sandbox.limits import LOG_CAP
 from grader.sandbox.optimseal import SEALED_OPTIM_PROBLEMS
-from grader.sandbox.scratch import BASETEMP, GROUP_PREFIX
+from grader.sandbox.scratch import BASETEMP
 from grader.util import REPO, memory_available
 
-#: The expected seconds of a check file ``budgets.toml`` has no figure for.
-UNMEASURED_FILE_SECONDS = 10.0
 
 class ProblemFiles(NamedTuple):
     """A problem with check files of it to run (those that exist): all of
-    them, a phase's (public or hidden), or, where a problem alone outweighs a
-    group's fair share, some of them (what the groups are made of)."""
+    them, or a phase's (public or hidden)."""
 
     problem: Problem
     files: tuple[str, ...]
@@ -88,70 +79,6 @@ class Budgets:
         return ProblemSpec(p.name, round(budget, 3), tuple(files), round(reference, 3), gpu_lock=p.gpu)
 
 
-def file_cost(f: str, costs: Costs, profile: str) -> float:
-    """The expected seconds of check file ``f`` in ``profile``."""
-    c = costs.file(profile, f)
-    return c.seconds if c is not None else UNMEASURED_FILE_SECONDS
-
-
-def units_of(planned: Sequence[tuple[Problem, Sequence[str]]], k: int, costs: Costs,
-             profile: str) -> list[ProblemFiles]:
-    """Whole problems (one worker each), except that a problem heavier than
-    1/k of the total is split into its files (a second worker start is cheaper
-    than one group waiting on it) when they are all public or all hidden.
-
-    A problem with both is never split (the engine plans public and hidden
-    files in separate phases, :func:`grader.groups.by_phase`; this holds for a
-    caller that does not): its files in two groups would run at the same time,
-    a worker that sees hidden inputs beside one whose answers reach students'
-    failure messages."""
-    total = sum(file_cost(f, costs, profile) for _, files in planned for f in files)
-    out: list[ProblemFiles] = []
-    for p, files in planned:
-        one_kind = len({is_hidden(f) for f in files}) == 1
-        if k > 1 and len(files) > 1 and one_kind and sum(file_cost(f, costs, profile) for f in files) > total / k:
-            out += [ProblemFiles(p, (f,)) for f in files]
-        else:
-            out.append(ProblemFiles(p, tuple(files)))
-    return out
-
-
-def parallelism(n_units: int, memory_bytes: int, requested: int | None = None) -> int:
-    """K, the groups of a phase run at once: 1, or ``requested`` when given,
-    never more than the check files nor the memory slots (each group has one
-    fork server and one worker at a time under ``memory_bytes``). One process
-    per phase costs least CPU: a machine with cores to spare grades several
-    submissions at once instead (``batch --jobs``)."""
-    want = requested if requested and requested > 0 else 1
-    return max(1, min(want, n_units, worker_slots(memory_bytes)))
-
-
-def partition(units: list[ProblemFiles], k: int, costs: Costs, profile: str) -> list[list[ProblemFiles]]:
-    """``units`` in ``k`` groups of about equal expected time (longest first,
-    each to the lightest group). Within a group, the rubric's order is kept."""
-    groups: list[list[ProblemFiles]] = [[] for _ in range(max(1, k))]
-    load = [0.0] * len(groups)
-
-    def cost(u: ProblemFiles) -> float:
-        return sum(file_cost(f, costs, profile) for f in u.files)
-
-    for u in sorted(units, key=lambda u: -cost(u)):  # stable: ties keep the rubric's order
-        i = min(range(len(groups)), key=lambda j: (load[j], j))
-        groups[i].append(u)
-        load[i] += cost(u)
-    order = {(p.name, f): i for i, (p, f) in enumerate(units)}
-    return [sorted(g, key=lambda u: order[(u.problem.name, u.files)]) for g in groups if g]
-
-
-def group_problems(group: list[ProblemFiles]) -> list[ProblemFiles]:
-    """One group's problems, each with its files in the group (a problem split
-    into several units of the same group gets them back together)."""
-    joined: dict[str, ProblemFiles] = {}
-    for p, fs in group:
-        joined[p.name] = ProblemFiles(p, joined[p.name].files + fs if p.name in joined else fs)
-    return list(joined.values())
-
-
 #: Called with each problem's results as its trusted process sends them (from a reader thread).
 OnProblem = Callable[[str, RunResults], None]
 
@@ -172,64 +99,31 @@ def phases(selected: list[Problem], check_files: dict[str, tuple[str, ...]], *,
 
 
 def run_phase(part: list[ProblemFiles], template: GroupSpec, budgets: Budgets, *, hidden: bool,
-              parallel: int | None, run: Path, progress: GradeProgress | None = None,
+              run: Path, progress: GradeProgress | None = None,
               on_problem: OnProblem | None = None) -> tuple[dict[str, RunResults], list[str], list[Cost]]:
-    """Run one phase's check files (``part``) in K concurrent trusted pytest
-    processes (K = 1 unless ``parallel`` asks for more and the machine has
-    room); return each problem's results (a problem absent was not run), the
-    processes' errors and their costs.
+    """Run one phase's check files (``part``) in one trusted pytest process;
+    return each problem's results (a problem absent was not run), the
+    process's error (if any) and its cost.
 
-    ``template`` is the run's group spec without problems (each process gets
+    ``template`` is the run's group spec without problems (the process gets
     its own copy with its problems, scratch folder and pipe); ``budgets``
-    sets each problem's budget for the files a process runs; ``hidden``: the
-    phase's files are hidden checks; ``run`` is the phase's folder;
-    ``progress``, when given, is told which process holds which problem and
-    fed its events; ``on_problem``, when given, gets each
-    problem's results as they come (from a reader thread; a problem split
-    over processes comes once per process).
+    sets each problem's budget; ``hidden``: the phase's files are hidden
+    checks; ``run`` is the phase's folder; ``progress``, when given, is
+    told the phase's problems and fed its events; ``on_problem``, when
+    given, gets each problem's results as they come (from a reader thread).
     """
     if not part:
         return {}, [], []
-    k = parallelism(sum(len(files) for _, files in part), template.sandbox.limits.memory_bytes, parallel)
-    groups = partition(units_of(part, k, budgets.costs, template.profile), k, budgets.costs, template.profile)
-    results: list[RunResults] = [RunResults() for _ in groups]
-    failures: list[BaseException] = []
     if progress is not None:
-        progress.assign([[p.name for p, _ in group_problems(g)] for g in groups], "hidden checks" if hidden else "")
-
-    held = [{p.name for p, _ in g} for g in groups]
-    whole = {p.name for p, _ in part if sum(p.name in h for h in held) == 1}  # the problems not split
-
-    def arrived(name: str, res: RunResults) -> None:  # a split problem's results are merged at the end
-        if on_problem is not None and name in whole:
-            on_problem(name, res)
-
-    def one(i: int) -> None:
-        problems = tuple(budgets.spec(p, files) for p, files in group_problems(groups[i]))
-        try:
-            results[i] = run_pytest(replace(template, hidden=hidden), problems, run / f"{GROUP_PREFIX}{i}",
-                                    progress=(lambda line: progress.event(i, line)) if progress else None,
-                                    on_problem=arrived)
-        except BaseException as e:  # re-raised below, in the caller's thread
-            failures.append(e)
-        finally:
-            if progress is not None:
-                progress.group_ended(i)
-
-    if len(groups) == 1:
-        one(0)
-    else:
-        runners = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(groups))]
-        for t in runners:
-            t.start()
-        for t in runners:
-            t.join()
-    if failures:
-        raise failures[0]
-    per_problem = {p.name: problem_results(p.name, files, [results[i] for i, g in enumerate(groups)
-                                                           if any(q.name == p.name for q, _ in g)])
-                   for p, files in part}
-    return per_problem, [r.error for r in results if r.error], [r.cost for r in results if r.cost is not None]
+        progress.assign([p.name for p, _ in part], "hidden checks" if hidden else "")
+    try:
+        results = run_pytest(replace(template, hidden=hidden), tuple(budgets.spec(p, files) for p, files in part),
+                             run, progress=progress.event if progress else None, on_problem=on_problem)
+    finally:
+        if progress is not None:
+            progress.ended()
+    per_problem = {p.name: problem_results(p.name, files, [results]) for p, files in part}
+    return per_problem, [results.error] if results.error else [], [results.cost] if results.cost is not None else []
 
 
 def by_phase(planned: list[ProblemFiles]) -> list[list[ProblemFiles]]:
@@ -412,7 +306,7 @@ def _no_results(killed: bool, hard_limit: float, proc: subprocess.Popen[bytes], 
 
 
 def merge_records(records: list[WorkerRecord]) -> WorkerRecord:
-    """One problem's worker record from the groups that ran its files."""
+    """One problem's worker record from the phases that ran its files."""
     if len(records) == 1:
         return records[0]
     seccomp = [r.seccomp for r in records if r.seccomp]
@@ -427,7 +321,7 @@ def merge_records(records: list[WorkerRecord]) -> WorkerRecord:
         cpu_budget=sum(r.cpu_budget for r in records),
         reference_cpu=sum(r.reference_cpu for r in records),
         seccomp=next((v for v in seccomp if v != "on"), seccomp[0] if seccomp else ""),
-        # One problem's log stays within one worker's cap, however many groups ran it.
+        # One problem's log stays within one worker's cap, however many phases ran it.
         log=log[:LOG_CAP],
         log_dropped=sum(r.log_dropped for r in records) + max(0, len(log) - LOG_CAP),
         started=any(r.started for r in records),
@@ -438,9 +332,9 @@ def merge_records(records: list[WorkerRecord]) -> WorkerRecord:
 
 
 def problem_results(name: str, files: Sequence[str], parts: list[RunResults]) -> RunResults:
-    """Problem ``name``'s results from its groups' results: its checks in the
-    order one process would have run them (its files' order), its worker
-    records merged, ``fatal`` when any of its groups ended without results."""
+    """Problem ``name``'s results from its phases' processes' results: their
+    checks in its files' order, its worker records merged, ``fatal`` when any
+    of those processes ended before its results came."""
     out = RunResults()
     checks = [item for o in parts for item in o.checks.items()]
     rank = {f: i for i, f in enumerate(files)}
@@ -456,7 +350,7 @@ def problem_results(name: str, files: Sequence[str], parts: list[RunResults]) ->
 
 def group_template(name: Path, work: Path, profile: str, sandbox: Sandbox, *, seed: int,
                    stand_in: bool = False) -> GroupSpec:
-    """The run's group spec, before a group fills in its problems, scratch folder and pipe."""
+    """The run's group spec, before a phase's process fills in its problems, scratch folder and pipe."""
     return GroupSpec(name=str(name), repo=str(REPO), work=str(work), scratch="", profile=profile, problems=(),
                      sandbox=SandboxSpec.of(sandbox), results_fd=-1, seed=seed, stand_in=stand_in)
 

@@ -83,7 +83,7 @@ def test_a_problem_cut_by_its_budget_says_so_in_every_report(tmp_path):
     # Public checks only: the public file runs the first items' checks (bytes, float formats) before
     # the first overflows() check; hidden checks of every item come after it.
     proc, result, gs, junit = grade(folder, tmp_path / "out", "--problems", "precision", "--profile", "dev",
-                                    "--public-only", "--cpu-budget", "4", "--parallel", "1")
+                                    "--public-only", "--cpu-budget", "4")
     p = result["problems"][0]
     assert p["status"] == "timeout" and 0 < p["not_run"] < len(p["checks"]), p["output"]
     assert 4 <= p["cpu"] < 6 and p["cpu_budget"] == 4, (p["cpu"], p["cpu_budget"])
@@ -129,7 +129,7 @@ def test_a_worker_that_cannot_start_is_a_grader_error_in_every_report(tmp_path):
     bin_dir = _fake_bwrap(tmp_path / "bin")
     folder = reference_copy(tmp_path / "sub")
     proc, result, gs, junit = grade(folder, tmp_path / "out", "--problems", "views", "--profile", "dev",
-                                    "--sandbox", "bwrap", "--parallel", "1",
+                                    "--sandbox", "bwrap",
                                     env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
     p = result["problems"][0]
     assert p["status"] == "grader error" and p["score"] == 0, p["output"]

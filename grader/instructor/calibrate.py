@@ -4,8 +4,7 @@ Grades the reference (copied as a submission) in each hypothesis profile, a
 few times with different hidden seeds, and writes ``grader/budgets.toml``:
 per profile and check file, the CPU seconds the reference's workers used for
 the file's checks (the most any run used: hidden inputs change with the seed)
-and their wall-clock seconds on the trusted side (the median; the planner
-balances parallel groups with it), plus this machine's time for the
+and their wall-clock seconds on the trusted side (the median), plus this machine's time for the
 calibration workload (:func:`grader.sandbox.budgets.workload_seconds`), against which
 other machines are scaled (the shortest of its times before and after each
 grade). Run it on an idle machine after changing the

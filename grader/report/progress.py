@@ -3,10 +3,9 @@
 
 The trusted pytest processes (:mod:`grader.plugin`) write one JSON line per
 event to the results pipe (``GroupSpec.results_fd``): ``start`` (with the number of
-the problem's checks that process holds), ``check`` (one check's outcome) and
-``end`` (that process ran the problem's last check). A problem split over
-several processes (:mod:`grader.groups`) starts with its first ``start`` and
-finishes when every process holding it has ended it, or has exited.
+the problem's checks in the phase), ``check`` (one check's outcome) and
+``end`` (the process ran the problem's last check). A problem finishes with
+its ``end``, or when its phase's process exits without one.
 
 :class:`GradeProgress` turns these events into a rich display on a terminal
 (one bar per problem, its checks done) or, elsewhere, one plain line when a
@@ -49,12 +48,10 @@ _NOUNS = ("error", "timeout", "grader error")  # the outcomes counted as "2 time
 
 @dataclass
 class _Problem:
-    """One problem's progress, summed over the processes that hold it."""
+    """One problem's progress in its phase's process."""
 
-    groups: set[int]  # the processes (groups) planned to run some of its checks
     label: str = ""  # how it is shown: its name, and which of its checks run now
-    ended: set[int] = field(default_factory=set)
-    total: int = 0  # checks announced by the processes that started it
+    total: int = 0  # checks announced by its start
     outcomes: dict[str, int] = field(default_factory=dict)
     start: float | None = None
     done: bool = False
@@ -111,17 +108,16 @@ class GradeProgress:
             self.bar.start()
 
     # ------------------------------------------------------------------ fed by the engine
-    def assign(self, groups: list[list[str]], phase: str = "") -> None:
-        """A run of trusted processes starts: ``groups[i]`` names the problems
-        process ``i`` holds; ``phase`` (e.g. "hidden checks") is shown after
-        each name. A problem assigned again (the next phase, a regrade) starts afresh."""
+    def assign(self, problems: list[str], phase: str = "") -> None:
+        """A phase's trusted process starts, holding ``problems``; ``phase``
+        (e.g. "hidden checks") is shown after each name. A problem assigned
+        again (the next phase, a regrade) starts afresh."""
         with self.lock:
-            for name in {n for g in groups for n in g}:
-                self.problems[name] = _Problem(groups={i for i, g in enumerate(groups) if name in g},
-                                               label=f"{name} ({phase})" if phase else name)
+            for name in problems:
+                self.problems[name] = _Problem(label=f"{name} ({phase})" if phase else name)
 
-    def event(self, group: int, line: bytes | str) -> None:
-        """One event line from process ``group``; anything malformed is dropped."""
+    def event(self, line: bytes | str) -> None:
+        """One event line from the phase's process; anything malformed is dropped."""
         try:
             raw = json.loads(line)
         except ValueError:
@@ -133,7 +129,7 @@ class GradeProgress:
             return
         with self.lock:
             p = self.problems.get(name)
-            if p is None or group not in p.groups or p.done:
+            if p is None or p.done:
                 return
             if kind == "start":
                 checks = raw.get("checks")
@@ -146,16 +142,13 @@ class GradeProgress:
                 if self.bar is not None and p.task is not None:
                     self.bar.update(p.task, total=max(p.total, p.checked), completed=p.checked)
             elif kind == "end":
-                p.ended.add(group)
-                self._maybe_finished(name, p)
+                self._finished(name, p)
 
-    def group_ended(self, group: int) -> None:
-        """Process ``group`` exited: whatever it held and did not end is over."""
+    def ended(self) -> None:
+        """The phase's process exited: whatever it held and did not end is over."""
         with self.lock:
             for name, p in self.problems.items():
-                if group in p.groups and not p.done:
-                    p.ended.add(group)
-                    self._maybe_finished(name, p)
+                self._finished(name, p)
 
     def note(self, text: str) -> None:
         """A line of the engine's own (a regrade, say), above the display."""
@@ -183,8 +176,8 @@ class GradeProgress:
         else:
             self._line(f"{p.label}: started")
 
-    def _maybe_finished(self, name: str, p: _Problem) -> None:
-        if p.done or p.ended < p.groups:
+    def _finished(self, name: str, p: _Problem) -> None:
+        if p.done:
             return
         p.done = True
         if p.start is None and not p.checked:  # its processes never reached it (a crash, a collection error)
