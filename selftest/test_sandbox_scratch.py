@@ -68,24 +68,16 @@ def test_fallocate_reserves_nothing_past_the_watch(work):
     assert watch.peak_bytes > 64 << 20 and used < 512 << 20
 
 
-def test_the_scratch_cap_is_the_grades_shared_by_its_groups(tmp_path):
-    """Two groups' folders together may hold the cap; past it, the group over
-    its even share is stopped, the other is not; a lone folder keeps its cap."""
-    folders = [tmp_path / f"group-{i}" / "scratch" for i in range(2)]
+def test_the_scratch_cap_is_its_own_folders(tmp_path):
+    """A folder over its cap is stopped with its cap named; what a folder
+    beside it holds does not count against it."""
+    folders = [tmp_path / name for name in ("small", "big")]
     for folder, mib in zip(folders, (24, 40), strict=True):
-        folder.mkdir(parents=True)
+        folder.mkdir()
         (folder / "data").write_bytes(os.urandom(mib << 20))
-    watches = [ScratchWatch(f, Limits(scratch_bytes=48 << 20), lambda _: None) for f in folders]
-    assert watches[0].check() == ""
-    assert "scratch folders hold more than 48 MiB" in watches[1].check()
-    remove_tree(folders[0] / "data")
-    assert watches[1].check() == ""  # 40 MiB of the grade's 48: within the budget
-    lone = ScratchWatch(tmp_path / "group-1" / "scratch", Limits(scratch_bytes=32 << 20), lambda _: None)
-    assert lone.check()  # 40 MiB of a 32 MiB budget
-    (tmp_path / "elsewhere").mkdir()
-    (tmp_path / "elsewhere" / "data").write_bytes(os.urandom(40 << 20))
-    single = ScratchWatch(tmp_path / "elsewhere", Limits(scratch_bytes=32 << 20), lambda _: None)
-    assert single.check() == "the scratch folder holds more than 32 MiB"  # not a group's: its own cap
+    small, big = (ScratchWatch(f, Limits(scratch_bytes=32 << 20), lambda _: None) for f in folders)
+    assert small.check() == ""  # 24 + 40 MiB beside it: only its own 24 count
+    assert big.check() == "the scratch folder holds more than 32 MiB"
 
 
 def test_scratch_usage_counts_allocated_bytes_and_stops_at_its_caps(tmp_path):

@@ -24,8 +24,6 @@ from grader.sandbox.limits import Limits
 #: folders, which the workers see (grader/groups.py sets it; grader/sandbox/remote.py
 #: empties it between problems).
 BASETEMP = "pytest"
-#: How a group's folder is named in the run's folder (grader/groups.py).
-GROUP_PREFIX = "group-"
 #: Seconds between two looks at the free space of the scratch folder's filesystem.
 FAST = 0.01
 #: The least seconds between two walks (other writers on the same filesystem
@@ -129,34 +127,17 @@ def scratch_usage(path: Path | str, max_entries: int, max_depth: int) -> tuple[i
     return total, entries, deepest
 
 
-def group_scratches(scratch: Path) -> list[Path]:
-    """The scratch folders of one grade: ``scratch`` and those of the other
-    groups of its run (``RUN/group-N/scratch``, grader/groups.py), which share
-    one disk budget; just ``scratch`` when it is not laid out so."""
-    run = scratch.parent.parent
-    if scratch.name != "scratch" or not scratch.parent.name.startswith(GROUP_PREFIX):
-        return [scratch]
-    siblings = sorted(run.glob(f"{GROUP_PREFIX}*/scratch"))
-    return siblings if scratch in siblings else [scratch, *siblings]
-
-
 class ScratchWatch:
     """Watches the scratch folder the workers share (the one place a bwrapped
     worker can write on the host disk) from the trusted side, every
     ``interval`` seconds, and calls ``over(reason)`` while it holds more than
     the limits allow (bytes allocated, entries, depth). The callback kills the
     workers; what they wrote stays bounded by the limit plus what one worker
-    writes in one interval, and is removed with the run's folder.
-
-    The bytes are the grade's budget: where the grade runs in several groups,
-    each with its own folder (:func:`group_scratches`), the folders together
-    may hold ``scratch_bytes``, and once they hold more, the group whose own
-    folder holds more than its even share has its workers killed. (An honest
-    group needs more than a small share: a data check's token file is 128 MiB.)"""
+    writes in one interval, and is removed with the run's folder."""
 
     def __init__(self, scratch: Path, limits: Limits, over: Callable[[str], None], interval: float = 0.5) -> None:
         self.scratch, self.limits, self.over, self.interval = scratch, limits, over, interval
-        self.peak_bytes = self.peak_entries = self.last_bytes = self.last_total = 0
+        self.peak_bytes = self.peak_entries = self.last_bytes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="scratch-watch", daemon=True)
 
@@ -168,16 +149,10 @@ class ScratchWatch:
         """Measure once; the reason the scratch folder is over its limits, or ""."""
         lim = self.limits
         used, entries, depth = scratch_usage(self.scratch, lim.scratch_entries, lim.scratch_depth)
-        folders = group_scratches(self.scratch)
-        total = used + sum(scratch_usage(f, lim.scratch_entries, lim.scratch_depth)[0]
-                           for f in folders if f != self.scratch)
-        self.last_bytes, self.last_total = used, total
+        self.last_bytes = used
         self.peak_bytes, self.peak_entries = max(self.peak_bytes, used), max(self.peak_entries, entries)
-        if len(folders) == 1 and used > lim.scratch_bytes:
+        if used > lim.scratch_bytes:
             return f"the scratch folder holds more than {lim.scratch_bytes >> 20} MiB"
-        if total > lim.scratch_bytes and used > lim.scratch_bytes // len(folders):
-            return (f"the grade's {len(folders)} scratch folders hold more than {lim.scratch_bytes >> 20} MiB, "
-                    f"this one more than its share")
         if entries > lim.scratch_entries:
             return f"the scratch folder holds more than {lim.scratch_entries} files and folders"
         if depth > lim.scratch_depth:
@@ -198,7 +173,7 @@ class ScratchWatch:
                 continue
             reason = self.check()
             last_walk, free_then = now, self._free()
-            headroom = max(0, self.limits.scratch_bytes - self.last_total)
+            headroom = max(0, self.limits.scratch_bytes - self.last_bytes)
             if reason:
                 self.over(reason)
 
