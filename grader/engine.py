@@ -123,7 +123,7 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
                     growth_bytes=int(settings.worker_memory_mib * (1 << 20)),
                     call_cpu=float(opts.call_cpu or settings.call_cpu * speed),
                     start_cpu=float(settings.start_cpu * speed), wall_factor=float(settings.wall_factor))
-    sandbox = Sandbox(limits=limits, gpu=cuda, want=opts.sandbox)
+    sandbox = Sandbox(limits=limits, cuda=cuda, want=opts.sandbox)
     # Hidden checks never run where the submission could read them: without
     # filesystem isolation (an explicit --sandbox rlimits) only the public ones.
     unisolated = sandbox.mode == "rlimits" and not public_only

@@ -87,12 +87,12 @@ class SandboxSpec:
 
     @classmethod
     def of(cls, sandbox: Sandbox) -> SandboxSpec:
-        return cls(sandbox.mode, sandbox.why, sandbox.gpu, sandbox.limits, sandbox.uid, sandbox.gid)
+        return cls(sandbox.mode, sandbox.why, sandbox.cuda, sandbox.limits, sandbox.uid, sandbox.gid)
 
     def sandbox(self) -> Sandbox:
         """The same sandbox, without a second probe (its mode was decided by
         the engine, in this very run)."""
-        return Sandbox.restored(self.mode, self.why, limits=self.limits, gpu=self.cuda, uid=self.uid, gid=self.gid)
+        return Sandbox.restored(self.mode, self.why, limits=self.limits, cuda=self.cuda, uid=self.uid, gid=self.gid)
 
 
 @dataclass(frozen=True)

@@ -273,7 +273,7 @@ def test_only_a_sealed_worker_gets_the_binds(tmp_path):
     sealed = SealedOptim.create(tmp_path)
     work, scratch = tmp_path / "work", tmp_path / "scratch"
     limits = Limits(memory_bytes=1 << 30)
-    bwrap = Sandbox.restored("bwrap", "bubblewrap", limits=limits, gpu=False)
+    bwrap = Sandbox.restored("bwrap", "bubblewrap", limits=limits, cuda=False)
     plain = bwrap.command(work, scratch, ["fork-server", "3", "{}"])[0]
     argv = bwrap.command(work, scratch, ["fork-server", "3", "{}"], sealed)[0]
     caches = {str(p) for p in sealed.optim.rglob("__pycache__")}
@@ -289,7 +289,7 @@ def test_only_a_sealed_worker_gets_the_binds(tmp_path):
     holds_torch = [i for i, a in enumerate(argv[:-2]) if a == "--ro-bind"
                    and str(sealed.optim).startswith(argv[i + 2].rstrip("/") + "/")]
     assert holds_torch and max(holds_torch) < min(at.values()), "a sealed copy bound before torch's folder"
-    rlimits = Sandbox.restored("rlimits", "rlimits requested", limits=limits, gpu=False)
+    rlimits = Sandbox.restored("rlimits", "rlimits requested", limits=limits, cuda=False)
     assert rlimits.command(work, scratch, ["fork-server", "3", "{}"], sealed)[0] == \
         rlimits.command(work, scratch, ["fork-server", "3", "{}"])[0]
     sealed.remove()

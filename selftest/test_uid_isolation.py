@@ -131,7 +131,7 @@ def test_isolation_is_chosen_by_env_and_bad_values_are_refused(monkeypatch):
     box = Sandbox(limits=Limits())
     assert box.mode == "uid" and box.uid == UID and box.gid == GID
     assert box.credentials() == {"user": UID, "group": GID, "extra_groups": []}
-    again = Sandbox.restored(box.mode, box.why, limits=box.limits, gpu=False, uid=box.uid, gid=box.gid)
+    again = Sandbox.restored(box.mode, box.why, limits=box.limits, cuda=False, uid=box.uid, gid=box.gid)
     assert again.credentials() == box.credentials() and again.describe().startswith(f"unprivileged uid {UID} ")
 
 

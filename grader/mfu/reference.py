@@ -66,7 +66,7 @@ def reference_worker(like: RemoteImpl, *, cpu_budget: float) -> Iterator[Referen
         work = make_working_copy(REPO / "reference", root / "work")
         (root / "scratch").mkdir()
         sandbox = Sandbox.restored("rlimits", "the reference's own worker (no submission code runs in it)",
-                                   limits=like.limits, gpu=like.cuda)
+                                   limits=like.limits, cuda=like.cuda)
         impl = RemoteImpl("reference", sandbox, work, root / "scratch",
                           [ProblemSpec(PROBLEM, cpu_budget=cpu_budget, files=())])
         impl.enter(PROBLEM)

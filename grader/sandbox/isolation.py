@@ -66,11 +66,11 @@ def _python_roots() -> list[str]:
 WORKER_USER = "worker"
 
 
-def _worker_env(gpu: bool) -> dict[str, str]:
+def _worker_env(cuda: bool) -> dict[str, str]:
     # One CPU thread: the checks' tensors are small, and a CPU budget means the
     # same on a busy machine only when no thread pool spins waiting for
     # siblings that the machine does not run (OpenMP's busy-waits cost CPU time).
-    threads = os.environ.get("OMP_NUM_THREADS", "") if gpu else "1"
+    threads = os.environ.get("OMP_NUM_THREADS", "") if cuda else "1"
     # A user name of its own: the uid mode's worker uid has no passwd entry, and
     # getpass.getuser() (torch's inductor cache folder asks it, before torch
     # 2.13 without a fallback) raises KeyError without LOGNAME or USER.
@@ -82,7 +82,7 @@ def _worker_env(gpu: bool) -> dict[str, str]:
            "LOGNAME": WORKER_USER, "USER": WORKER_USER, "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
            "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
            "TORCHINDUCTOR_COMPILE_THREADS": "1", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-    if gpu:
+    if cuda:
         for key in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
             if key in os.environ:
                 env[key] = os.environ[key]
@@ -172,7 +172,7 @@ class Sandbox:
     """
 
     limits: Limits = field(default_factory=Limits)
-    gpu: bool = False
+    cuda: bool = False  # its workers may use CUDA (the machine has it)
     want: str = "auto"  # auto | bwrap | uid | rlimits
     mode: str = field(init=False)
     why: str = field(init=False)
@@ -206,7 +206,7 @@ class Sandbox:
         self.mode, self.why = "rlimits", why
 
     @classmethod
-    def restored(cls, mode: str, why: str, *, limits: Limits, gpu: bool, uid: int = -1, gid: int = -1) -> Sandbox:
+    def restored(cls, mode: str, why: str, *, limits: Limits, cuda: bool, uid: int = -1, gid: int = -1) -> Sandbox:
         """The sandbox another process decided on (the engine, earlier in this
         run): ``mode`` and ``why`` (and the worker's ``uid``/``gid``) as it
         found them, no second probe."""
@@ -214,7 +214,7 @@ class Sandbox:
             raise ValueError(f"mode must be 'bwrap', 'uid' or 'rlimits', got {mode!r}")
         if mode == "uid" and min(uid, gid) <= 0:
             raise ValueError(f"uid mode needs the worker's unprivileged uid and gid, got {uid}:{gid}")
-        sandbox = cls(limits=limits, gpu=gpu, want="rlimits")  # "rlimits": decided without a probe
+        sandbox = cls(limits=limits, cuda=cuda, want="rlimits")  # "rlimits": decided without a probe
         sandbox.want, sandbox.mode, sandbox.why, sandbox.uid, sandbox.gid = mode, mode, why, uid, gid
         return sandbox
 
@@ -283,8 +283,8 @@ class Sandbox:
         A uid-mode worker is not dumpable (no process of its uid may open its
         memory); a bubblewrap one is (a grader of its uid reads its ``/proc``
         files: memory, storage)."""
-        config = WorkerConfig(rlimits=self.limits.rlimits(self.gpu), growth=0 if self.gpu else self.limits.growth_bytes,
-                              dumpable=self.mode != "uid")
+        config = WorkerConfig(rlimits=self.limits.rlimits(self.cuda),
+                              growth=0 if self.cuda else self.limits.growth_bytes, dumpable=self.mode != "uid")
         if not self.landlocked:
             return config
         if self.mode == "uid" and sealed_optim is not None:
@@ -292,7 +292,7 @@ class Sandbox:
         else:
             rules = {"write": [str(scratch), *(("/tmp", "/dev/shm") if self.mode == "bwrap" else ())],
                      "device": _devices()}
-        if self.gpu:
+        if self.cuda:
             rules["write"] = [*rules.get("write", []), "/proc/self/task"]
         return replace(config, landlock=rules)
 
@@ -306,7 +306,7 @@ class Sandbox:
         bytecode (bwrap mode; in uid mode with Landlock each worker keeps itself
         from those files: :meth:`worker_config`)."""
         python = [sys.executable, "-I"]
-        env = _worker_env(self.gpu)
+        env = _worker_env(self.cuda)
         if self.mode != "bwrap":
             if self.mode == "uid":  # its temporary files in the scratch folder, measured and capped
                 env.update(HOME=str(scratch), TMPDIR=str(scratch))
@@ -336,7 +336,7 @@ class Sandbox:
                   "/etc/nsswitch.conf", "/etc/alternatives"):
             argv += ["--ro-bind-try", f, f]
         argv += ["--ro-bind", str(work), MOUNT, "--bind", str(scratch), str(scratch), "--chdir", MOUNT]
-        if self.gpu:
+        if self.cuda:
             for dev in sorted(Path("/dev").glob("nvidia*")):
                 argv += ["--dev-bind", str(dev), str(dev)]
             argv += ["--ro-bind-try", "/sys", "/sys"]

@@ -58,10 +58,10 @@ class Limits:
     start_cpu: float = 60.0
     wall_factor: float = 10.0
 
-    def rlimits(self, gpu: bool) -> dict[str, int]:
+    def rlimits(self, cuda: bool) -> dict[str, int]:
         out = {"CPU": self.cpu_seconds, "FSIZE": self.file_bytes, "NOFILE": self.open_files, "CORE": 0}
         # CUDA maps huge virtual ranges; the address-space cap would break it.
-        if not gpu:
+        if not cuda:
             out["AS"] = self.memory_bytes
         return out
 

@@ -169,7 +169,7 @@ class RemoteImpl(ImplBase):
     @property
     def cuda(self) -> bool:
         """Whether its workers may use CUDA."""
-        return self._sandbox.gpu
+        return self._sandbox.cuda
 
     # ------------------------------------------------------------ lifecycle
     def enter(self, problem: str) -> None:
@@ -195,7 +195,7 @@ class RemoteImpl(ImplBase):
             # never a worker with torch.optim's sources open to it
             st.fault = st.fault or self._seal_error or "torch.optim's sealed sources are gone (closed)"
             raise GraderFault(f"{self.problem}: not graded: {st.fault}")
-        config = ServerConfig(seal=sealed, wipe=self._sandbox.wipe(), cuda=self._sandbox.gpu,
+        config = ServerConfig(seal=sealed, wipe=self._sandbox.wipe(), cuda=self._sandbox.cuda,
                               dynamo=sealed and self._sandbox.mode == "uid" and self._sandbox.landlocked)
         wall = self._wall(self.limits.start_cpu)
         try:
