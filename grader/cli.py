@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     from grader import engine
     from grader.report import render as report
     from grader.report.progress import GradeProgress
+    from grader.report.table import print_table
     from grader.results import GradeResult
     from grader.rubric import DEFAULT_RUBRIC, RubricError
 
@@ -170,5 +171,5 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grader: warning: {warning}", file=sys.stderr)
     for note in result.operator_notes if args.verbose else ():
         print(f"grader: note: {note}", file=sys.stderr)
-    report.print_table(result, details=not args.quiet, verbose=args.verbose)
+    print_table(result, details=not args.quiet, verbose=args.verbose)
     return 0

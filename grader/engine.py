@@ -13,7 +13,7 @@ pipe. The work is split by concern, each module importing only those below it:
 * :mod:`grader.scoring`: verdicts and points from the rubric, and each failed
   item's first failure as structured fields;
 * :mod:`grader.results`: the records all this produces, which
-  :mod:`grader.report.render` renders.
+  :mod:`grader.report` renders.
 
 The machine's speed for the time budgets (:mod:`grader.sandbox.budgets`) is
 measured once per grade here, and a problem that ends in a grader error is

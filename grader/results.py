@@ -1,8 +1,8 @@
 """What grading one submission produces: per check, per rubric item, per problem
 and in all, plus an item's text as the student reads it.
 
-Built by :mod:`grader.scoring`, rendered by :mod:`grader.report.render` (whose module
-docstring states the ``--json`` schema these records are written as).
+Built by :mod:`grader.scoring`, rendered by :mod:`grader.report` (:mod:`grader.report.render`'s
+module docstring states the ``--json`` schema these records are written as).
 """
 
 from __future__ import annotations

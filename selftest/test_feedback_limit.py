@@ -18,7 +18,7 @@ import pytest
 from grader import cli, engine, results, scoring
 from grader.feedback import Feedback, decide, parse_limit
 from grader.protocol import RunResults
-from grader.report import render as report
+from grader.report import platforms, table
 from grader.util import REPO
 from selftest.scored import HIDDEN, PUBLIC, check, problem_of
 
@@ -107,9 +107,9 @@ def _reports(tmp_path: Path, details: bool) -> tuple[results.ProblemResult, str]
     res = scoring.score_problem(problem, problem.check_files(REPO), RunResults.from_json(outcome), gpu_device="",
                                 reveal=False, details=details)
     r = scoring.total(results.GradeResult("SUB", problems=[res], checks="public + hidden checks"), 1.0)
-    gradescope = json.dumps(report.to_gradescope(r))
-    junit = ET.tostring(ET.fromstring(report.to_junit(r).split("?>", 1)[1]), encoding="unicode")
-    return res, "\n".join([gradescope, junit, report.to_markdown(r), report.table(r)])
+    gradescope = json.dumps(platforms.to_gradescope(r))
+    junit = ET.tostring(ET.fromstring(platforms.to_junit(r).split("?>", 1)[1]), encoding="unicode")
+    return res, "\n".join([gradescope, junit, table.to_markdown(r), table.table(r)])
 
 
 def test_points_only_names_no_function_property_or_input_kind(tmp_path):

@@ -419,11 +419,11 @@ def test_a_report_writer_that_fails_stops_no_other(tmp_path, monkeypatch, capsys
 def test_markdown_summary_is_one_row_per_problem_and_escapes_what_it_quotes():
     """--markdown (a CI job's summary): the summary line, then one table row per
     problem whose cells hold no pipe, backtick or markup of the text they quote."""
-    from grader.report import render as report
+    from grader.report import table
 
     r = _hostile_result()
     r.problems[0].items[0].failure.message = "got | `x` <b>*y*</b>\nsecond line"
-    text = report.to_markdown(r)
+    text = table.to_markdown(r)
     rows = [ln for ln in text.splitlines() if ln.startswith("| precision ")]
     assert text.startswith("### score 0/2") and len(rows) == 1, text
     assert rows[0].count(" | ") == 4 and "\\|" in rows[0] and "<b>" not in rows[0] and "\\`x\\`" in rows[0], rows
@@ -434,10 +434,10 @@ def test_table_prints_in_any_encoding():
     prints in the stream's own encoding, an ASCII one included, without raising."""
     import io
 
-    from grader.report import render as report
+    from grader.report import table
 
     stream = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
-    report.print_table(_hostile_result(), stream=stream)
+    table.print_table(_hostile_result(), stream=stream)
     stream.seek(0)
     text = stream.buffer.getvalue().decode("ascii")
     assert "score 0/2" in text and "\x1b" not in text and "\x00" not in text

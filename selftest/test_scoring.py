@@ -14,7 +14,8 @@ import pytest
 
 from grader import results, scoring
 from grader.protocol import RunResults
-from grader.report import render as report
+from grader.report import platforms, render
+from grader.report import table as terminal
 from grader.util import REPO
 from selftest.scored import HIDDEN, PUBLIC, RUBRIC, check, problem_of
 
@@ -88,7 +89,7 @@ def test_a_hidden_check_counts_toward_the_item_it_extends_and_withholds_values(t
     assert f.property_test == f"{PUBLIC}::test_trajectory_matches_torch" and f.property.startswith("Several")
     assert f.input_kind == {"dtype": "float16", "hyperparameters": "betas"}
     assert f.parameters == ["Adam", "torch.float16"], "numbers in parametrize ids are values: dropped"
-    text = res.output + report.table(_result(res)) + json.dumps(report.to_json(_result(res), reveal=False)["problems"]
+    text = res.output + terminal.table(_result(res)) + json.dumps(render.to_json(_result(res), reveal=False)["problems"]
                                                                 [0]["items"])
     assert "test_trajectory_matches_torch" in text and "dtype=float16" in text and "withheld" in text
     assert "0.123456" not in text and "0.5" not in text and "grader/hidden" not in text
@@ -147,19 +148,19 @@ def test_reports_have_one_entry_per_item(tmp_path):
         f"{PUBLIC}::test_bad_hyperparameters_are_rejected[x]": check(PUBLIC),
     }, "problems": {}})
     r = _result(res)
-    gs = report.to_gradescope(r)
+    gs = platforms.to_gradescope(r)
     assert [t["name"] for t in gs["tests"]] == [
         "optimizers §4: update rules", "optimizers §4: state_dict", "optimizers §4: bad hyperparameters"]
     assert [(t["score"], t["max_score"], t["status"]) for t in gs["tests"]] == [
         (0, 6, "failed"), (3, 3, "passed"), (1, 1, "passed")]
     assert gs["score"] == 4 and "checks: public + hidden checks" in gs["output"]
-    suite = ET.fromstring(report.to_junit(r).split("?>", 1)[1])
+    suite = ET.fromstring(platforms.to_junit(r).split("?>", 1)[1])
     assert suite.get("tests") == "3" and suite.get("failures") == "1"
-    doc = report.to_json(r)["problems"][0]
+    doc = render.to_json(r)["problems"][0]
     assert [(i["name"], i["points"], i["score"]) for i in doc["items"]] == [
         ("update rules", 6, 0), ("state_dict", 3, 3), ("bad hyperparameters", 1, 1)]
     assert doc["items"][0]["failure"]["property_test"].endswith("test_trajectory_matches_torch")
-    table = report.table(r, width=110)
+    table = terminal.table(r, width=110)
     lines = table.splitlines()
     rows = [i for i, ln in enumerate(lines) if ln.startswith(("optimizers ", "  · update rules"))]
     assert lines[rows[0]].endswith("lost: update rules"), table
@@ -178,4 +179,4 @@ def test_reports_have_one_entry_per_item(tmp_path):
     ("x" * 30, 10, "x" * 9 + "…"),
 ])
 def test_shorten_cuts_at_a_word_boundary(text, width, expected):
-    assert report.shorten(text, width) == expected
+    assert terminal.shorten(text, width) == expected
