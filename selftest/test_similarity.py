@@ -1,4 +1,4 @@
-"""The class similarity report (grader/instructor/similarity/).
+"""The class similarity report (grader/instructor/similarity/) on a small class.
 
 A small class built here, all on the handout's ``views`` module:
 
@@ -18,11 +18,9 @@ A small class built here, all on the handout's ``views`` module:
   hold regular files only), and her module would write a file if it were run
   (the report never runs submission code).
 
-Then what is discounted (expected, common and short shared code, the stubs,
-the imports), each on code written here; and a class made of the project's
-correct corpus (selftest/similarity_class.py), where no honest pair may be
-flagged and every disguised copy must be, with the false-flag rate the report
-and the docs state.
+What is discounted (expected, common and short shared code, the stubs, the
+imports): test_similarity_discounts.py; a class made of the project's correct
+corpus and the false-flag rate: test_similarity_calibration.py.
 """
 
 from __future__ import annotations
@@ -42,8 +40,7 @@ import pytest
 from grader import __main__ as entry
 from grader.instructor import batch, similarity
 from grader.instructor.grading import GRADER_ENV
-from selftest.similarity_class import EDITED, build_class, student_lines
-from tests.harness import HANDOUT_MODULES
+from selftest.similarity_outputs import _flagged, _pairs, _row, _score, _submissions
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -232,29 +229,6 @@ def klass(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return out, marker
 
 
-def _pairs(out: Path) -> list[dict[str, str]]:
-    return list(csv.DictReader(io.StringIO((out / "pairs.csv").read_text())))
-
-
-def _row(out: Path, a: str, b: str, module: str = "views") -> dict[str, str]:
-    for row in _pairs(out):
-        if row["module"] == module and {row["submission_a"], row["submission_b"]} == {a, b}:
-            return row
-    return {"score": "0", "flagged": "0", "raw_similarity": "0"}  # no shared code at all
-
-
-def _score(out: Path, a: str, b: str, module: str = "views") -> float:
-    return float(_row(out, a, b, module)["score"])
-
-
-def _flagged(out: Path, a: str, b: str, module: str = "views") -> bool:
-    return _row(out, a, b, module)["flagged"] == "1"
-
-
-def _submissions(out: Path) -> dict[str, dict[str, str]]:
-    return {r["id"]: r for r in csv.DictReader(io.StringIO((out / "similarity.csv").read_text()))}
-
-
 def test_honest_pair_scores_low(klass):
     out, _ = klass
     assert _score(out, "alice", "bob") < 0.2 and not _flagged(out, "alice", "bob")
@@ -402,112 +376,6 @@ def test_batch_option_writes_the_report(klass, tmp_path, monkeypatch):
     assert _flagged(out / "similarity", "alice", "carol")
 
 
-# ---------------------------------------------------------------- what is discounted, on code written here
-
-#: A function two students share verbatim in the tests below (long enough to count: 259 tokens).
-SHARED = '''
-def checked_window(values, start, length, *, step=1, fill=None):
-    if not isinstance(values, (list, tuple)):
-        raise TypeError(f"values must be a list or a tuple, got {type(values).__name__}")
-    if step <= 0 or length < 0:
-        raise ValueError(f"step must be positive and length non-negative, got {step} and {length}")
-    picked = []
-    position = start
-    while len(picked) < length:
-        if 0 <= position < len(values):
-            picked.append(values[position])
-        elif fill is not None:
-            picked.append(fill)
-        else:
-            raise IndexError(f"position {position} is outside 0..{len(values) - 1} and no fill was given")
-        position += step
-    return tuple(picked)
-'''
-
-#: Code of each student's own, written differently (so that it shares nothing with the others').
-OWN = ['''
-def total(xs):
-    return sum(x * x for x in xs if x > 0)
-''', '''
-class Counter:
-    def __init__(self):
-        self.seen = {}
-
-    def add(self, key):
-        self.seen[key] = self.seen.get(key, 0) + 1
-        return self.seen[key]
-''']
-
-
-def _sources(*texts: str) -> list[similarity.Source]:
-    return [similarity.Source(f"s{i}", files=similarity.module_units({"__init__": "", "views": text}))
-            for i, text in enumerate(texts)]
-
-
-def _solutions(*lines: str) -> list[similarity.Solution]:
-    """A correct solution per line given, each holding SHARED in views (and code of its own)."""
-    return [similarity.Solution(f"sol{i}", line, similarity.module_units({"views": SHARED + OWN[i % 2]}))
-            for i, line in enumerate(lines)]
-
-
-def _compare(sources: list[similarity.Source], solutions: list[similarity.Solution] = (),
-             **settings: int) -> list[similarity.Pair]:
-    stubs = similarity.stubs_of()
-    return similarity.compare(sources, stubs, similarity.fingerprint_corpus(solutions, stubs),
-                              similarity.Settings(**settings))
-
-
-def test_code_two_independent_correct_solutions_share_is_expected():
-    """SHARED in two solutions of different lines is expected code: two students
-    holding it are not flagged for it. In two solutions of one line (an edited
-    copy of the other) it is not: they are flagged."""
-    students = _sources(SHARED + OWN[0], SHARED + OWN[1])
-    (apart,) = _compare(students, _solutions("line-a", "line-b"))
-    assert not apart.flagged and apart.rare_tokens == 0 and apart.score == 0.0
-    assert apart.expected_tokens >= 250 and apart.raw_similarity > 0.5
-    (copied,) = _compare(students, _solutions("line-a", "line-a"))
-    assert copied.flagged and copied.rare_tokens >= 250 and copied.expected_tokens == 0
-    (alone,) = _compare(students)  # no corpus: nothing is expected
-    assert alone.flagged and alone.score == copied.score
-
-
-def test_code_more_than_max_holders_hold_is_common():
-    """Three students holding SHARED: each pair is flagged. Twelve (more than
-    MAX_HOLDERS): it is common code, counted in no pair."""
-    few = _compare(_sources(*[SHARED] * 3))
-    assert len(few) == 3 and all(p.flagged for p in few)
-    many = _compare(_sources(*[SHARED] * (similarity.MAX_HOLDERS + 2)))
-    assert many and not any(p.flagged or p.rare_tokens for p in many)
-    assert all(p.common_tokens >= 250 for p in many)
-    # The limit is a setting (MOSS's -m): raised above the class, the twelve are flagged again.
-    assert all(p.flagged for p in _compare(_sources(*[SHARED] * 12), max_holders=12))
-
-
-def test_a_short_shared_function_is_not_a_case():
-    """A whole module of a few lines in common scores 100% but is not flagged:
-    its rare code is fewer than MIN_TOKENS tokens."""
-    short = SHARED.split("    picked = []")[0]  # the signature and its two checks
-    (pair,) = _compare(_sources(short, short))
-    assert pair.score == 1.0 and 0 < pair.rare_tokens < similarity.MIN_TOKENS and not pair.flagged
-    (pair,) = _compare(_sources(short, short), min_tokens=pair.rare_tokens)
-    assert pair.flagged
-
-
-def test_untouched_stubs_and_imports_share_nothing():
-    """Two students who left views as the stub, or who share only their import
-    lines, have no pair (a k-gram across the stub and __init__ used to pair them)."""
-    stub = (REPO / "student" / "views.py").read_text()
-    init = (REPO / "student" / "__init__.py").read_text()
-    stubs_only = [similarity.Source(n, files=similarity.module_units({"__init__": init, "views": stub}))
-                  for n in ("a", "b")]
-    assert _compare(stubs_only) == []
-    imports = "import math\nimport os\nfrom collections.abc import (\n    Iterable,\n    Sequence,\n)\n" \
-              "from torch import nn, \\\n    optim\n"
-    assert _compare(_sources(imports + OWN[0], imports + OWN[1])) == []
-    blanked = similarity.without_imports(imports + OWN[0])
-    assert len(blanked) == len(imports + OWN[0]) and blanked.strip() == OWN[0].strip()
-
-
 def test_report_shows_evidence_for_a_flagged_pair(klass):
     """Each flagged pair's section: its regions with the lines on both sides and
     who else holds them, what was discounted and why, the raw figure."""
@@ -519,120 +387,3 @@ def test_report_shows_evidence_for_a_flagged_pair(klass):
     assert "expected code" in section and "Raw similarity" in section
     assert '<span class="expected">' in section  # the discounted code is marked apart
     assert "False-flag rate measured on" in page and "A flag means" in page and "does not mean" in page
-
-
-# ---------------------------------------------------------------- a class made of the correct corpus
-
-#: The class's two runs: with the whole corpus as expected code (as instructors run it), and with the
-#: honest students' own lines left out of it (students whose styles the corpus has never seen).
-RUNS = ("corpus", "unseen")
-
-
-@pytest.fixture(scope="module")
-def corpus_class(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[list[str]], dict[str, Path]]:
-    """The class of selftest/similarity_class.py: one honest student per line of
-    the correct corpus written apart (the reference's line is ``(reference)``
-    itself; the corpus's edited copies are no student), a disguised copy of two
-    of them and a copy of the reference. Honest students never hold the same
-    file; see that module for how the whole submissions are made."""
-    root = tmp_path_factory.mktemp("corpus-class")
-    honest, copies = build_class(root)
-    outs = {run: root.parent / f"corpus-class-{run}" for run in RUNS}
-    similarity.report(root, outs["corpus"], quiet=True)
-    unseen = [s for s in similarity.correct_solutions()
-              if s.line not in {*student_lines(), similarity.HONEST_PREFIX + EDITED}]
-    similarity.report(root, outs["unseen"], solutions=unseen, quiet=True)
-    return root, [honest, *[list(c) for c in copies]], outs
-
-
-def _copied_modules(root: Path, original: str) -> set[str]:
-    """The modules ``original`` (a student of the class, or the reference) wrote: what a copy of it copied."""
-    if original == similarity.REFERENCE_ID:
-        return set(HANDOUT_MODULES)
-    return {m for m in HANDOUT_MODULES
-            if (root / original / "student" / f"{m}.py").read_text() != (REPO / "student" / f"{m}.py").read_text()}
-
-
-def _flagged_pairs(out: Path) -> set[frozenset[str]]:
-    """The pairs of sources ``similarity.csv`` flags (by a module or by all together)."""
-    return {frozenset((sid, other)) for sid, row in _submissions(out).items()
-            for other in row["flagged_with"].split("; ") if other}
-
-
-@pytest.mark.parametrize("run", RUNS)
-def test_corpus_class_flags_every_copy_and_no_honest_pair(corpus_class, run):
-    """Flagged: exactly the copies with what they copied. The disguised copies
-    in every module they wrote; the copy with a few lines changed in every
-    function as a pair (its modules together, and the modules where enough of
-    its runs survived). No pair of honest students, nor of either with the
-    reference or torch.optim, nor of a copy with a solution it did not copy."""
-    root, (honest, *copies), outs = corpus_class
-    assert _flagged_pairs(outs[run]) == {frozenset(c) for c in copies}
-    for copy, original in copies:
-        if copy == f"copy_of_{EDITED}":
-            continue
-        for module in _copied_modules(root, original):
-            assert _flagged(outs[run], copy, original, module), (run, copy, module, _row(outs[run], copy, original,
-                                                                                        module))
-    assert set(honest) == {"from_the_handout", "textbook_loops", EDITED}
-
-
-@pytest.mark.parametrize("run", RUNS)
-def test_corpus_class_scores_honest_pairs_far_below_copies(corpus_class, run):
-    """Against each module's threshold (pairs.csv): the highest score of a pair
-    that is no copy at least 0.1 below it, the lowest of a disguised copy in a
-    module it copied at least 0.05 above it (measured: -0.22 and +0.07 with the
-    corpus, -0.19 and +0.09 without the students' lines; the copy with lines
-    changed in every function is judged as a pair, above)."""
-    root, (_, *copies), outs = corpus_class
-    copied = {(frozenset(c), m) for c in copies if c[0] != f"copy_of_{EDITED}"
-              for m in _copied_modules(root, c[1])}
-    edited = frozenset((f"copy_of_{EDITED}", EDITED))
-    margins: dict[bool, list[float]] = {True: [], False: []}
-    for r in _pairs(outs[run]):
-        pair = frozenset((r["submission_a"], r["submission_b"]))
-        if pair != edited:
-            margins[(pair, r["module"]) in copied].append(float(r["score"]) - float(r["threshold"]))
-    print(run, "honest: highest score - threshold", max(margins[False]), "copies: lowest", min(margins[True]))
-    assert max(margins[False]) <= -0.1
-    assert min(margins[True]) >= 0.05 and len(margins[True]) == len(copied)
-
-
-def test_corpus_class_pairs_the_reference_copy_with_the_reference(corpus_class):
-    _, _, outs = corpus_class
-    row = _submissions(outs["corpus"])["copy_of_reference"]
-    assert row["most_similar_to"] == similarity.REFERENCE_ID and row["flagged_with"] == similarity.REFERENCE_ID
-    assert float(row["reference_score"]) > 0.9
-
-
-def test_false_flag_rate_is_measured_reported_and_documented(corpus_class):
-    """calibration.csv: the honest pairs of the complete solutions written
-    apart, every handout module; the report's header and docs/instructors.md
-    give the same figure, measured on those solutions."""
-    _, _, outs = corpus_class
-    rows = list(csv.DictReader(io.StringIO((outs["corpus"] / "calibration.csv").read_text())))
-    assert {r["module"] for r in rows} == {*HANDOUT_MODULES, "all modules"}
-    pairs = {(r["solution_a"], r["solution_b"]) for r in rows}
-    flagged = {(r["solution_a"], r["solution_b"]) for r in rows if r["flagged"] == "1"}
-    solutions = len({s for pair in pairs for s in pair})
-    honest = len({s for pair in pairs for s in pair if s.startswith(similarity.HONEST_PREFIX)})
-    figure = f"{solutions} complete solutions written independently from the handout ({honest} in " \
-             f"grader/corpus/honest, {solutions - honest} in grader/corpus/correct): " \
-             f"{len(flagged)} of {len(pairs)} honest pairs flagged"
-    assert figure in (outs["corpus"] / "report.html").read_text()
-    docs = " ".join((REPO / "docs" / "instructors.md").read_text().split())  # wrapped lines joined
-    assert f"{len(flagged)} of {len(pairs)} honest pairs" in docs and f"{solutions} complete solutions" in docs
-
-
-def test_honest_solutions_written_apart_flag_at_most_one_pair_in_twenty():
-    """The false-flag rate where it can fail: every two complete solutions of
-    grader/corpus/honest (and the corpus's from_the_handout), each written from
-    the handout alone in its own style, judged as a new pair is (by thresholds
-    measured without either of them): at most one pair in twenty flagged."""
-    corpus = similarity.fingerprint_corpus(similarity.correct_solutions(), similarity.stubs_of())
-    calibration, settings = similarity.calibrate(corpus)
-    print(calibration.summary(), dict(settings.thresholds))
-    for hp in calibration.flagged:
-        print("flagged:", hp.a, hp.b, calibration.flagged_modules(hp))
-    assert calibration.solutions >= 8 and len(calibration.pairs) >= 28
-    assert len(calibration.flagged) * 20 <= len(calibration.pairs), calibration.summary()
