@@ -15,7 +15,7 @@ pipe. The work is split by concern, each module importing only those below it:
 * :mod:`grader.results`: the records all this produces, which
   :mod:`grader.report` renders.
 
-The machine's speed for the time budgets (:mod:`grader.sandbox.budgets`) is
+The machine's speed for the time budgets (:mod:`grader.budgets`) is
 measured once per grade here, and a problem that ends in a grader error is
 regraded once, alone, before the result is final: see grader/README.md,
 "Budgets". The processes and formats: grader/README.md, "Processes and the
@@ -32,17 +32,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader import budgets
 from grader import rubric as rubric_mod
+from grader.budgets import Budgets
 from grader.feedback import Feedback
-from grader.groups import Budgets, ProblemFiles, group_template, phases, problem_results, run_phase
+from grader.groups import ProblemFiles, group_template, phases, problem_results, run_phase
 from grader.imports import NOT_IMPORTED, needed_modules, problem_modules, static_import_errors
 from grader.protocol import COLLECT_ERROR, RunResults
 from grader.report.progress import GradeProgress
 from grader.results import ERROR, GRADER_ERROR, UNFINISHED, UNFINISHED_TEXT, GradeResult
 from grader.rubric import is_hidden
-from grader.sandbox import budgets
 from grader.sandbox.isolation import Sandbox
-from grader.sandbox.limits import Limits, fitted_memory_limit, grade_memory
+from grader.sandbox.limits import fitted_memory_limit, grade_memory
 from grader.sandbox.scratch import remove_tree
 from grader.sandbox.submission import locate
 from grader.sandbox.workcopy import SubmissionError, make_working_copy
@@ -116,13 +117,9 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
     check_files = {p.name: tuple(p.check_files(REPO, public_only=public_only)) for p in selected}
     cpu_budgets = Budgets(profile, costs, slowdown=settings.slowdown, floor=settings.budget_floor, speed=speed,
                           override=opts.cpu_budget)
-    # RLIMIT_CPU is a worker's own last line, above any budget it may serve.
-    most = max(opts.cpu_budget or 0.0, *(cpu_budgets.of(p, check_files[p.name])[0] for p in selected))
-    limits = Limits(memory_bytes=fitted_memory_limit(configured),
-                    cpu_seconds=int(most + settings.start_cpu * speed + 60),
-                    growth_bytes=int(settings.worker_memory_mib * (1 << 20)),
-                    call_cpu=float(opts.call_cpu or settings.call_cpu * speed),
-                    start_cpu=float(settings.start_cpu * speed), wall_factor=float(settings.wall_factor))
+    limits = budgets.limits_for(settings, speed=speed, memory_bytes=fitted_memory_limit(configured),
+                                cpu_seconds=cpu_budgets.cpu_limit(selected, check_files, settings.start_cpu),
+                                call_cpu=opts.call_cpu)
     sandbox = Sandbox(limits=limits, cuda=cuda, want=opts.sandbox)
     # Hidden checks never run where the submission could read them: without
     # filesystem isolation (an explicit --sandbox rlimits) only the public ones.

@@ -7,7 +7,7 @@ scratch folder; it loads :mod:`grader.plugin`, which routes
 the tests' calls to one sandboxed worker per problem and writes
 :class:`grader.protocol.RunResults` back over the pipe. Each problem's CPU
 budget is computed here, for the files of it the phase runs
-(:func:`grader.sandbox.budgets.problem_budget`). A process that ends without results (a
+(:class:`grader.budgets.Budgets`). A process that ends without results (a
 crash, killed for memory, the hard time limit) yields a ``fatal`` record:
 nothing the submission could cause (its code never runs in that process), so
 its problems are grader errors rather than failures, and are regraded.
@@ -23,14 +23,14 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
+from grader.budgets import Budgets, hard_limit_of
 from grader.protocol import PLAN_ENV, CheckOutcome, Cost, GroupSpec, ProblemSpec, RunResults, SandboxSpec, WorkerRecord
 from grader.report.progress import GradeProgress
 from grader.rubric import Problem, is_hidden
-from grader.sandbox.budgets import Costs, problem_budget
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import LOG_CAP
 from grader.sandbox.optimseal import SEALED_OPTIM_PROBLEMS
@@ -44,39 +44,6 @@ class ProblemFiles(NamedTuple):
 
     problem: Problem
     files: tuple[str, ...]
-
-
-@dataclass
-class Budgets:
-    """How this grade sets a problem's CPU budget on this machine
-    (:func:`grader.sandbox.budgets.problem_budget` with the rubric's settings),
-    each figure computed once per problem and set of files. ``override``
-    (``--cpu-budget``, CPU seconds as given) replaces every problem's budget."""
-
-    profile: str
-    costs: Costs
-    slowdown: float
-    floor: float
-    speed: float
-    override: float | None = None
-    _known: dict[tuple[str, tuple[str, ...]], tuple[float, float, list[str]]] = field(
-        default_factory=dict, init=False, repr=False)
-
-    def of(self, p: Problem, files: Sequence[str]) -> tuple[float, float, list[str]]:
-        """(the budget the rubric gives ``p``'s ``files``, the reference's CPU,
-        the files without a measured cost), ``override`` aside."""
-        key = (p.name, tuple(files))
-        if key not in self._known:
-            self._known[key] = problem_budget(tuple(files), self.profile, self.costs, slowdown=self.slowdown,
-                                              floor=self.floor, speed=self.speed, fixed=p.cpu_budget)
-        return self._known[key]
-
-    def spec(self, p: Problem, files: Sequence[str]) -> ProblemSpec:
-        """What a trusted pytest process runs of ``p``: its ``files`` and their budget."""
-        budget, reference, _ = self.of(p, files)
-        if self.override is not None:
-            budget = self.override
-        return ProblemSpec(p.name, round(budget, 3), tuple(files), round(reference, 3), gpu_lock=p.gpu)
 
 
 #: Called with each problem's results as its trusted process sends them (from a reader thread).
@@ -182,7 +149,7 @@ def run_pytest(template: GroupSpec, problems: tuple[ProblemSpec, ...], run: Path
     collected = _Events(progress, on_problem)
     reader = threading.Thread(target=collected.read, args=(read_fd,), daemon=True)
     reader.start()
-    hard_limit = hard_limit_of(spec)
+    hard_limit = hard_limit_of(spec.problems)
     try:
         proc = subprocess.Popen(argv, cwd=REPO, env=env, pass_fds=(write_fd,), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -250,19 +217,6 @@ class _Events:
         s = self.session or RunResults()
         return RunResults(checks=dict(self.checks), problems=dict(self.problems), cuda=s.cuda, scratch=s.scratch,
                           session_time=s.session_time, cost=s.cost)
-
-
-def hard_limit_of(spec: GroupSpec) -> float:
-    """The wall-clock seconds a trusted pytest process may run before the
-    engine stops it: far more than its problems' CPU budgets take on a very busy
-    machine (every call within is bounded already; this catches the grader's
-    own hang), plus the wait for a GPU another grading holds."""
-    limit = 1800 + 4 * sum(p.cpu_budget for p in spec.problems)
-    if spec.gpu_lock_problems:  # waiting for another grading's GPU problem is not this run hanging
-        from grader.mfu.gpulock import WAIT_SECONDS
-
-        limit += WAIT_SECONDS
-    return limit
 
 
 class _PeakMemory:

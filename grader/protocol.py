@@ -61,7 +61,7 @@ class ProblemSpec:
     order; some of the problem's files when it is split over groups), the CPU
     seconds its workers may use for them (``cpu_budget``) and what the
     reference uses for the same checks on this machine (``reference_cpu``,
-    reported beside it; both from :mod:`grader.sandbox.budgets`).
+    reported beside it; both from :mod:`grader.budgets`).
     ``gpu_lock``: it holds the device's lock (grader/mfu/gpulock.py) while it runs."""
 
     name: str

@@ -73,7 +73,7 @@ class Problem:
     files: tuple[str, ...]  # its check files
     gpu: bool = False
     items: tuple[Item, ...] = ()
-    cpu_budget: float | None = None  # CPU seconds for its checks; None: from the reference's cost (sandbox/budgets.py)
+    cpu_budget: float | None = None  # CPU seconds for its checks; None: from the reference's cost (grader/budgets.py)
 
     def items_of(self, test: str, extends: str = "") -> list[Item]:
         """The items a check counts toward (exactly one in a consistent rubric).

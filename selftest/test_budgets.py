@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from grader import budgets
 from grader.corpus import CORPUS, build_correct, correct_submissions
-from grader.sandbox import budgets
 from grader.sandbox.isolation import bwrap_usable
 from selftest.load import busy_machine
 from selftest.sampling import FULL
@@ -155,6 +155,34 @@ def test_budgets_cover_every_check_file_in_every_profile():
     missing = [(profile, f) for profile in PROFILES for f in files if costs.file(profile, f) is None]
     assert not missing, f"not in grader/budgets.toml (run python -m grader calibrate): {missing}"
     assert costs.workload_seconds > 0
+
+
+def test_a_workers_limits_sit_above_every_budget_and_scale_with_the_machine():
+    """A worker's RLIMIT_CPU is above the largest budget it may serve (or
+    --cpu-budget, when larger) plus its start-up on this machine; a call's and
+    a start-up's CPU seconds scale with the machine's speed, and --call-cpu
+    replaces a call's as given."""
+    from grader.protocol import ProblemSpec
+    from grader.rubric import Problem, Settings
+
+    costs = budgets.Costs(1.0, "test", {"dev": {"a.py": budgets.FileCost(4.0, 1.0),
+                                                "b.py": budgets.FileCost(10.0, 1.0)}})
+    a, b = (Problem(n, "", 1.0, "visible", (f"{n}.py",)) for n in "ab")
+    files = {"a": ("a.py",), "b": ("b.py",)}
+    plan = budgets.Budgets("dev", costs, slowdown=5.0, floor=20.0, speed=2.0)
+    assert plan.of(a, files["a"])[0] == 80.0 and plan.of(b, files["b"])[0] == 200.0  # 2 x 5 x reference x speed
+    assert plan.cpu_limit([a, b], files, start_cpu=60.0) == 200 + 60 * 2 + 60
+    assert plan.cpu_limit([a], files, start_cpu=60.0) == 80 + 60 * 2 + 60
+    bigger = budgets.Budgets("dev", costs, slowdown=5.0, floor=20.0, speed=2.0, override=500.0)
+    assert bigger.cpu_limit([a, b], files, start_cpu=60.0) == 500 + 60 * 2 + 60
+    assert bigger.spec(a, files["a"]).cpu_budget == 500.0
+    settings = Settings(call_cpu=30.0, start_cpu=60.0, wall_factor=10.0, worker_memory_mib=512.0)
+    limits = budgets.limits_for(settings, speed=2.0, memory_bytes=3 << 30, cpu_seconds=380)
+    assert (limits.call_cpu, limits.start_cpu, limits.cpu_seconds, limits.memory_bytes) == (60.0, 120.0, 380, 3 << 30)
+    assert limits.growth_bytes == 512 << 20 and limits.wall_factor == 10.0
+    assert budgets.limits_for(settings, speed=2.0, memory_bytes=3 << 30, cpu_seconds=380, call_cpu=7.0).call_cpu == 7.0
+    # The trusted process's wall-clock limit grows with its problems' budgets.
+    assert budgets.hard_limit_of([ProblemSpec("a", 100.0, ()), ProblemSpec("b", 50.0, ())]) == 1800 + 4 * 150
 
 
 # --------------------------------------------------------------------------- on a busy machine

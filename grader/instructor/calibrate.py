@@ -5,10 +5,10 @@ few times with different hidden seeds, and writes ``grader/budgets.toml``:
 per profile and check file, the CPU seconds the reference's workers used for
 the file's checks (the most any run used: hidden inputs change with the seed)
 and their wall-clock seconds on the trusted side (the median), plus this machine's time for the
-calibration workload (:func:`grader.sandbox.budgets.workload_seconds`), against which
+calibration workload (:func:`grader.budgets.workload_seconds`), against which
 other machines are scaled (the shortest of its times before and after each
 grade). Run it on an idle machine after changing the
-checks or the reference; the budgets are :data:`grader.sandbox.budgets.MARGIN` times
+checks or the reference; the budgets are :data:`grader.budgets.MARGIN` times
 the rubric's ``slowdown`` times these figures.
 
 With ``--problems``, only those problems are graded, and the file keeps the
@@ -30,9 +30,8 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from grader import rubric
+from grader import budgets, rubric
 from grader.engine import Options, grade
-from grader.sandbox import budgets
 from grader.util import PROFILES, REPO, cores, write_atomic
 
 __all__ = ["main", "measure", "merged"]
@@ -96,7 +95,7 @@ def render(figures: dict[str, dict[str, tuple[float, float]]], workload: float, 
         "# What the reference costs, per hypothesis profile and check file: the CPU seconds",
         "# of its workers (the most of a few grades with different hidden seeds) and the",
         "# wall-clock seconds of the checks on the trusted side (their median). Written by",
-        "# `python -m grader calibrate` on an idle machine; grader/sandbox/budgets.py turns these",
+        "# `python -m grader calibrate` on an idle machine; grader/budgets.py turns these",
         "# into each problem's CPU budget, scaled by how fast the grading machine runs the",
         "# calibration workload compared with this one (workload_seconds).",
         "",

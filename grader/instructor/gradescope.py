@@ -117,8 +117,8 @@ def settings(profile: str, problems: Sequence[str] | None = None, repo: Path = R
     rounded up to half a GB) and the timeout (the reference's measured cost in
     ``grader/budgets.toml``, made as slow as a correct solution may be, times
     :data:`TIMEOUT_MARGIN`, rounded up to 5 minutes)."""
+    from grader import budgets
     from grader import rubric as rubric_mod
-    from grader.sandbox import budgets
     from grader.sandbox.limits import GRADE_BASE_BYTES, Limits, grade_memory
 
     rub = rubric_mod.load(repo / "grader" / "rubric.toml")

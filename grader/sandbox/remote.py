@@ -13,7 +13,7 @@ Requests and replies are :mod:`tests.wire` frames (read by :mod:`grader.sandbox.
 values or exceptions by :func:`tests.wire.reply_value`).
 
 Each problem's CPU budget and each call's CPU limit (read from outside by
-:mod:`grader.sandbox.meter`, budgets from :mod:`grader.sandbox.budgets`), the
+:mod:`grader.sandbox.meter`, budgets from :mod:`grader.budgets`), the
 wall-clock backstop, and when a timeout, a crash, a spent budget
 (:class:`NotRun`) or a fault of the machine (:class:`GraderFault`) cuts a
 problem: see grader/README.md, "Budgets". What happened is kept in a

@@ -15,20 +15,35 @@ CPU time, not wall-clock time, is what is counted (:mod:`grader.sandbox.remote`,
 time but not in CPU time, so a correct solution keeps its marks on a grading
 host running several jobs per core. Nothing here decides a verdict on its own:
 a budget only bounds how long a submission may run.
+
+This module is the budget policy, whole: the figures (:func:`load`,
+:func:`machine_speed`, :func:`problem_budget`), each problem's budget in a
+grade (:class:`Budgets`), a worker's RLIMIT_CPU above any budget it may serve
+(:meth:`Budgets.cpu_limit`) and its other limits (:func:`limits_for`), and
+the wall-clock limit of a trusted pytest process (:func:`hard_limit_of`).
+What stays in :mod:`grader.sandbox.remote` (``MIN_WALL``, ``FORK_CPU``, a
+call's wall-clock backstop) are per-call backstops, not budget policy. It
+sits above :mod:`grader.sandbox` (nothing there imports it) and below
+:mod:`grader.groups` and :mod:`grader.engine`.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.protocol import ProblemSpec
+from grader.rubric import Problem, Settings
+from grader.sandbox.limits import Limits
 from grader.util import tomllib
 
-__all__ = ["BUDGETS", "MARGIN", "Costs", "FileCost", "load", "machine_speed", "workload"]
+__all__ = ["BUDGETS", "MARGIN", "Budgets", "Costs", "FileCost", "hard_limit_of", "limits_for", "load",
+           "machine_speed", "problem_budget", "workload"]
 
-BUDGETS = Path(__file__).resolve().parent.parent / "budgets.toml"
+BUDGETS = Path(__file__).resolve().parent / "budgets.toml"
 #: The budget is this times the promised slowdown times the reference's CPU:
 #: room for seeds that draw larger inputs and machines that run some code
 #: relatively slower than the calibration workload.
@@ -120,3 +135,71 @@ def problem_budget(files: list[str] | tuple[str, ...], profile: str, costs: Cost
     reference = sum(c.worker_cpu if (c := costs.file(profile, f)) else UNMEASURED_FILE_CPU for f in files)
     budget = fixed if fixed is not None else max(floor, MARGIN * slowdown * reference)
     return budget * speed, reference * speed, missing
+
+
+@dataclass
+class Budgets:
+    """How this grade sets a problem's CPU budget on this machine
+    (:func:`problem_budget` with the rubric's settings),
+    each figure computed once per problem and set of files. ``override``
+    (``--cpu-budget``, CPU seconds as given) replaces every problem's budget."""
+
+    profile: str
+    costs: Costs
+    slowdown: float
+    floor: float
+    speed: float
+    override: float | None = None
+    _known: dict[tuple[str, tuple[str, ...]], tuple[float, float, list[str]]] = field(
+        default_factory=dict, init=False, repr=False)
+
+    def of(self, p: Problem, files: Sequence[str]) -> tuple[float, float, list[str]]:
+        """(the budget the rubric gives ``p``'s ``files``, the reference's CPU,
+        the files without a measured cost), ``override`` aside."""
+        key = (p.name, tuple(files))
+        if key not in self._known:
+            self._known[key] = problem_budget(tuple(files), self.profile, self.costs, slowdown=self.slowdown,
+                                              floor=self.floor, speed=self.speed, fixed=p.cpu_budget)
+        return self._known[key]
+
+    def spec(self, p: Problem, files: Sequence[str]) -> ProblemSpec:
+        """What a trusted pytest process runs of ``p``: its ``files`` and their budget."""
+        budget, reference, _ = self.of(p, files)
+        if self.override is not None:
+            budget = self.override
+        return ProblemSpec(p.name, round(budget, 3), tuple(files), round(reference, 3), gpu_lock=p.gpu)
+
+    def cpu_limit(self, selected: Sequence[Problem], check_files: Mapping[str, Sequence[str]],
+                  start_cpu: float) -> int:
+        """A worker's RLIMIT_CPU (CPU seconds): its own last line, above any
+        budget it may serve (the largest of the ``selected`` problems' for all
+        their ``check_files``, or ``override``), its start-up (the rubric's
+        ``start_cpu``, on this machine) and a minute more."""
+        most = max([self.override or 0.0, *(self.of(p, check_files[p.name])[0] for p in selected)])
+        return int(most + start_cpu * self.speed + 60)
+
+
+def limits_for(settings: Settings, *, speed: float, memory_bytes: int, cpu_seconds: int,
+               call_cpu: float | None = None) -> Limits:
+    """Every worker's limits in a grade on this machine: the rubric's
+    ``settings`` (a call's and a start-up's CPU seconds scaled by ``speed``),
+    the address space ``memory_bytes``, RLIMIT_CPU ``cpu_seconds``
+    (:meth:`Budgets.cpu_limit`); ``call_cpu`` (``--call-cpu``, CPU seconds as
+    given) replaces a call's."""
+    return Limits(memory_bytes=memory_bytes, cpu_seconds=cpu_seconds,
+                  growth_bytes=int(settings.worker_memory_mib * (1 << 20)),
+                  call_cpu=float(call_cpu or settings.call_cpu * speed),
+                  start_cpu=float(settings.start_cpu * speed), wall_factor=float(settings.wall_factor))
+
+
+def hard_limit_of(problems: Sequence[ProblemSpec]) -> float:
+    """The wall-clock seconds a trusted pytest process running ``problems`` may
+    run before the engine stops it: far more than their CPU budgets take on a
+    very busy machine (every call within is bounded already; this catches the
+    grader's own hang), plus the wait for a GPU another grading holds."""
+    limit = 1800 + 4 * sum(p.cpu_budget for p in problems)
+    if any(p.gpu_lock for p in problems):  # waiting for another grading's GPU problem is not this run hanging
+        from grader.mfu.gpulock import WAIT_SECONDS
+
+        limit += WAIT_SECONDS
+    return limit
