@@ -45,9 +45,9 @@ from grader.rubric import is_hidden
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import fitted_memory_limit, grade_memory
 from grader.sandbox.scratch import remove_tree
-from grader.sandbox.submission import locate
-from grader.sandbox.workcopy import SubmissionError, make_working_copy
 from grader.scoring import STAND_IN_NOTE, score_problem, strip_controls, total, unavailable
+from grader.staging.submission import locate
+from grader.staging.workcopy import SubmissionError, make_working_copy
 from grader.util import PROFILES, REPO, cuda_available, memory_available, printable, torch_support_note
 
 __all__ = ["STUDENT_RELEASE_CHECKS", "Options", "grade", "hidden_available"]

@@ -20,7 +20,7 @@ from grader.protocol import ProblemSpec
 from grader.sandbox.isolation import Sandbox, bwrap_usable
 from grader.sandbox.limits import Limits
 from grader.sandbox.remote import RemoteImpl
-from grader.sandbox.workcopy import make_working_copy
+from grader.staging.workcopy import make_working_copy
 from grader.worker.confine import seccomp_available
 
 REPO = Path(__file__).resolve().parent.parent

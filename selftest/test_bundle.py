@@ -20,7 +20,7 @@ import pytest
 
 from grader.instructor import gradescope
 from grader.instructor.precheck import precheck
-from grader.sandbox.submission import locate
+from grader.staging.submission import locate
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -49,7 +49,7 @@ GRADESCOPE_SCHEMA = {
 }
 
 # Stands in for the venv's python: `-m grader SUB --gradescope FILE` finds the
-# upload's student/ with the grader's own code (grader.sandbox.submission.locate,
+# upload's student/ with the grader's own code (grader.staging.submission.locate,
 # as the real grader does first) and writes a Gradescope result naming the
 # modules found; anything else runs the real interpreter (run_autograder's
 # fallback writer).
@@ -59,8 +59,8 @@ if [ "$1" = "-m" ] && [ "$2" = "grader" ]; then
 import json, os, sys, tempfile
 from pathlib import Path
 sys.path.insert(0, os.getcwd())
-from grader.sandbox.submission import locate
-from grader.sandbox.workcopy import SubmissionError
+from grader.staging.submission import locate
+from grader.staging.workcopy import SubmissionError
 args = sys.argv[1:]
 sub, out = args[2], args[args.index("--gradescope") + 1]
 if os.environ.get("FAKE_CRASH"):

@@ -20,8 +20,8 @@ import pytest
 
 from grader import __main__ as entry
 from grader import protocol
-from grader.sandbox.submission import extract_zip
-from grader.sandbox.workcopy import SubmissionError
+from grader.staging.submission import extract_zip
+from grader.staging.workcopy import SubmissionError
 
 REPO = Path(__file__).resolve().parent.parent
 

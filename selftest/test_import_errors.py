@@ -83,7 +83,7 @@ def test_a_hidden_run_tells_an_import_failure_in_fixed_words(tmp_path):
     import pytest
 
     from grader.sandbox.client import NotRun
-    from grader.sandbox.workcopy import make_working_copy
+    from grader.staging.workcopy import make_working_copy
     from selftest.sandboxing import make_impl
 
     student = tmp_path / "sub" / "student"

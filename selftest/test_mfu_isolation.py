@@ -30,7 +30,7 @@ from grader.sandbox import proctree
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import Limits
 from grader.sandbox.remote import RemoteImpl
-from grader.sandbox.workcopy import make_working_copy
+from grader.staging.workcopy import make_working_copy
 from selftest.mfu_fakes import one_thread  # noqa: F401 (an autouse fixture)
 from tests.harness import ImplBase
 from tests.local import LocalImpl

@@ -129,7 +129,7 @@ def _check(seen: dict[str, str], landlock: bool) -> None:
 
 @pytest.fixture(scope="module")
 def probe_work(tmp_path_factory):
-    from grader.sandbox.workcopy import make_working_copy
+    from grader.staging.workcopy import make_working_copy
 
     root = tmp_path_factory.mktemp("refusals")
     student = root / "sub" / "student"
@@ -160,7 +160,7 @@ from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import Limits
 from grader.sandbox.remote import RemoteImpl
 from grader.sandbox.uidsandbox import hand_over
-from grader.sandbox.workcopy import make_working_copy
+from grader.staging.workcopy import make_working_copy
 
 sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30), want="uid")
 run = Path(tempfile.mkdtemp(prefix="grader-"))

@@ -18,7 +18,7 @@ from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import Limits
 from grader.sandbox.remote import RemoteImpl
 from grader.sandbox.scratch import BASETEMP, ScratchWatch, remove_tree, scratch_usage
-from grader.sandbox.workcopy import make_working_copy
+from grader.staging.workcopy import make_working_copy
 from selftest.sandboxing import (
     _in_sandbox,
     _worker_pid,
@@ -153,7 +153,7 @@ def test_scratch_is_emptied_between_problems(work, tmp_path):
 def test_the_working_copy_refuses_folders(tmp_path):
     """A student/ of many folders is refused before anything is copied (plain
     modules only: any folder but __pycache__ is refused, the first one named)."""
-    from grader.sandbox.workcopy import MAX_FOLDERS, SubmissionError
+    from grader.staging.workcopy import MAX_FOLDERS, SubmissionError
 
     student = tmp_path / "student"
     for i in range(MAX_FOLDERS + 1):

@@ -1,6 +1,6 @@
 """The optimizers' worker seals torch.optim (grader/worker/seal.py ``seal_torch_optim``)
 and staging refuses what Python would import differently from what the grader
-reads (grader/sandbox/workcopy.py ``check_plain_modules``).
+reads (grader/staging/workcopy.py ``check_plain_modules``).
 
 Sealing changes the process it runs in for good, so it runs in a child process
 that reports, as JSON, what each route to torch.optim's optimizers did.
@@ -26,7 +26,7 @@ from grader.sandbox.isolation import Sandbox, bwrap_usable
 from grader.sandbox.limits import Limits
 from grader.sandbox.optimseal import SealedOptim, algorithm_files, carve, module_name, optim_dir, seal_source
 from grader.sandbox.remote import RemoteImpl
-from grader.sandbox.workcopy import SubmissionError, make_working_copy
+from grader.staging.workcopy import SubmissionError, make_working_copy
 from grader.worker.confine import landlock_abi, seccomp_available
 
 REPO = Path(__file__).resolve().parent.parent

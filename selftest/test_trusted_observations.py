@@ -17,7 +17,7 @@ from grader.protocol import ProblemSpec
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import Limits
 from grader.sandbox.remote import RemoteImpl
-from grader.sandbox.workcopy import make_working_copy
+from grader.staging.workcopy import make_working_copy
 from tests.scenarios import checkpoints as checkpoint_scenarios
 from tests.scenarios import data as data_scenarios
 

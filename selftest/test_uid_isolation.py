@@ -152,7 +152,7 @@ import json, os, sys, tempfile
 from pathlib import Path
 from grader.sandbox.limits import Limits
 from grader.sandbox.isolation import Sandbox
-from grader.sandbox.workcopy import make_working_copy
+from grader.staging.workcopy import make_working_copy
 from grader.sandbox.client import ForkServer, Limit
 from grader.worker.main import ServerConfig
 import time

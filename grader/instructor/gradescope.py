@@ -9,7 +9,7 @@ dependencies. Not shipped: the corpus, the project's own checks, benchmarks,
 docs, local state.
 
 ``run_autograder`` copies ``/autograder/submission`` to a scratch folder (where
-the grader finds the work as uploaded: :func:`grader.sandbox.submission.find_student`), makes the
+the grader finds the work as uploaded: :func:`grader.staging.submission.find_student`), makes the
 reference and hidden checks readable by the grading user only, and runs
 ``python -m grader SUB --gradescope /autograder/results/results.json`` with the
 bundle's grader arguments (default ``--profile grade``; ``--full-feedback N/WINDOW``

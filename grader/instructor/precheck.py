@@ -16,8 +16,8 @@ from pathlib import Path
 
 from grader.instructor.discovery import IGNORED, entry_kind
 from grader.sandbox.scratch import remove_tree
-from grader.sandbox.submission import EXPECTED_LAYOUT, find_student, names_hold_work
-from grader.sandbox.workcopy import MAX_BYTES, SubmissionError
+from grader.staging.submission import EXPECTED_LAYOUT, find_student, names_hold_work
+from grader.staging.workcopy import MAX_BYTES, SubmissionError
 from tests import handout_problems
 
 __all__ = ["precheck"]
@@ -25,7 +25,7 @@ __all__ = ["precheck"]
 
 def _zip_student(path: Path) -> tuple[str, str]:
     """("graded", "") when ``path`` is a readable zip holding the work in a layout the grader finds
-    (:func:`grader.sandbox.submission.names_hold_work`), else the status ("bad zip", "no student/")
+    (:func:`grader.staging.submission.names_hold_work`), else the status ("bad zip", "no student/")
     and the reason, which never repeats the status (reports print "status: reason")."""
     try:
         with zipfile.ZipFile(path) as z:
@@ -53,7 +53,7 @@ def precheck(path: Path, staging: Path | None = None) -> tuple[Path | None, str,
     modules loose (``precision.py``... dragged into Gradescope's upload box) is
     graded as if they were in ``student/``: a copy is staged under ``staging``.
     Anything else goes to the grader's own search
-    (:func:`grader.sandbox.submission.find_student`: ``student/`` deeper down, a
+    (:func:`grader.staging.submission.find_student`: ``student/`` deeper down, a
     repository, modules loose in a folder), exactly as the Gradescope bundle's
     run_autograder grades an upload; the reason when nothing is found is the
     grader's one sentence on the layouts expected.

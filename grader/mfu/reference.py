@@ -31,7 +31,7 @@ from grader.sandbox.client import GraderFault, WorkerError
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.remote import RemoteImpl
 from grader.sandbox.scratch import remove_tree
-from grader.sandbox.workcopy import make_working_copy
+from grader.staging.workcopy import make_working_copy
 from grader.util import REPO
 
 __all__ = ["ReferenceWorker", "reference_worker"]

@@ -1,8 +1,8 @@
 """The trusted side of running a submission: how a worker is isolated
-(``isolation``, ``uidsandbox``), limited (``limits``, ``cgroups``; the budget policy is
-:mod:`grader.budgets`),
-given its files (``workcopy``, ``submission``, ``scratch``, ``optimseal``),
-observed from outside (``meter``, ``proctree``), talked to (``client``: one
-worker's pipes and limits) and managed per problem (``remote``: ``RemoteImpl``).
-The code that runs inside the sandbox is :mod:`grader.worker`.
+(``isolation``, ``uidsandbox``), limited (``limits``, ``cgroups``), given its
+files (``scratch``, ``optimseal``), observed from outside (``meter``,
+``proctree``), talked to (``client``: one worker's pipes and limits) and
+managed per problem (``remote``: ``RemoteImpl``). The code that runs inside
+the sandbox is :mod:`grader.worker`; the working copy it runs in is
+:mod:`grader.staging`'s, the budget policy :mod:`grader.budgets`'s.
 """

@@ -52,7 +52,7 @@ from grader.sandbox.limits import LOG_CAP
 from grader.sandbox.meter import Meter
 from grader.sandbox.optimseal import SealedOptim
 from grader.sandbox.scratch import remove_tree
-from grader.sandbox.workcopy import private_copy
+from grader.staging.workcopy import private_copy
 from grader.worker.main import ServerConfig, WorkerConfig
 from tests import wire
 from tests.memwatch import process_tree

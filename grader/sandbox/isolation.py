@@ -14,7 +14,7 @@ for root, and when the grader refuses to grade: see grader/sandbox/README.md.
 The sandbox's parts live in their own modules, which never import this one:
 :mod:`grader.sandbox.limits` (limits, memory planning), :mod:`grader.sandbox.scratch` (the
 scratch folder's watch and removal), :mod:`grader.sandbox.cgroups` (pids cgroups),
-:mod:`grader.sandbox.workcopy` (the working copy); import their names from them.
+:mod:`grader.staging.workcopy` (the working copy); import their names from them.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from grader.sandbox.limits import (
     Limits,
 )
 from grader.sandbox.optimseal import SealedOptim, carve
-from grader.sandbox.workcopy import WORKER_SCRIPT
+from grader.staging.workcopy import WORKER_SCRIPT
 from grader.util import REPO
 from grader.worker.confine import landlock_abi
 from grader.worker.main import WorkerConfig

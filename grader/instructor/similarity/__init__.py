@@ -10,8 +10,8 @@ Contract:
 
 * The submissions are found, prechecked and staged by the very functions the
   batch and the grader use (:func:`grader.instructor.discovery.discover`,
-  :func:`grader.instructor.precheck.precheck`, :func:`grader.sandbox.submission.locate`,
-  :func:`grader.sandbox.workcopy.make_working_copy`): regular files only (symlinks and
+  :func:`grader.instructor.precheck.precheck`, :func:`grader.staging.submission.locate`,
+  :func:`grader.staging.workcopy.make_working_copy`): regular files only (symlinks and
   special files are never followed), the same caps. A submission that cannot
   be graded is listed as skipped, with the reason.
 * Submission code is never imported or run: it is read as text (undecodable

@@ -27,8 +27,8 @@ from grader.instructor.similarity.settings import (
     MAX_FILE_BYTES,
     REFERENCE_ID,
 )
-from grader.sandbox.submission import locate
-from grader.sandbox.workcopy import SubmissionError, is_plain_module, make_working_copy
+from grader.staging.submission import locate
+from grader.staging.workcopy import SubmissionError, is_plain_module, make_working_copy
 from grader.util import REPO
 
 

@@ -22,7 +22,7 @@ import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
 
-from grader.sandbox.workcopy import MAX_BYTES, MAX_DEPTH, MAX_FILES, MAX_FOLDERS, SubmissionError
+from grader.staging.workcopy import MAX_BYTES, MAX_DEPTH, MAX_FILES, MAX_FOLDERS, SubmissionError
 
 MAX_MEMBERS = 4 * MAX_FILES
 #: Wall-clock seconds unpacking may take (a bound on the grader's own work,

@@ -40,7 +40,7 @@ CONFINE_MODULE = "_grader_confine.py"
 #: Caps on what is copied from a submission's student/ folder.
 MAX_FILES = 2000
 MAX_BYTES = 64 << 20
-#: Caps on what a submission's archive may make when unpacked (grader/sandbox/submission.py):
+#: Caps on what a submission's archive may make when unpacked (grader/staging/submission.py):
 #: path depth, and folders (empty ones cost no bytes, but creating, copying and
 #: removing each costs time: 60,000 empty folders took minutes to copy and remove).
 MAX_DEPTH = 32
