@@ -167,7 +167,8 @@ class Budgets:
         budget, reference, _ = self.of(p, files)
         if self.override is not None:
             budget = self.override
-        return ProblemSpec(p.name, round(budget, 3), tuple(files), round(reference, 3), gpu_lock=p.gpu)
+        return ProblemSpec(p.name, round(budget, 3), tuple(files), round(reference, 3), gpu_lock=p.gpu,
+                           sealed_optim=p.sealed_optim)
 
     def cpu_limit(self, selected: Sequence[Problem], check_files: Mapping[str, Sequence[str]],
                   start_cpu: float) -> int:

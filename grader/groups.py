@@ -33,7 +33,6 @@ from grader.report.progress import GradeProgress
 from grader.rubric import Problem, is_hidden
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import LOG_CAP
-from grader.sandbox.optimseal import SEALED_OPTIM_PROBLEMS
 from grader.sandbox.scratch import BASETEMP
 from grader.util import REPO, memory_available
 
@@ -55,13 +54,13 @@ def phases(selected: list[Problem], check_files: dict[str, tuple[str, ...]], *,
     """The run's phases (:func:`by_phase`) of the selected problems' existing
     check files (``check_files``: each problem's), each in the order its trusted process runs them: the
     rubric's, except that the problems whose workers need a sealed fork
-    server (:data:`grader.sandbox.optimseal.SEALED_OPTIM_PROBLEMS`) come last, so
+    server (the rubric's ``sealed_optim``) come last, so
     that a phase starts one fork server of each kind at most. A GPU problem
     is left out where GPU problems do not run (``gpu_device`` ""; it is "not
     run on a GPU")."""
     planned = [ProblemFiles(p, check_files[p.name]) for p in selected]
     planned = [pf for pf in planned if pf.files and not (pf.problem.gpu and not gpu_device)]
-    planned.sort(key=lambda pf: pf.problem.name in SEALED_OPTIM_PROBLEMS)  # stable: the rubric's order otherwise
+    planned.sort(key=lambda pf: pf.problem.sealed_optim)  # stable: the rubric's order otherwise
     return by_phase(planned)
 
 

@@ -62,13 +62,16 @@ class ProblemSpec:
     seconds its workers may use for them (``cpu_budget``) and what the
     reference uses for the same checks on this machine (``reference_cpu``,
     reported beside it; both from :mod:`grader.budgets`).
-    ``gpu_lock``: it holds the device's lock (grader/mfu/gpulock.py) while it runs."""
+    ``gpu_lock``: it holds the device's lock (grader/mfu/gpulock.py) while it runs.
+    ``sealed_optim``: its workers get a sealed torch.optim (the rubric's
+    ``sealed_optim``; :mod:`grader.sandbox.remote`)."""
 
     name: str
     cpu_budget: float
     files: tuple[str, ...]
     reference_cpu: float = 0.0
     gpu_lock: bool = False
+    sealed_optim: bool = False
 
 
 @dataclass(frozen=True)

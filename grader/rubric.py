@@ -74,6 +74,7 @@ class Problem:
     gpu: bool = False
     items: tuple[Item, ...] = ()
     cpu_budget: float | None = None  # CPU seconds for its checks; None: from the reference's cost (grader/budgets.py)
+    sealed_optim: bool = False  # its workers get a sealed torch.optim (its checks compare with torch.optim's)
 
     def items_of(self, test: str, extends: str = "") -> list[Item]:
         """The items a check counts toward (exactly one in a consistent rubric).
@@ -209,7 +210,8 @@ def load(path: Path = DEFAULT_RUBRIC) -> Rubric:
         if not isinstance(name, str) or not name.isidentifier() or name in seen:
             raise RubricError(f"{where}: name must be a unique identifier, got {name!r}")
         seen.add(name)
-        extra = set(p) - {"name", "section", "points", "visibility", "files", "cpu_budget", "gpu", "item"}
+        extra = set(p) - {"name", "section", "points", "visibility", "files", "cpu_budget", "gpu", "sealed_optim",
+                          "item"}
         if extra:
             raise RubricError(f"{where} ({name}): unknown keys {sorted(extra)}" + _RENAMED_HINT.get(min(extra), ""))
         vis = p.get("visibility", "visible")
@@ -221,12 +223,16 @@ def load(path: Path = DEFAULT_RUBRIC) -> Rubric:
         if any(c.startswith("/") or ".." in Path(c).parts for c in files):
             raise RubricError(f"{where} ({name}): files must be relative paths inside the repository")
         points = _num(f"{where}.points", p.get("points"))
+        sealed_optim = p.get("sealed_optim", False)
+        if not isinstance(sealed_optim, bool):
+            raise RubricError(f"{where} ({name}): sealed_optim must be true or false, got {sealed_optim!r}")
         problems.append(Problem(
             name=name, section=str(p.get("section", "")), points=points,
             visibility=vis, files=tuple(files),
             gpu=bool(p.get("gpu", False)),
             items=_items(f"{where} ({name})", p.get("item"), points),
             cpu_budget=_num(f"{where}.cpu_budget", p["cpu_budget"]) if "cpu_budget" in p else None,
+            sealed_optim=sealed_optim,
         ))
     if not problems:
         raise RubricError(f"{path}: no [[problem]] entries")

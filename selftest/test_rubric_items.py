@@ -84,6 +84,8 @@ def test_items_hold_checks_that_run_without_a_gpu(collected):
     ('[[problem.item]]\nname = "a"\npoints = 4\nchecks = ["test_a"]\n', "add up to 4"),
     ('[[problem.item]]\nname = "a"\npoints = 10\nchecks = ["tests/test_x.py::test_a"]\n', "checks must be"),
     ('[[problem.item]]\nname = "a"\npoints = 10\nchecks = ["test_a"]\nweight = 2\n', "unknown keys"),
+    ('sealed_optim = "yes"\n[[problem.item]]\nname = "a"\npoints = 10\nchecks = ["test_a"]\n',
+     "sealed_optim must be true or false"),
 ])
 def test_malformed_items_are_refused(tmp_path, body, error):
     path = tmp_path / "rubric.toml"

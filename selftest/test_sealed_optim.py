@@ -13,6 +13,7 @@ files on disk, which the in-process seal cannot stop."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import subprocess
 import sys
@@ -193,6 +194,70 @@ def test_source_check_names_a_rebound_decoy():
     assert static.delegation_facts(LocalImpl("reference")).uses == []
 
 
+# --------------------------------------------------------------------------- which problem is sealed
+class _Spawned(Exception):
+    """Raised by the fake fork server's spawn: a worker's start got that far."""
+
+
+def test_the_rubric_seals_the_optimizers_and_a_sealed_problem_gets_a_sealed_server(tmp_path, monkeypatch):
+    """The rubric marks the optimizers, and only them, ``sealed_optim``; the
+    plan's ProblemSpec carries it; RemoteImpl starts a sealed fork server for
+    that problem and a plain one for another, and never serves a sealed
+    problem from a server that is not sealed (a grader fault, no worker).
+    The fork servers are fakes: nothing starts."""
+    from grader import budgets, rubric
+    from grader.sandbox import remote
+    from grader.sandbox.client import GraderFault
+
+    rub = rubric.load()
+    assert [p.name for p in rub.problems if p.sealed_optim] == ["optimizers"]
+    plan = budgets.Budgets("dev", budgets.Costs(), slowdown=5.0, floor=20.0, speed=1.0)
+    specs = [plan.spec(rub.problem(name), ()) for name in ("precision", "optimizers")]
+    assert [s.sealed_optim for s in specs] == [False, True]
+
+    asked: list[bool] = []
+    unsealed = []  # set: every server started comes up unsealed, whatever it was asked
+
+    class FakeServer:
+        meter, spawned = None, 0
+
+        def __init__(self, sandbox, work, scratch, config, reply_bytes, sealed_optim):
+            asked.append(config.seal)
+            self.config = dataclasses.replace(config, seal=False) if unsealed else config
+
+        def alive(self) -> bool:
+            return True
+
+        def wait_ready(self, limit) -> None:
+            pass
+
+        def kill(self) -> None:
+            pass
+
+        def spawn(self, limit):
+            raise _Spawned
+
+    monkeypatch.setattr(remote, "ForkServer", FakeServer)
+    (tmp_path / "work" / "student").mkdir(parents=True)
+    (tmp_path / "scratch").mkdir()
+    sandbox = Sandbox.restored("rlimits", "test", limits=Limits(memory_bytes=3 << 30), cuda=False)
+    impl = RemoteImpl("test", sandbox, tmp_path / "work", tmp_path / "scratch", specs)
+    for name in ("precision", "optimizers"):
+        impl.enter(name)
+        with pytest.raises(_Spawned):
+            impl._worker()
+    assert asked == [False, True]
+    impl.close()
+
+    unsealed.append(True)
+    impl = RemoteImpl("test", sandbox, tmp_path / "work", tmp_path / "scratch", specs[1:])
+    impl.enter("optimizers")
+    with pytest.raises(GraderFault, match="not be sealed"):
+        impl._worker()
+    assert asked[2:] == [True] and "not be sealed" in impl.states["optimizers"].fault
+    impl.close()
+
+
 # --------------------------------------------------------------------------- torch.optim's files, sealed
 
 
@@ -350,7 +415,7 @@ def test_a_bwrap_optimizers_worker_reads_sealed_torch_optim_sources(tmp_path):
     work = make_working_copy(student, tmp_path / "run" / "work")
     sandbox = Sandbox(limits=Limits(memory_bytes=3 << 30, call_cpu=120.0), want="bwrap")
     impl = RemoteImpl("test", sandbox, work, scratch,
-                      [ProblemSpec("precision", 300.0, ()), ProblemSpec("optimizers", 300.0, ())])
+                      [ProblemSpec("precision", 300.0, ()), ProblemSpec("optimizers", 300.0, (), sealed_optim=True)])
     root = impl._sealed_optim.root if impl._sealed_optim is not None else None
     try:
         assert root is not None and root.parent == scratch.parent, "the copies belong to the run, not the worker"

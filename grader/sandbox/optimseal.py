@@ -6,7 +6,7 @@ that without any import: execute torch's optimizer sources read from disk
 (``exec(compile(open(torch.optim.adam.__file__).read(), ...))``), or load their
 original bytecode from ``torch/optim/__pycache__/*.pyc`` with ``marshal``. In
 bubblewrap mode those files are covered from outside the process: the
-optimizers' worker (only: :data:`SEALED_OPTIM_PROBLEMS`) sees,
+optimizers' worker (only: a problem the rubric marks ``sealed_optim``) sees,
 read-only, a sealed copy over each algorithm source of torch.optim and an empty
 folder over each ``__pycache__`` below it (:meth:`SealedOptim.binds`, used by
 :meth:`grader.sandbox.isolation.Sandbox.command`).
@@ -41,14 +41,7 @@ from pathlib import Path
 from grader.sandbox.scratch import remove_tree
 from grader.worker.seal import OPTIM_KEPT, SEALED_HINT
 
-__all__ = ["SEALED_OPTIM_PROBLEMS", "SealedOptim", "algorithm_files", "carve", "module_name", "optim_dir",
-           "seal_source"]
-
-#: The problems whose workers are kept from torch.optim (a sealed fork server,
-#: :mod:`grader.sandbox.remote`): the ones whose checks compare the submission
-#: with torch.optim.
-SEALED_OPTIM_PROBLEMS = frozenset({"optimizers"})
-
+__all__ = ["SealedOptim", "algorithm_files", "carve", "module_name", "optim_dir", "seal_source"]
 
 def optim_dir() -> Path:
     """torch.optim's folder, on the path this interpreter imports it from (the

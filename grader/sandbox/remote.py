@@ -8,7 +8,7 @@ run one after another; each gets a worker of its own at its first call, and
 a fresh one wherever a check asks for a process that has run nothing before
 (:meth:`fresh_scenario` and the like). One fork server lives at a time: the
 plain one, then, for the problems whose workers must not see torch.optim
-(:data:`SEALED_OPTIM_PROBLEMS`, which the plugin runs last), a sealed one.
+(``ProblemSpec.sealed_optim``, the rubric's; they run last), a sealed one.
 Requests and replies are :mod:`tests.wire` frames (read by :mod:`grader.sandbox.client`, turned into
 values or exceptions by :func:`tests.wire.reply_value`).
 
@@ -22,7 +22,7 @@ may read of it is fixed wording: no exit status, signal, CPU or wall seconds
 and no text of the worker's, any of which the submission could steer to carry
 a hidden input out; the details go to the instructors' log.
 
-:data:`SEALED_OPTIM_PROBLEMS`: whose workers are forked by a server with
+A problem whose spec says ``sealed_optim`` has its workers forked by a server with
 torch.optim sealed in-process and, in bubblewrap mode, sealed copies of its
 sources bound over torch's (:mod:`grader.sandbox.optimseal`; written once per
 RemoteImpl, removed by :meth:`RemoteImpl.close`); why, and the uid mode's
@@ -57,7 +57,7 @@ from grader.sandbox.client import (
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import LOG_CAP
 from grader.sandbox.meter import StorageWatch
-from grader.sandbox.optimseal import SEALED_OPTIM_PROBLEMS, SealedOptim
+from grader.sandbox.optimseal import SealedOptim
 from grader.sandbox.scratch import BASETEMP, remove_tree
 from grader.worker.main import ServerConfig
 from tests import wire
@@ -122,21 +122,20 @@ class RemoteImpl(ImplBase):
     def __init__(
         self, name: str, sandbox: Sandbox, work: Path, scratch: Path, problems: Sequence[ProblemSpec], *,
         min_wall: float = MIN_WALL, max_crashes: int = 3, max_timeouts: int = 2, hidden: bool = False,
-        sealed: frozenset[str] = SEALED_OPTIM_PROBLEMS,
     ) -> None:
         """``problems``: what each problem runs (its budget among it), in the
         order they run; the workers' limits are ``sandbox.limits`` (a call's
         CPU seconds, a fork server's start-up, the wall-clock backstop: a wait
         lasts at most ``wall_factor`` times its CPU limit, and at least
         ``min_wall`` seconds); ``hidden``: this run serves hidden checks (fixed
-        wording, see the module docstring); ``sealed``: the problems whose
-        workers get a sealed torch.optim."""
+        wording, see the module docstring). A problem whose spec says
+        ``sealed_optim`` gets its workers from a sealed fork server only."""
         self.name = name
         self._sandbox, self._work, self._scratch = sandbox, work, scratch
         self.limits = sandbox.limits
         self.states = {p.name: ProblemState.of(p) for p in problems}
         self.min_wall, self.max_crashes, self.max_timeouts = min_wall, max_crashes, max_timeouts
-        self.hidden, self.sealed = hidden, sealed
+        self.hidden = hidden
         self.problem: str | None = None
         self._workers: dict[str, Worker] = {}
         self._server: ForkServer | None = None
@@ -150,7 +149,7 @@ class RemoteImpl(ImplBase):
         self._sealed_optim: SealedOptim | None = None
         self._seal_error = ""
         self.seal_cpu = 0.0  # the CPU seconds sealing torch.optim's sources took (the grader's cost)
-        if any(p.name in sealed for p in problems) and sandbox.seals_optim:
+        if any(p.sealed_optim for p in problems) and sandbox.seals_optim:
             began = time.thread_time()
             try:
                 self._sealed_optim = SealedOptim.create(scratch.parent)
@@ -258,7 +257,10 @@ class RemoteImpl(ImplBase):
         st = self.states[self.problem]
         for other in list(self._workers):  # one worker at a time: a spawn ends the server's last one
             self._retire(other)
-        server = self._fork_server(self.problem in self.sealed, st)
+        server = self._fork_server(st.spec.sealed_optim, st)
+        if st.spec.sealed_optim and not server.config.seal:  # never its calls where torch.optim is whole
+            st.fault = st.fault or "its worker's torch.optim would not be sealed"
+            raise GraderFault(f"{self.problem}: not graded: {st.fault}")
         wall = self._wall(self.limits.start_cpu)
         try:
             w = server.spawn(Limit(cpu=float("inf"), wall=time.monotonic() + wall))

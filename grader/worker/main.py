@@ -44,8 +44,9 @@ before calls whose memory is measured: :meth:`_Harness.answer`; or ``{"op":
 the value None) it answers
 with :func:`tests.wire.value_reply` or :func:`tests.wire.error_reply` (the
 reply fields, and which exception each error becomes on the trusted side).
-A worker of an unsealed server answers no optimizers request (why: see
-grader/README.md, "The trust boundary").
+A worker serves what its server is configured as (``ServerConfig.seal``):
+which problems need a sealed server is the trusted side's decision (the
+rubric's ``sealed_optim``), checked there.
 """
 
 from __future__ import annotations
@@ -138,13 +139,6 @@ class WorkerConfig:
 
 
 # ----------------------------------------------------------------------------- what a worker answers
-def _about_optimizers(req: dict[str, Any]) -> bool:
-    """Whether a request runs the submission's optimizers."""
-    if req.get("op") in ("call", "import"):
-        return req.get("module") == "optimizers"
-    return str(req.get("name", "")).startswith("tests.scenarios.optimizers:")
-
-
 class _Harness:
     """What the server imports once for all its workers: torch, the harness
     and every scenario, resolved before any submission code runs (a submission
@@ -203,8 +197,6 @@ class _Harness:
                 self.measured = True
             return wire.encode({"ok": True, "value": None})
         try:
-            if _about_optimizers(req) and not self.sealed:
-                raise RuntimeError("grader: this worker cannot run the optimizers (its torch.optim is not sealed)")
             if req["op"] == "import":  # the problem's first request: does its module import?
                 getattr(self.modules, req["module"])  # (a handout module: the rubric's)
                 return wire.value_reply(None, f"import {req['module']}")
