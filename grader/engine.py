@@ -89,23 +89,65 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
     submission holds, it gets a result."""
     opts = options or Options()
     start = time.monotonic() if opts.started is None else opts.started
+    plan = _plan(submission, opts)
+    result = _start_result(plan, opts)
+    _update(opts, result, start)
+    run = Path(tempfile.mkdtemp(prefix="grader-"))
+    if plan.sandbox.mode == "uid":  # the worker's uid reaches its working copy and scratch, lists nothing
+        run.chmod(0o711)
+    try:
+        work = _stage(plan, run, result)
+        if work is None:
+            result.wall_time = round(time.monotonic() - start, 3)
+            return total(result, _execution_time(start))
+        not_imported = _not_imported(plan, work, result)
+        if not_imported:  # the reports say so at once, not after the first graded problem
+            _update(opts, result, start)
+        graded = [p for p in plan.selected if p.name not in not_imported]
+        grading = _Grading(opts, result, graded, plan.check_files, plan.gpu_device, plan.reveal, start)
+        _PhaseRunner(plan, opts, grading, work, run).run(graded)
+        _finish(plan, result, grading, not_imported)
+    finally:
+        try:
+            remove_tree(run)
+        except OSError as e:  # never a crash: the result stands, the instructor is told
+            result.notes.append(f"the grader could not remove its temporary folder {run}: {e}")
+    result.wall_time = round(time.monotonic() - start, 3)
+    result.engine_cpu = round(time.process_time(), 3)
+    strip_controls(result)
+    return total(result, _execution_time(start))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one grade runs, decided before any file of the submission is read."""
+
+    path: Path  # the submission (resolved), or this checkout
+    profile: str  # the hypothesis profile
+    selected: tuple[rubric_mod.Problem, ...]  # the problems graded, in the rubric's order
+    check_files: dict[str, tuple[str, ...]]  # each problem's existing check files that run
+    public_only: bool  # no hidden checks run (asked for, the student release, or no filesystem isolation)
+    unisolated: bool  # hidden checks dropped because the sandbox has no filesystem isolation
+    reveal: bool  # the reports show hidden checks' details
+    gpu_device: str  # where GPU problems run: "cuda", "cpu" (standing in for it) or "" (nowhere)
+    speed: float  # how many times slower than the machine that measured budgets.toml (>= 1)
+    calibration: float  # the CPU seconds measuring ``speed`` took
+    configured_memory: int  # the workers' address-space limit asked for (bytes), before fitting this machine
+    budgets: Budgets  # each problem's CPU budget on this machine
+    sandbox: Sandbox  # its mode and every worker's limits
+    seed: int  # the hidden checks' inputs
+
+
+def _plan(submission: Path | str | None, opts: Options) -> Plan:
+    """The grade's :class:`Plan`: the rubric read, the machine's speed
+    measured, the sandbox probed; ValueError for bad options."""
     rub = rubric_mod.load(opts.rubric)
     profile = opts.profile or rub.settings.profile
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r} (one of {', '.join(PROFILES)})")
-    selected = list(rub.problems)
-    if opts.problems:
-        unknown = [p for p in opts.problems if p not in {q.name for q in rub.problems}]
-        if unknown:
-            raise ValueError(f"unknown problems {unknown} (the rubric has {[p.name for p in rub.problems]})")
-        selected = [p for p in rub.problems if p.name in opts.problems]
+    selected = _selected(rub, opts.problems)
     public_only = opts.public_only or not hidden_available()
-    reveal = rub.settings.reveal_hidden if opts.reveal_hidden is None else opts.reveal_hidden
-    path = Path(submission).expanduser().resolve() if submission else REPO
     cuda = cuda_available()
-    # Where the GPU problems run: the CUDA device; without one the CPU when
-    # asked to stand in for it (a rehearsal of the GPU pipeline); else nowhere.
-    gpu_device = "cuda" if cuda else "cpu" if opts.cpu_stand_in else ""
     costs = budgets.load()
     began = time.process_time()
     speed = budgets.machine_speed(costs)
@@ -124,20 +166,60 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
     # Hidden checks never run where the submission could read them: without
     # filesystem isolation (an explicit --sandbox rlimits) only the public ones.
     unisolated = sandbox.mode == "rlimits" and not public_only
-    public_only = public_only or unisolated
     if unisolated:
         check_files = {name: tuple(f for f in files if not is_hidden(f)) for name, files in check_files.items()}
-    seed = opts.seed if opts.seed is not None else secrets.randbits(32)
-    result = GradeResult(submission=str(path), profile=profile, sandbox=sandbox.describe(), seed=seed, reveal=reveal,
-                         speed=round(speed, 3), calibration_cpu=round(calibration, 3))
+    return Plan(
+        path=Path(submission).expanduser().resolve() if submission else REPO, profile=profile,
+        selected=tuple(selected), check_files=check_files, public_only=public_only or unisolated,
+        unisolated=unisolated, reveal=settings.reveal_hidden if opts.reveal_hidden is None else opts.reveal_hidden,
+        # Where the GPU problems run: the CUDA device; without one the CPU when
+        # asked to stand in for it (a rehearsal of the GPU pipeline); else nowhere.
+        gpu_device="cuda" if cuda else "cpu" if opts.cpu_stand_in else "",
+        speed=speed, calibration=calibration, configured_memory=configured, budgets=cpu_budgets, sandbox=sandbox,
+        seed=opts.seed if opts.seed is not None else secrets.randbits(32))
+
+
+def _selected(rub: rubric_mod.Rubric, names: list[str] | None) -> list[rubric_mod.Problem]:
+    """The rubric's problems ``names`` names (all of them when it names none),
+    in the rubric's order; ValueError for a name the rubric does not have."""
+    if not names:
+        return list(rub.problems)
+    unknown = [p for p in names if p not in {q.name for q in rub.problems}]
+    if unknown:
+        raise ValueError(f"unknown problems {unknown} (the rubric has {[p.name for p in rub.problems]})")
+    return [p for p in rub.problems if p.name in names]
+
+
+def _start_result(plan: Plan, opts: Options) -> GradeResult:
+    """The result before any check runs: the notes about this machine, which
+    checks run, and every problem not graded yet (until its last phase has
+    run: a grade stopped from outside leaves the points it finished)."""
+    result = GradeResult(submission=str(plan.path), profile=plan.profile, sandbox=plan.sandbox.describe(),
+                         seed=plan.seed, reveal=plan.reveal, speed=round(plan.speed, 3),
+                         calibration_cpu=round(plan.calibration, 3))
+    _machine_notes(plan, result)
+    result.checks = (STUDENT_RELEASE_CHECKS if not hidden_available() else
+                     "public checks only (--public-only)" if opts.public_only else
+                     "public checks only (hidden checks need filesystem isolation: bubblewrap or the uid mode)"
+                     if plan.unisolated else "public + hidden checks")
+    result.problems = [unavailable(p, UNFINISHED, UNFINISHED_TEXT, plan.gpu_device) for p in plan.selected]
+    if plan.gpu_device == "cpu" and any(p.gpu for p in plan.selected):
+        result.notes.append(STAND_IN_NOTE)
+    if opts.feedback.note and not plan.public_only:  # how a limit on probing applies to this submission
+        result.notes.append(opts.feedback.note)
+    return result
+
+
+def _machine_notes(plan: Plan, result: GradeResult) -> None:
+    """The operator's notes and warnings about this machine: its torch, its
+    memory, its speed, and the checks whose reference cost was never measured."""
+    limits, configured = plan.sandbox.limits, plan.configured_memory
     if note := torch_support_note():
         result.operator_warnings.append(note)
     if limits.memory_bytes < configured:
         result.operator_notes.append(f"worker memory limit lowered to {limits.memory_bytes / (1 << 30):.1f} GiB "
                                      f"(from {configured / (1 << 30):g} GiB) to fit this machine's free memory")
-    speed_note = (f"this machine runs the calibration workload {speed:.2f} times slower than the one the "
-                  "reference's costs were measured on: every CPU budget is that much larger") if speed > 1.05 else ""
-    if speed_note:
+    if speed_note := _speed_note(plan.speed):
         result.operator_notes.append(speed_note)
     needed = grade_memory(limits)
     if memory_available() < needed:
@@ -145,103 +227,120 @@ def grade(submission: Path | str | None, options: Options | None = None) -> Grad
             f"this machine has {memory_available() >> 20} MiB of memory free, and a grade may need {needed >> 20} "
             f"MiB (a worker is promised {limits.growth_bytes >> 20} MiB): a worker the kernel kills for memory "
             "is a grader error here, not the submission's (docs/instructors.md: the memory to give a grader)")
-    unmeasured = [p.name for p in selected if not p.gpu and p.cpu_budget is None
-                  and cpu_budgets.of(p, check_files[p.name])[2]]
+    unmeasured = [p.name for p in plan.selected if not p.gpu and p.cpu_budget is None
+                  and plan.budgets.of(p, plan.check_files[p.name])[2]]
     if unmeasured:  # (names problems, never check files: the hidden ones' names are not the students')
         result.operator_notes.append(
-            f"no measured reference cost for some checks of {', '.join(unmeasured)} in the {profile} profile: their "
-            "budgets are generous guesses (instructors: python -m grader calibrate)")
-    result.checks = (STUDENT_RELEASE_CHECKS if not hidden_available() else
-                     "public checks only (--public-only)" if opts.public_only else
-                     "public checks only (hidden checks need filesystem isolation: bubblewrap or the uid mode)"
-                     if unisolated else "public + hidden checks")
-    # Every report shows each problem as not graded yet until its last phase
-    # has run: a grade stopped from outside leaves the points it finished.
-    result.problems = [unavailable(p, UNFINISHED, UNFINISHED_TEXT, gpu_device) for p in selected]
-    if gpu_device == "cpu" and any(p.gpu for p in selected):
-        result.notes.append(STAND_IN_NOTE)
-    if opts.feedback.note and not public_only:  # how a limit on probing applies to this submission
-        result.notes.append(opts.feedback.note)
-    _update(opts, result, start)
-    run = Path(tempfile.mkdtemp(prefix="grader-"))
-    if sandbox.mode == "uid":  # the worker's uid reaches its working copy and scratch, lists nothing
-        run.chmod(0o711)
+            f"no measured reference cost for some checks of {', '.join(unmeasured)} in the {plan.profile} profile: "
+            "their budgets are generous guesses (instructors: python -m grader calibrate)")
+
+
+def _speed_note(speed: float) -> str:
+    """What a grade says of a machine slower than the one that measured the
+    reference's costs ("" for one about as fast)."""
+    return (f"this machine runs the calibration workload {speed:.2f} times slower than the one the "
+            "reference's costs were measured on: every CPU budget is that much larger") if speed > 1.05 else ""
+
+
+def _stage(plan: Plan, run: Path, result: GradeResult) -> Path | None:
+    """The submission's working copy, made in ``run``; None when its files
+    cannot be unpacked or copied (``result`` then says why, for every problem)."""
     try:
-        try:
-            folder = locate(path, run / "unpacked")
-            work = make_working_copy(folder / "student", run / "work")
-            if sandbox.mode == "uid" and (run / "unpacked").exists():  # the worker reads its working copy only
-                (run / "unpacked").chmod(0o700)
-        except Exception as e:  # whatever a submission's files do, it gets a result
-            why = str(e) if isinstance(e, SubmissionError) else \
-                f"its files could not be unpacked or copied ({type(e).__name__}: {e})"
-            result.error = printable(why)[:1000]
-            result.problems = [unavailable(p, ERROR, f"not graded: {result.error}", gpu_device) for p in selected]
-            result.wall_time = round(time.monotonic() - start, 3)
-            return total(result, _execution_time(start))
-        # A module that does not compile (or is not there) costs the problems
-        # that need it, found before any check runs; those are not run (grader/imports.py).
-        broken = static_import_errors(work / "student", {m for p in selected for m in problem_modules(p.name)})
-        not_imported = {p.name: broken[m] for p in selected
-                        for m in sorted(needed_modules(p.name, work / "student") & set(broken))[:1]}
-        for p in selected:
-            if p.name in not_imported:
-                result.problems = [unavailable(p, ERROR, f"{NOT_IMPORTED} ({not_imported[p.name]})", gpu_device)
-                                   if q.name == p.name else q for q in result.problems]
-        graded = [p for p in selected if p.name not in not_imported]
-        if not_imported:  # the reports say so at once, not after the first graded problem
-            result.import_errors = _import_errors(not_imported, result)
-            _update(opts, result, start)
-        template = group_template(path, work, profile, sandbox, seed=seed, stand_in=gpu_device == "cpu")
-        grading = _Grading(opts, result, graded, check_files, gpu_device, reveal, start)
-        all_phases = phases(graded, check_files, gpu_device=gpu_device)
-        grading.expect([({p.name for p, _ in part}, any(is_hidden(f) for _, files in part for f in files))
-                        for part in all_phases])
+        folder = locate(plan.path, run / "unpacked")
+        work = make_working_copy(folder / "student", run / "work")
+        if plan.sandbox.mode == "uid" and (run / "unpacked").exists():  # the worker reads its working copy only
+            (run / "unpacked").chmod(0o700)
+        return work
+    except Exception as e:  # whatever a submission's files do, it gets a result
+        why = str(e) if isinstance(e, SubmissionError) else \
+            f"its files could not be unpacked or copied ({type(e).__name__}: {e})"
+        result.error = printable(why)[:1000]
+        result.problems = [unavailable(p, ERROR, f"not graded: {result.error}", plan.gpu_device)
+                           for p in plan.selected]
+        return None
+
+
+def _not_imported(plan: Plan, work: Path, result: GradeResult) -> dict[str, str]:
+    """The problems a module they need does not compile for (or is not there),
+    found before any check runs, with why: they are errors in ``result`` and
+    are not run (grader/imports.py)."""
+    student = work / "student"
+    broken = static_import_errors(student, {m for p in plan.selected for m in problem_modules(p.name)})
+    not_imported = {p.name: broken[m] for p in plan.selected
+                    for m in sorted(needed_modules(p.name, student) & set(broken))[:1]}
+    for p in plan.selected:
+        if p.name in not_imported:
+            result.problems = [unavailable(p, ERROR, f"{NOT_IMPORTED} ({not_imported[p.name]})", plan.gpu_device)
+                               if q.name == p.name else q for q in result.problems]
+    if not_imported:
+        result.import_errors = _import_errors(not_imported, result)
+    return not_imported
+
+
+class _PhaseRunner:
+    """A grade's phases, in order, each one trusted pytest process; the
+    problems of a phase that ended in a grader error are regraded alone,
+    once, before the next phase starts. ``grading`` gets every problem's
+    results as they come; ``work`` is the working copy, ``folder`` the run's."""
+
+    def __init__(self, plan: Plan, opts: Options, grading: _Grading, work: Path, folder: Path) -> None:
+        self.plan, self.opts, self.grading, self.folder = plan, opts, grading, folder
+        self.result = grading.result
+        self.template = group_template(plan.path, work, plan.profile, plan.sandbox, seed=plan.seed,
+                                       stand_in=plan.gpu_device == "cpu")
+
+    def run(self, graded: list[rubric_mod.Problem]) -> None:
+        """Run the phases of the ``graded`` problems."""
+        all_phases = phases(graded, self.plan.check_files, gpu_device=self.plan.gpu_device)
+        hidden = [any(is_hidden(f) for _, files in part for f in files) for part in all_phases]
+        self.grading.expect([({p.name for p, _ in part}, h) for part, h in zip(all_phases, hidden, strict=True)])
         for index, part in enumerate(all_phases):
-            hidden = any(is_hidden(f) for _, files in part for f in files)
-
-            def attempt(part: list[ProblemFiles], where: Path, hidden: bool = hidden,
-                        index: int = index) -> dict[str, RunResults]:
-                outcomes, errors, costs_ = run_phase(
-                    part, template, cpu_budgets, hidden=hidden, run=where,
-                    progress=opts.progress, on_problem=lambda name, res: grading.arrived(index, name, res))
-                result.notes.extend(e for e in errors if e not in result.notes)
-                result.costs.extend(costs_)
-                for name, res in outcomes.items():  # the phase's results, once its process has ended
-                    grading.arrived(index, name, res)
-                return outcomes
-
             # A problem whose modules did not import in an earlier phase runs no more phases.
-            cut = [pf for pf in part if pf.problem.name in grading.import_errors()]
+            cut = [pf for pf in part if pf.problem.name in self.grading.import_errors()]
             for pf in cut:
-                grading.arrived(index, pf.problem.name, RunResults())
+                self.grading.arrived(index, pf.problem.name, RunResults())
             part = [pf for pf in part if pf not in cut]
             if not part:
                 continue
-            first = attempt(part, run / f"phase-{index}")
+            first = self._attempt(index, part, self.folder / f"phase-{index}", hidden[index])
             faulty = [pf for pf in part if _grader_error(first.get(pf.problem.name, RunResults()), pf.problem.name)]
             if faulty:
-                names = [pf.problem.name for pf in faulty]
-                if opts.progress is not None:
-                    opts.progress.note(f"regrading {', '.join(names)} alone, after a grader error")
-                again = attempt(faulty, run / f"phase-{index}-regrade")
-                for name in names:
-                    outcome = "still a grader error" if _grader_error(again.get(name, RunResults()), name) else "graded"
-                    result.notes.append(f"{name}: regraded alone after a grader error: {outcome}")
-        grading.finish()
-        result.import_errors = _import_errors({**not_imported, **grading.import_errors()}, result)
-        _record_seccomp(grading.outcomes(), result, sandbox)
-        if speed_note and any(p.not_run for p in result.problems):  # a budget was spent: its size matters
-            result.notes.append(speed_note)
-    finally:
-        try:
-            remove_tree(run)
-        except OSError as e:  # never a crash: the result stands, the instructor is told
-            result.notes.append(f"the grader could not remove its temporary folder {run}: {e}")
-    result.wall_time = round(time.monotonic() - start, 3)
-    result.engine_cpu = round(time.process_time(), 3)
-    strip_controls(result)
-    return total(result, _execution_time(start))
+                self._regrade(index, faulty, hidden[index])
+
+    def _attempt(self, index: int, part: list[ProblemFiles], where: Path, hidden: bool) -> dict[str, RunResults]:
+        """Run ``part`` of phase ``index`` (its files ``hidden`` checks or not)
+        in one trusted pytest process in the folder ``where``; each problem's
+        results go to the grading (as they come, then once the process has
+        ended) and are returned."""
+        outcomes, errors, costs = run_phase(
+            part, self.template, self.plan.budgets, hidden=hidden, run=where, progress=self.opts.progress,
+            on_problem=lambda name, res: self.grading.arrived(index, name, res))
+        self.result.notes.extend(e for e in errors if e not in self.result.notes)
+        self.result.costs.extend(costs)
+        for name, res in outcomes.items():  # the phase's results, once its process has ended
+            self.grading.arrived(index, name, res)
+        return outcomes
+
+    def _regrade(self, index: int, faulty: list[ProblemFiles], hidden: bool) -> None:
+        """Run phase ``index``'s ``faulty`` problems again, alone; the notes say how that went."""
+        names = [pf.problem.name for pf in faulty]
+        if self.opts.progress is not None:
+            self.opts.progress.note(f"regrading {', '.join(names)} alone, after a grader error")
+        again = self._attempt(index, faulty, self.folder / f"phase-{index}-regrade", hidden)
+        for name in names:
+            outcome = "still a grader error" if _grader_error(again.get(name, RunResults()), name) else "graded"
+            self.result.notes.append(f"{name}: regraded alone after a grader error: {outcome}")
+
+
+def _finish(plan: Plan, result: GradeResult, grading: _Grading, not_imported: dict[str, str]) -> None:
+    """Score what did not arrive, then what needs every phase: the modules
+    that did not import, the workers' seccomp state, and this machine's speed
+    where a budget was spent (its size then matters)."""
+    grading.finish()
+    result.import_errors = _import_errors({**not_imported, **grading.import_errors()}, result)
+    _record_seccomp(grading.outcomes(), result, plan.sandbox)
+    if (speed_note := _speed_note(plan.speed)) and any(p.not_run for p in result.problems):
+        result.notes.append(speed_note)
 
 
 def _execution_time(start: float) -> float:
