@@ -44,7 +44,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import os
 import resource
 import time
@@ -54,9 +53,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from grader import outcomes
 from grader.protocol import COLLECT_ERROR, PLAN_ENV, CheckOutcome, Cost, GroupSpec, RunResults
 from grader.rubric import is_hidden
-from grader.sandbox.client import GraderFault, NotRun, WorkerError, WorkerTimeout
+from grader.sandbox.client import GraderFault
 from grader.util import cuda_available
 from tests.plugin import IMPL_KEY
 
@@ -66,10 +66,6 @@ if TYPE_CHECKING:
 
 #: The name the run's :class:`GraderRun` is registered under.
 RUN_PLUGIN = "grader-run"
-
-#: Exceptions that end a check without a verdict on the submission's answers,
-#: each saying the outcome it gives (the first that applies).
-_NO_VERDICT: tuple[type[WorkerError], ...] = (GraderFault, NotRun, WorkerTimeout)
 
 #: Each check's :class:`CheckOutcome`, on its test item.
 OUTCOME_KEY = pytest.StashKey[CheckOutcome]()
@@ -253,19 +249,19 @@ class OutcomeRecorder:
             problem = self.layout.problem(item)
             entry = item.stash[OUTCOME_KEY] = self.outcomes[item.nodeid] = CheckOutcome(
                 problem=problem, file=self.layout.file(item) if problem else item.nodeid,
-                gpu_marked=item.get_closest_marker("gpu") is not None, extends=_extends(item))
-        entry.input_kind = _input_kind(item) or entry.input_kind
-        entry.figures = _figures(item) or entry.figures
+                gpu_marked=item.get_closest_marker("gpu") is not None, extends=outcomes.extends_of(item))
+        entry.input_kind = outcomes.input_kind_of(item) or entry.input_kind
+        entry.figures = outcomes.figures_of(item) or entry.figures
         if report.failed:
             entry.outcome = "failed" if report.when == "call" else "error"
         elif report.skipped and entry.outcome == "passed":
             entry.outcome = "skipped"
         if (report.failed or report.skipped) and not entry.message:
             if call.excinfo is not None and report.failed:
-                chain = _chain(call.excinfo.value, set())
-                entry.exceptions = _exception_names(chain)
-                entry.message, entry.example = _describe(call.excinfo.value)
-                item.stash[_NO_VERDICT_KEY] = _no_verdict(chain)
+                chain = outcomes.chain(call.excinfo.value)
+                entry.exceptions, entry.cause = outcomes.exception_names(chain), outcomes.cause(chain)
+                entry.message, entry.example = outcomes.describe(call.excinfo.value)
+                item.stash[_NO_VERDICT_KEY] = outcomes.no_verdict(chain)
             else:
                 longrepr = report.longrepr
                 entry.message = (longrepr[2] if isinstance(longrepr, tuple) else str(longrepr))[-2000:]
@@ -453,62 +449,3 @@ def hidden_seed(run_seed: int, nodeid: str) -> int:
     in the instructors' JSON; ``--seed`` replays it) mixed with the check's id,
     so each check draws its own inputs and no two runs draw the same ones."""
     return int.from_bytes(hashlib.sha256(f"{run_seed}:{nodeid}".encode()).digest()[:8], "big")
-
-
-def _chain(exc: BaseException | None, seen: set[int]) -> list[BaseException]:
-    """``exc``, the exceptions of its group, its causes and contexts (each once)."""
-    if exc is None or id(exc) in seen:
-        return []
-    seen.add(id(exc))
-    out = [exc]
-    for sub in getattr(exc, "exceptions", ()) or ():
-        out += _chain(sub, seen)
-    return out + _chain(exc.__cause__, seen) + _chain(exc.__context__, seen)
-
-
-def _exception_names(chain: list[BaseException]) -> list[str]:
-    """The type names of a failure's exceptions (a worker-side one's also as ``remote:Name``)."""
-    names: list[str] = []
-    for exc in chain:
-        names.append(type(exc).__name__)
-        remote = getattr(exc, "remote_type", "")
-        if remote:
-            names.append(f"remote:{remote}")
-    return names
-
-
-def _no_verdict(chain: list[BaseException]) -> str:
-    """The outcome a failure's exceptions give its check instead of "failed" ("": none)."""
-    for kind in _NO_VERDICT:
-        if any(isinstance(exc, kind) for exc in chain):
-            return kind.outcome
-    return ""
-
-
-def _describe(exc: BaseException) -> tuple[str, str]:
-    """(message, falsifying example) of a failure."""
-    message = f"{type(exc).__name__}: {exc}"
-    notes = [str(n) for n in getattr(exc, "__notes__", []) or []]
-    for sub in getattr(exc, "exceptions", ()) or ():  # hypothesis groups distinct failures
-        notes += [str(n) for n in getattr(sub, "__notes__", []) or []]
-    example = "\n".join(n for n in notes if n.startswith(("Falsifying", "Draw", "You can reproduce")))
-    return message[:4000], example[:4000]
-
-
-def _extends(item: pytest.Item) -> str:
-    """The public test a hidden check names with ``@pytest.mark.extends(...)`` ("" if none)."""
-    marker = item.get_closest_marker("extends")
-    value = marker.args[0] if marker is not None and marker.args else ""
-    return value if isinstance(value, str) else ""
-
-
-def _figures(item: pytest.Item) -> dict[str, float]:
-    """The numbers a check recorded with ``record_property(name, number)`` (measured on this side)."""
-    return {str(k): float(v) for k, v in item.user_properties
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
-
-
-def _input_kind(item: pytest.Item) -> dict[str, str]:
-    """The facts a hidden check recorded with ``input_kind(...)`` (the last call wins)."""
-    kinds = [v for k, v in item.user_properties if k == "input_kind" and isinstance(v, dict)]
-    return {str(k): str(v) for k, v in kinds[-1].items()} if kinds else {}

@@ -174,6 +174,7 @@ class CheckOutcome:
     problem: str
     file: str
     outcome: str = "passed"
+    cause: str = ""  # "" | "import" | "crash": a failure's class, from its exceptions' types (grader.outcomes.cause)
     exceptions: list[str] = field(default_factory=list)
     message: str = ""
     example: str = ""

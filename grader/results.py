@@ -54,6 +54,7 @@ class Check:
     example: str = ""
     hidden: bool = False
     gpu_marked: bool = False  # it has the gpu marker (it needs CUDA)
+    cause: str = ""  # "" | "import" | "crash" (grader.protocol.CheckOutcome.cause)
     exceptions: list[str] = field(default_factory=list)
     duration: float = 0.0  # seconds, setup to teardown, on the trusted side's clock
     cpu: float = 0.0  # CPU seconds the problem's workers used meanwhile (read from outside)

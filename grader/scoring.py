@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.imports import NOT_IMPORTED
+from grader.outcomes import IMPORT
 from grader.protocol import COLLECT_ERROR, Failure, RunResults, WorkerRecord
 from grader.results import (
     ERROR,
@@ -47,9 +48,6 @@ from grader.results import (
 )
 from grader.rubric import Item, Problem, function_name, is_hidden
 from grader.util import REPO, printable
-
-_IMPORT_ERRORS = {"remote:SyntaxError", "remote:ImportError", "remote:ModuleNotFoundError",
-                  "remote:IndentationError", "remote:SystemExit"}
 
 
 def score_problem(p: Problem, files: Sequence[str], outcome: RunResults, gpu_device: str, reveal: bool,
@@ -95,7 +93,7 @@ def _score_checks(p: Problem, files: Sequence[str], outcome: RunResults, reveal:
             collect_errors.append(f"{t.file}: {t.message}")
         elif t.problem == p.name:
             c = Check(test=nodeid, outcome=t.outcome, message=t.message, example=t.example,
-                      hidden=is_hidden(t.file), gpu_marked=t.gpu_marked, exceptions=t.exceptions,
+                      hidden=is_hidden(t.file), gpu_marked=t.gpu_marked, cause=t.cause, exceptions=t.exceptions,
                       duration=float(t.duration), cpu=float(t.cpu), extends=_extends(t.extends),
                       input_kind=_input_kind(t.input_kind), figures=dict(t.figures))
             found = p.items_of(c.test, c.extends)
@@ -145,13 +143,12 @@ def _score_checks(p: Problem, files: Sequence[str], outcome: RunResults, reveal:
     if all(i.status in (PASSED, NOT_RUN_GPU) for i in res.items) and res.score == res.max_score:
         res.status, res.output = PASSED, f"passed all {counts}{note}"
         return res
-    names = {n for c in failed for n in c.exceptions}
     fault = state.fault if state is not None else ""
     cut, timeouts, crashes = (state.cut, state.timeouts, state.crashes) if state is not None else ("", [], [])
     fault = fault or next((_bare(c.message, p.name) for c in checks if c.outcome == GRADER_ERROR), "")
     if fault or any(i.status == GRADER_ERROR for i in res.items):
         res.status = GRADER_ERROR
-    elif crashes or names & _IMPORT_ERRORS:
+    elif crashes or any(c.cause == IMPORT for c in failed):
         res.status = ERROR
     elif cut or timeouts or res.not_run:
         res.status = TIMEOUT
@@ -219,8 +216,7 @@ def score_item(item: Item, checks: list[Check], reveal: bool, details: bool = Tr
     res = ItemResult(item.name, 0.0, item.points, FAILED, len(ran), len(failed), not_run=len(not_run))
     wrong = [c for c in failed if c.outcome != TIMEOUT]
     if wrong:
-        names = {n for c in wrong for n in c.exceptions}
-        if names & (_IMPORT_ERRORS | {"WorkerCrashed", "ProtocolError"}):
+        if any(c.cause for c in wrong):  # the submission's code did not load, or its worker crashed
             res.status = ERROR
         first = next((c for c in wrong if not c.hidden), None) or wrong[0]
         res.failure = first_failure(first, reveal, details)

@@ -12,12 +12,14 @@ from typing import Any
 
 import pytest
 
-from grader import results, scoring
+from grader import outcomes, results, scoring
 from grader.protocol import RunResults
 from grader.report import platforms, render
 from grader.report import table as terminal
+from grader.sandbox.client import ProtocolError, WorkerCrashed
 from grader.util import REPO
 from selftest.scored import HIDDEN, PUBLIC, RUBRIC, check, problem_of
+from tests import wire
 
 
 def _outcome(**tests: dict[str, Any]) -> dict[str, Any]:
@@ -180,3 +182,50 @@ def test_reports_have_one_entry_per_item(tmp_path):
 ])
 def test_shorten_cuts_at_a_word_boundary(text, width, expected):
     assert terminal.shorten(text, width) == expected
+
+
+def _rebuilt(e: BaseException) -> BaseException:
+    """``e`` raised in a worker, as the trusted side rebuilds it from the worker's reply."""
+    try:
+        wire.reply_value(wire.decode(wire.error_reply(e)))
+    except BaseException as rebuilt:  # (what reply_value raises is the point)
+        return rebuilt
+    raise AssertionError("an error reply gave a value")
+
+
+def _caused(first: BaseException, then: BaseException) -> BaseException:
+    """``then``, raised while handling ``first`` (its context)."""
+    then.__context__ = first
+    return then
+
+
+@pytest.mark.parametrize(("exc", "cause"), [
+    (_rebuilt(SyntaxError("bad")), outcomes.IMPORT),
+    (_rebuilt(ModuleNotFoundError("no module named x")), outcomes.IMPORT),
+    (_rebuilt(SystemExit(3)), outcomes.IMPORT),  # (crosses as a RemoteError naming it)
+    (_caused(_rebuilt(IndentationError("x")), AssertionError("then")), outcomes.IMPORT),
+    (_rebuilt(type("SyntaxError", (ValueError,), {})("a name, not the type")), ""),
+    (ImportError("the trusted side's own"), ""),
+    (WorkerCrashed("exited with status 3"), outcomes.CRASH),
+    (_caused(ProtocolError("garbage"), AssertionError("then")), outcomes.CRASH),
+    (AssertionError("wrong"), ""),
+])
+def test_a_failure_is_classified_by_its_exceptions_types(exc, cause):
+    assert outcomes.cause(outcomes.chain(exc)) == cause
+
+
+@pytest.mark.parametrize(("cause", "item_status", "status"), [
+    (outcomes.IMPORT, results.ERROR, results.ERROR),
+    (outcomes.CRASH, results.ERROR, results.FAILED),  # (a crash the worker record does not list)
+    ("", results.FAILED, results.FAILED),
+])
+def test_a_failure_s_cause_makes_its_item_and_problem_an_error(tmp_path, cause, item_status, status):
+    """The cause classifies, not the names: these all name a worker's SyntaxError."""
+    problem = problem_of(tmp_path)
+    res = _score(problem, _outcome(**{
+        f"{PUBLIC}__test_trajectory_matches_torch[SGD]": check(
+            PUBLIC, "failed", "SyntaxError: bad", cause=cause, exceptions=["SyntaxError", "remote:SyntaxError"]),
+        f"{PUBLIC}__test_state_dict_resumes_the_run[SGD]": check(PUBLIC),
+        f"{PUBLIC}__test_bad_hyperparameters_are_rejected[x]": check(PUBLIC),
+    }))
+    assert (_items(res)["update rules"].status, res.status) == (item_status, status)
