@@ -1,4 +1,4 @@
-"""The grader's pytest plugins, loaded with ``-p grader.plugin`` in the trusted
+"""The grader's pytest plugin, loaded with ``-p grader.plugin`` in the trusted
 pytest process that :mod:`grader.groups` starts.
 
 Nothing happens unless :data:`grader.protocol.PLAN_ENV` names a
@@ -6,54 +6,60 @@ Nothing happens unless :data:`grader.protocol.PLAN_ENV` names a
 ``pytest_configure`` puts a :class:`grader.sandbox.remote.RemoteImpl` into
 ``config.stash[IMPL_KEY]`` before tests/plugin.py would build a LocalImpl, so
 the very same public tests and hidden checks run against the sandboxed
-worker, and registers one plugin per job:
+worker, and registers :class:`Grading`. At collection it finds each check's
+place once (:data:`PLACE`: its problem, its file, its rank in the rubric's
+order) and runs the checks problem by problem. Each check then goes through
+these steps, in this order (:meth:`Grading.pytest_runtest_protocol`):
 
-* :class:`GraderRun` runs the checks problem by problem (the rubric's order),
-  telling the RemoteImpl which problem each belongs to; hidden checks draw
-  from the run's seed (:func:`hidden_seed`); ``gpu``-marked checks are skipped
-  where CUDA is unavailable ("not run on a GPU"), but for a GPU problem's
-  when the CPU stands in for the GPU (:func:`gpu_device`);
-* :class:`OutcomeRecorder` records every check's
-  :class:`grader.protocol.CheckOutcome` (in ``item.stash``): outcome, failure
-  details, duration (setup + call + teardown, on this trusted process's
-  monotonic clock: nothing the worker reports about time is used) and the CPU
-  seconds the problem's workers used meanwhile (read from outside); a check
-  ended by an exception that says its own outcome
-  (:attr:`grader.sandbox.client.WorkerError.outcome`: a grader error, a check
-  not run, a timeout) gets it, never "failed"; for hidden checks, the public
-  test their ``extends`` marker names and the kind of input they declared with
-  ``input_kind`` (read here, on the trusted side: the submission's worker
-  never sees the test items);
-* :class:`ProgressReporter` tells the engine as each problem starts and each
-  check ends (events that only inform, :mod:`grader.report.progress`);
-* :class:`ResultsSender` sends, as each problem's last check ends, its
-  results (a :class:`grader.protocol.RunResults` with its checks and its
-  worker record), so the engine scores and reports each problem as it comes
-  and a run stopped from outside keeps what it finished; at the end, the
-  run's own figures (its cost);
-* :class:`GpuLock`, only where a GPU problem runs (on CUDA, or on the CPU
-  standing in), holds the device's lock from its first check to its last.
+1. the device's lock (:class:`grader.mfu.gpulock.GpuLock`), only for a GPU
+   problem where GPU problems run (on CUDA, or on the CPU standing in): taken
+   before its first check, let go after its last; the wait is outside every
+   clock of the check, so waiting for another grading costs it none of its time;
+2. before a problem's first check, the ``start`` event (how many checks it has
+   here; events that only inform, :mod:`grader.report.progress`);
+3. the check itself, timed alone: duration (setup + call + teardown, on this
+   trusted process's monotonic clock: nothing the worker reports about time is
+   used) and the CPU seconds the problem's workers used meanwhile (read from
+   outside). Its setup tells the RemoteImpl which problem it belongs to; hidden
+   checks draw from the run's seed (:func:`hidden_seed`); ``gpu``-marked checks
+   are skipped where CUDA is unavailable ("not run on a GPU"), but for a GPU
+   problem's when the CPU stands in for the GPU (:func:`gpu_device`). Its
+   :class:`grader.protocol.CheckOutcome` (in ``item.stash``) records its
+   outcome and failure (:mod:`grader.outcomes`): a check ended by an exception
+   that says its own outcome (:attr:`grader.sandbox.client.WorkerError.outcome`:
+   a grader error, a check not run, a timeout) gets it, never "failed"; for
+   hidden checks, the public test their ``extends`` marker names and the kind
+   of input they declared with ``input_kind`` (read here, on the trusted side:
+   the submission's worker never sees the test items);
+4. the ``check`` event (its outcome);
+5. after a problem's last check, its results (its checks and its worker
+   record, the worker retired first so that every CPU second it used is in
+   them): the ``end`` event, so the engine scores and reports each problem as
+   it comes and a run stopped from outside keeps what it finished.
 
-Every event goes over the inherited file descriptor ``results_fd``
+At the session's end come the run's own figures (its cost: the ``session``
+event). Every event goes over the inherited file descriptor ``results_fd``
 (:class:`ResultsPipe`; a pipe: there is no results file a submission could
 find and forge), one JSON line each (:mod:`grader.protocol`, "events").
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import resource
 import time
+from collections import Counter
 from collections.abc import Generator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from grader import outcomes
+from grader.mfu.gpulock import GpuLock
 from grader.protocol import COLLECT_ERROR, PLAN_ENV, CheckOutcome, Cost, GroupSpec, RunResults
 from grader.rubric import is_hidden
 from grader.sandbox.client import GraderFault
@@ -64,11 +70,27 @@ if TYPE_CHECKING:
     from grader.sandbox.remote import RemoteImpl
     from grader.sandbox.scratch import ScratchWatch
 
-#: The name the run's :class:`GraderRun` is registered under.
+#: The name the run's :class:`Grading` is registered under.
 RUN_PLUGIN = "grader-run"
 
+
+@dataclass(frozen=True)
+class Place:
+    """Where a check belongs: its problem, its check file as the spec names it,
+    and its rank (problem's, file's within the problem). A stray test (in no
+    problem's file) has problem "", its node id as file, and ranks last."""
+
+    problem: str
+    file: str
+    rank: tuple[int, int]
+
+
+#: Each check's :class:`Place`, found once at collection.
+PLACE = pytest.StashKey[Place]()
 #: Each check's :class:`CheckOutcome`, on its test item.
 OUTCOME_KEY = pytest.StashKey[CheckOutcome]()
+#: The outcome the exceptions of a check's first recorded failure give it ("": none).
+_NO_VERDICT_KEY = pytest.StashKey[str]()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -92,19 +114,9 @@ def pytest_configure(config: pytest.Config) -> None:
     _limit_own_memory(sandbox.limits.trusted_memory_bytes, cuda=spec.sandbox.cuda)
     cuda = cuda_available()
     device = "cuda" if cuda else "cpu" if spec.stand_in else ""
-    layout, pipe = Layout(spec), ResultsPipe(spec.results_fd)
-    recorder = OutcomeRecorder(layout, impl)
-    # Of the runtest-protocol wrappers, the one registered last is the
-    # outermost: the recorder times the check alone, the progress event of its
-    # end comes before its problem's results, and waiting for the device's
-    # lock is outside them all.
-    manager = config.pluginmanager
-    manager.register(recorder, "grader-outcomes")
-    manager.register(ProgressReporter(layout, pipe), "grader-progress")
-    manager.register(ResultsSender(spec, layout, impl, watch, recorder, pipe, cuda), "grader-results")
-    manager.register(GraderRun(spec, layout, impl, device), RUN_PLUGIN)
-    if device and spec.gpu_lock_problems:
-        manager.register(GpuLock(layout, spec.gpu_lock_problems, device), "grader-gpu-lock")
+    gpu = GpuLock(spec.gpu_lock_problems if device else (), device)
+    config.pluginmanager.register(Grading(spec, impl, watch, ResultsPipe(spec.results_fd), gpu, device, cuda),
+                                  RUN_PLUGIN)
 
 
 def gpu_device(config: pytest.Config) -> str:
@@ -113,14 +125,13 @@ def gpu_device(config: pytest.Config) -> str:
     they do not run. Outside the grader (pytest on the hidden checks): "cuda"
     where CUDA is available."""
     run = config.pluginmanager.get_plugin(RUN_PLUGIN)
-    if isinstance(run, GraderRun):
+    if isinstance(run, Grading):
         return run.gpu_device
     return "cuda" if cuda_available() else ""
 
 
 class Layout:
-    """Which problem each check file of a group spec belongs to: (problem,
-    problem's rank, file's rank within the problem) of each test item."""
+    """Which problem each check file of a group spec belongs to."""
 
     def __init__(self, spec: GroupSpec) -> None:
         #: each check file (resolved) -> (problem, problem's rank, file's rank within the problem)
@@ -129,17 +140,13 @@ class Layout:
             for i, p in enumerate(spec.problems) for j, f in enumerate(p.files)}
         self.problem_files = {p.name: p.files for p in spec.problems}
 
-    def where(self, item: pytest.Item) -> tuple[str, int, int]:
-        """(problem, problem's rank, file's rank) of a test; ("", big, 0) for a stray one."""
-        return self.files.get(str(Path(str(item.fspath)).resolve()), ("", 10**6, 0))
-
-    def problem(self, item: pytest.Item) -> str:
-        return self.where(item)[0]
-
-    def file(self, item: pytest.Item) -> str:
-        """The check file of a test, as the spec names it ("" for a stray one)."""
-        problem, _, index = self.where(item)
-        return self.problem_files[problem][index] if problem else ""
+    def place(self, item: pytest.Item) -> Place:
+        """The place of a test item (resolves its path: once per check, at collection)."""
+        found = self.files.get(str(Path(str(item.fspath)).resolve()))
+        if found is None:
+            return Place("", item.nodeid, (10**6, 0))
+        problem, rank, index = found
+        return Place(problem, self.problem_files[problem][index], (rank, index))
 
 
 class ResultsPipe:
@@ -158,14 +165,21 @@ class ResultsPipe:
         os.close(self.fd)
 
 
-class GraderRun:
-    """How the checks run: problem by problem, each problem's worker selected
-    before its checks, hidden checks drawing from the run's seed, GPU checks
-    skipped without CUDA but for a GPU problem's on the CPU standing in
-    (``gpu_device`` "cpu") (a pytest plugin: its methods are the hooks)."""
+class Grading:
+    """The grader's run of the checks (a pytest plugin: its methods are the
+    hooks; the module docstring lists a check's steps)."""
 
-    def __init__(self, spec: GroupSpec, layout: Layout, impl: RemoteImpl, gpu_device: str) -> None:
-        self.spec, self.layout, self.impl, self.gpu_device = spec, layout, impl, gpu_device
+    def __init__(self, spec: GroupSpec, impl: RemoteImpl, watch: ScratchWatch, pipe: ResultsPipe, gpu: GpuLock,
+                 gpu_device: str, cuda: bool) -> None:
+        self.spec, self.impl, self.watch, self.pipe, self.gpu = spec, impl, watch, pipe, gpu
+        self.gpu_device, self.cuda = gpu_device, cuda
+        self.layout = Layout(spec)
+        self.start = time.monotonic()
+        self.cpu_at_start = _own_cpu()  # this process's imports and start-up, until its session starts
+        self.outcomes: dict[str, CheckOutcome] = {}  # node id -> outcome, in the order they ran
+        self.checks: Counter[str] = Counter()  # each problem's checks in this process (after collection)
+        self.begun: set[str] = set()  # problems whose start the engine has been told
+        self.sent: set[str] = set()  # problems whose results the engine has been sent
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """Grading is reproducible: derandomized public examples (hidden checks
@@ -191,45 +205,24 @@ class GraderRun:
         if unscored:
             items[:] = [it for it in items if it.get_closest_marker("feedback_only") is None]
             config.hook.pytest_deselected(items=unscored)
-        items.sort(key=lambda it: self.layout.where(it)[1:])  # stable: file order kept within a problem
+        for it in items:
+            it.stash[PLACE] = self.layout.place(it)
+        items.sort(key=lambda it: it.stash[PLACE].rank)  # stable: file order kept within a problem
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        problem = self.layout.problem(item)
-        self.impl.enter(problem)
-        if problem and is_hidden(self.layout.file(item)) and hasattr(item, "obj") \
-                and hasattr(item.obj, "hypothesis"):
-            # Hidden checks draw fresh inputs each run (a leak is not replayable);
-            # public tests stay derandomized (students reproduce their failures).
-            from hypothesis import seed
-
-            seed(hidden_seed(self.spec.seed, item.nodeid))(item.obj)
-        if item.get_closest_marker("gpu") is not None and self.gpu_device != "cuda" \
-                and not (self.gpu_device == "cpu" and problem in self.spec.gpu_lock_problems):
-            pytest.skip("needs a CUDA device: not run on a GPU")
-
-
-class OutcomeRecorder:
-    """Every check's :class:`CheckOutcome` (on its item, ``item.stash[OUTCOME_KEY]``)
-    and the check files that could not be collected (a pytest plugin)."""
-
-    def __init__(self, layout: Layout, impl: RemoteImpl) -> None:
-        self.layout, self.impl = layout, impl
-        self.outcomes: dict[str, CheckOutcome] = {}  # node id -> outcome, in the order they ran
-
-    def of(self, problem: str) -> dict[str, CheckOutcome]:
-        """``problem``'s checks, after the collect errors (which belong to every problem)."""
-        return {**self.collect_errors(), **{k: v for k, v in self.outcomes.items() if v.problem == problem}}
-
-    def collect_errors(self) -> dict[str, CheckOutcome]:
-        return {k: v for k, v in self.outcomes.items() if v.outcome == COLLECT_ERROR}
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.checks = Counter(it.stash[PLACE].problem for it in session.items)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, Any, Any]:
-        """Time a check on the trusted side (worker start-up included where it
-        is the first of its problem: that is where the time goes), and the CPU
-        its problem's workers used meanwhile."""
-        problem = self.layout.problem(item)
+        """A check's steps, in the module docstring's order. (tryfirst: outside
+        other plugins' wrappers, pytest-timeout's per-test timer among them.)"""
+        problem = item.stash[PLACE].problem
+        self.gpu.hold(problem)  # 1. (may wait: before any clock starts)
+        if problem and problem not in self.begun:  # 2.
+            self.begun.add(problem)
+            self.pipe.send({"event": "start", "problem": problem, "checks": self.checks[problem]})
+        # 3. Timed from here: worker start-up included where this is the first
+        # check of its problem (that is where the time goes).
         start, cpu = time.monotonic(), self.impl.cpu_used(problem) if problem else 0.0
         try:
             return (yield)
@@ -239,17 +232,37 @@ class OutcomeRecorder:
                 entry.duration = round(time.monotonic() - start, 4)
                 if problem:
                     entry.cpu = round(self.impl.cpu_used(problem) - cpu, 4)
+            if problem:
+                self.pipe.send({"event": "check", "problem": problem,  # 4.
+                                "outcome": entry.outcome if entry is not None else "error"})
+                if nextitem is None or nextitem.stash[PLACE].problem != problem:
+                    self._send_results(problem)  # 5.
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        place = item.stash[PLACE]
+        self.impl.enter(place.problem)
+        if place.problem and is_hidden(place.file) and hasattr(item, "obj") and hasattr(item.obj, "hypothesis"):
+            # Hidden checks draw fresh inputs each run (a leak is not replayable);
+            # public tests stay derandomized (students reproduce their failures).
+            from hypothesis import seed
+
+            seed(hidden_seed(self.spec.seed, item.nodeid))(item.obj)
+        if item.get_closest_marker("gpu") is not None and self.gpu_device != "cuda" \
+                and not (self.gpu_device == "cpu" and place.problem in self.spec.gpu_lock_problems):
+            pytest.skip("needs a CUDA device: not run on a GPU")
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> None:
+        busy = self.gpu.busy_reason(item.stash[PLACE].problem)
+        if busy:
+            raise GraderFault(f"not graded: {busy}")
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item,
                                   call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
-        entry = item.stash.get(OUTCOME_KEY, None)
-        if entry is None:
-            problem = self.layout.problem(item)
-            entry = item.stash[OUTCOME_KEY] = self.outcomes[item.nodeid] = CheckOutcome(
-                problem=problem, file=self.layout.file(item) if problem else item.nodeid,
-                gpu_marked=item.get_closest_marker("gpu") is not None, extends=outcomes.extends_of(item))
+        entry = self.outcome_of(item)
         entry.input_kind = outcomes.input_kind_of(item) or entry.input_kind
         entry.figures = outcomes.figures_of(item) or entry.figures
         if report.failed:
@@ -271,85 +284,43 @@ class OutcomeRecorder:
             entry.outcome = item.stash.get(_NO_VERDICT_KEY, "") or entry.outcome
         return report
 
+    def outcome_of(self, item: pytest.Item) -> CheckOutcome:
+        """The check's outcome, made on its first report (a check that never
+        reported has none: its ``check`` event says "error")."""
+        entry = item.stash.get(OUTCOME_KEY, None)
+        if entry is None:
+            place = item.stash[PLACE]
+            entry = item.stash[OUTCOME_KEY] = self.outcomes[item.nodeid] = CheckOutcome(
+                problem=place.problem, file=place.file,
+                gpu_marked=item.get_closest_marker("gpu") is not None, extends=outcomes.extends_of(item))
+        return entry
+
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self.outcomes[f"<collect>{report.nodeid}"] = CheckOutcome(
                 problem="", file=report.nodeid, outcome=COLLECT_ERROR, message=str(report.longrepr)[-3000:])
 
+    def of(self, problem: str) -> dict[str, CheckOutcome]:
+        """``problem``'s checks, after the collect errors (which belong to every problem)."""
+        return {**self.collect_errors(), **{k: v for k, v in self.outcomes.items() if v.problem == problem}}
 
-#: The outcome the exceptions of a check's first recorded failure give it ("": none).
-_NO_VERDICT_KEY = pytest.StashKey[str]()
+    def collect_errors(self) -> dict[str, CheckOutcome]:
+        return {k: v for k, v in self.outcomes.items() if v.outcome == COLLECT_ERROR}
 
-
-class ProgressReporter:
-    """Tells the engine as each problem starts (how many checks it has here)
-    and as each check ends (its outcome): events that only inform (a pytest plugin)."""
-
-    def __init__(self, layout: Layout, pipe: ResultsPipe) -> None:
-        self.layout, self.pipe = layout, pipe
-        self.checks: dict[str, int] = {}  # each problem's checks in this process (after collection)
-        self.begun: set[str] = set()  # problems whose start the engine has been told
-
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.checks = {}
-        for it in session.items:
-            problem = self.layout.problem(it)
-            self.checks[problem] = self.checks.get(problem, 0) + 1
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, Any, Any]:
-        problem = self.layout.problem(item)
-        if problem and problem not in self.begun:
-            self.begun.add(problem)
-            self.pipe.send({"event": "start", "problem": problem, "checks": self.checks.get(problem, 0)})
-        try:
-            return (yield)
-        finally:
-            if problem:
-                entry = item.stash.get(OUTCOME_KEY, None)
-                self.pipe.send({"event": "check", "problem": problem,
-                                "outcome": entry.outcome if entry is not None else "error"})
-
-
-class ResultsSender:
-    """Sends each problem's results as its last check ends (its worker retired
-    first, so that every CPU second it used is in them), and the run's own
-    figures at its end (a pytest plugin)."""
-
-    def __init__(self, spec: GroupSpec, layout: Layout, impl: RemoteImpl, watch: ScratchWatch,
-                 recorder: OutcomeRecorder, pipe: ResultsPipe, cuda: bool) -> None:
-        self.spec, self.layout, self.impl, self.watch = spec, layout, impl, watch
-        self.recorder, self.pipe, self.cuda = recorder, pipe, cuda
-        self.start = time.monotonic()
-        self.cpu_at_start = _own_cpu()  # this process's imports and start-up, until its session starts
-        self.sent: set[str] = set()  # problems whose results the engine has been sent
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, Any, Any]:
-        try:
-            return (yield)
-        finally:
-            problem = self.layout.problem(item)
-            if problem and (nextitem is None or self.layout.problem(nextitem) != problem):  # problem by problem
-                self.finish(problem)
-
-    def finish(self, problem: str) -> None:
+    def _send_results(self, problem: str) -> None:
         """Send ``problem``'s results (once): its checks and its worker record."""
         if problem in self.sent:
             return
         self.sent.add(problem)
         self.impl.finish(problem)
-        results = RunResults(checks=self.recorder.of(problem),
+        results = RunResults(checks=self.of(problem),
                              problems={problem: self.impl.states[problem].record()}, cuda=self.cuda)
         self.pipe.send({"event": "end", "problem": problem, "results": json.loads(results.to_json())})
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        for p in self.spec.problems:  # (a problem none of whose checks ran: collected none, say)
-            self.finish(p.name)
-        self.watch.stop()
-        self.impl.close()
+    def _send_session(self) -> None:
+        """Send the run's own figures (its cost, the scratch folder's peaks)."""
         results = RunResults(
-            checks=self.recorder.collect_errors(), cuda=self.cuda,
+            checks=self.collect_errors(), cuda=self.cuda,
             scratch={"peak_bytes": self.watch.peak_bytes, "peak_entries": self.watch.peak_entries},
             session_time=round(time.monotonic() - self.start, 4),
             cost=Cost(startup=round(self.cpu_at_start, 3), trusted=round(_own_cpu(), 3),
@@ -357,65 +328,17 @@ class ResultsSender:
                       workers=sum(st.workers for st in self.impl.states.values()),
                       seal=round(self.impl.seal_cpu, 3)))
         self.pipe.send({"event": "session", "results": json.loads(results.to_json())})
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        for p in self.spec.problems:  # (a problem none of whose checks ran: collected none, say)
+            self._send_results(p.name)
+        self.watch.stop()
+        self.impl.close()
+        self._send_session()
         self.pipe.close()
 
-
-class GpuLock:
-    """One GPU problem per device (grader/mfu/gpulock.py): the device's lock
-    is held from the first check of a GPU problem to its last; a problem that
-    could not get it is not graded (a pytest plugin, registered only where a
-    GPU problem runs: ``device`` "cuda", or "cpu" for the CPU standing in)."""
-
-    def __init__(self, layout: Layout, problems: list[str], device: str) -> None:
-        self.layout, self.problems, self.device = layout, problems, device
-        self.held: tuple[str, contextlib.ExitStack] | None = None  # (problem, what releases it)
-        self.busy: dict[str, str] = {}  # problems that could not get the device, and why
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, Any, Any]:
-        """Outside every other wrapper (where RemoteImpl.enter starts the
-        problem's clock, and the check is timed) and outside pytest-timeout's
-        per-test timer, so waiting for another grading's GPU problem costs this
-        problem none of its time."""
-        problem = self.layout.problem(item)
-        if self.held is not None and self.held[0] != problem:
-            self.release()
-        if problem in self.problems and self.held is None and problem not in self.busy:
-            self._acquire(problem)
-        return (yield)
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_call(self, item: pytest.Item) -> None:
-        busy = self.busy.get(self.layout.problem(item))
-        if busy:
-            raise GraderFault(f"not graded: {busy}")
-
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        self.release()  # (the kernel would drop it at exit anyway)
-
-    def _acquire(self, problem: str) -> None:
-        from grader.mfu import gpulock
-
-        stack = contextlib.ExitStack()
-        try:
-            stack.enter_context(gpulock.device_lock(_device_key(self.device), timeout=gpulock.WAIT_SECONDS))
-        except gpulock.DeviceBusy as e:
-            self.busy[problem] = str(e)
-            return
-        self.held = (problem, stack)
-
-    def release(self) -> None:
-        held, self.held = self.held, None
-        if held is not None:
-            held[1].close()
-
-
-def _device_key(device: str) -> str:
-    import torch
-
-    from grader.mfu import gpulock
-
-    return gpulock.device_key(torch.cuda.current_device()) if device == "cuda" else gpulock.STAND_IN_KEY
+        self.gpu.release()  # (the kernel would drop it at exit anyway)
 
 
 def _limit_own_memory(limit: int, cuda: bool) -> None:

@@ -149,27 +149,16 @@ def held_by(pid: int, path: Path) -> bool:
     return False
 
 
-def test_the_grader_plugin_holds_the_lock_from_first_to_last_check_of_a_gpu_problem(tmp_path, monkeypatch):
-    """grader/plugin.py's GpuLock wrapper, driven item by item with a fake device."""
-    from types import SimpleNamespace
-
-    from grader import plugin
-    from grader.protocol import GroupSpec, ProblemSpec, SandboxSpec
-    from grader.sandbox.limits import Limits
-
+def test_the_lock_is_held_from_first_to_last_check_of_a_gpu_problem(tmp_path, monkeypatch):
+    """The GpuLock the grader's plugin holds before each check (grader/plugin.py,
+    step 1), driven check by check with a fake device."""
     monkeypatch.setenv(gpulock.LOCK_DIR_ENV, str(tmp_path))
-    monkeypatch.setattr(plugin, "_device_key", lambda device: "fake0")
-    problems = tuple(ProblemSpec(p, 60.0, (f"{p}.py",), gpu_lock=p == "mfu") for p in ("precision", "mfu", "training"))
-    spec = GroupSpec(name="sub", repo=str(tmp_path), work="", scratch="", profile="dev", problems=problems,
-                     sandbox=SandboxSpec("rlimits", "", True, Limits()), results_fd=-1, seed=0)
-    grading = plugin.GpuLock(plugin.Layout(spec), spec.gpu_lock_problems, "cuda")
+    monkeypatch.setattr(gpulock, "lock_key", lambda device: "fake0")
+    grading = gpulock.GpuLock(["mfu"], "cuda")
     path = gpulock.lock_path("fake0")
 
     def run(problem: str) -> None:
-        hook = grading.pytest_runtest_protocol(SimpleNamespace(fspath=tmp_path / f"{problem}.py"), None)
-        next(hook)  # the test would run here
-        with pytest.raises(StopIteration):
-            hook.send(None)
+        grading.hold(problem)  # the test would run next
 
     run("precision")
     assert not path.exists() or not held_by(os.getpid(), path), "a CPU problem took the device"
@@ -184,7 +173,5 @@ def test_the_grader_plugin_holds_the_lock_from_first_to_last_check_of_a_gpu_prob
 def test_the_cpu_standing_in_for_a_gpu_takes_a_lock_of_its_own():
     """With --cpu-stand-in the GPU problem's lock is the CPU's: rehearsals on
     one machine take turns, and no CUDA is asked for a device."""
-    from grader import plugin
-
-    assert plugin._device_key("cpu") == gpulock.STAND_IN_KEY
+    assert gpulock.lock_key("cpu") == gpulock.STAND_IN_KEY
     assert gpulock.lock_path(gpulock.STAND_IN_KEY).name == f"grader-gpu-{gpulock.STAND_IN_KEY}.lock"

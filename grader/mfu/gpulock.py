@@ -26,10 +26,11 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-__all__ = ["LOCK_DIR_ENV", "STAND_IN_KEY", "WAIT_SECONDS", "DeviceBusy", "device_key", "device_lock", "lock_path"]
+__all__ = ["LOCK_DIR_ENV", "STAND_IN_KEY", "WAIT_SECONDS", "DeviceBusy", "GpuLock", "device_key", "device_lock",
+           "lock_key", "lock_path"]
 
 LOCK_DIR_ENV = "GRADER_GPU_LOCK_DIR"
 #: Seconds a GPU problem waits for its device before its checks error out
@@ -105,3 +106,52 @@ def device_lock(key: str, *, directory: Path | str | None = None, timeout: float
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def lock_key(device: str) -> str:
+    """The lock key of where a trusted process runs its GPU problems:
+    ``device`` "cuda" (its current device) or "cpu" (the CPU standing in)."""
+    if device != "cuda":
+        return STAND_IN_KEY
+    import torch
+
+    return device_key(torch.cuda.current_device())
+
+
+class GpuLock:
+    """One GPU problem per device, in a trusted pytest process that grades
+    problems one after another (grader/plugin.py): the device's lock is held
+    from the first check of a GPU problem to its last; a problem that could
+    not get it in :data:`WAIT_SECONDS` is not graded (:meth:`busy_reason`).
+
+    ``problems``: the GPU problems that take the lock (none where GPU problems
+    do not run); ``device``: "cuda", or "cpu" for the CPU standing in."""
+
+    def __init__(self, problems: Iterable[str], device: str) -> None:
+        self.problems, self.device = frozenset(problems), device
+        self.held: tuple[str, contextlib.ExitStack] | None = None  # (problem, what releases it)
+        self.busy: dict[str, str] = {}  # problems that could not get the device, and why
+
+    def hold(self, problem: str) -> None:
+        """Before each check of ``problem`` (it may wait): let the lock go if
+        another problem holds it, take it for a GPU problem that has not."""
+        if self.held is not None and self.held[0] != problem:
+            self.release()
+        if problem in self.problems and self.held is None and problem not in self.busy:
+            stack = contextlib.ExitStack()
+            try:
+                stack.enter_context(device_lock(lock_key(self.device), timeout=WAIT_SECONDS))
+            except DeviceBusy as e:
+                self.busy[problem] = str(e)
+                return
+            self.held = (problem, stack)
+
+    def busy_reason(self, problem: str) -> str:
+        """Why ``problem`` could not get the device ("": it was not kept from it)."""
+        return self.busy.get(problem, "")
+
+    def release(self) -> None:
+        """Let the lock go, if held (the kernel drops it at exit anyway)."""
+        held, self.held = self.held, None
+        if held is not None:
+            held[1].close()
