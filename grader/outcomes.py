@@ -3,7 +3,7 @@ its :class:`grader.protocol.CheckOutcome` (by :mod:`grader.plugin`).
 
 A failure is classified by the types of its exceptions (:func:`chain`: its
 group's, causes and contexts), never by names: the types are the trusted
-side's own (:mod:`grader.sandbox.client`) or the fixed table that
+side's own (:mod:`grader.sandbox.errors`) or the fixed table that
 :func:`tests.wire.reply_value` rebuilds a worker's error from, while a name
 (a worker-side class's, ``remote_type``) is whatever the submission called it.
 Names are kept for instructors' diagnostics only (:func:`exception_names`).
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from grader.sandbox.client import GraderFault, NotRun, WorkerCrashed, WorkerError, WorkerTimeout
+from grader.sandbox.errors import GraderFault, NotRun, WorkerCrashed, WorkerError, WorkerTimeout
 from tests.wire import RemoteError
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def cause(exceptions: list[BaseException]) -> str:
     (which gives it a ``remote_type``; the trusted side's own have none), or a
     SystemExit there (it crosses as a :class:`tests.wire.RemoteError` naming
     it: no builtin ``Exception``); else :data:`CRASH` for a
-    :class:`grader.sandbox.client.WorkerCrashed` (ProtocolError and
+    :class:`grader.sandbox.errors.WorkerCrashed` (ProtocolError and
     KilledForMemory included); else ""."""
     for exc in exceptions:
         remote = getattr(exc, "remote_type", "")

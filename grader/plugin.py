@@ -26,7 +26,7 @@ these steps, in this order (:meth:`Grading.pytest_runtest_protocol`):
    problem's when the CPU stands in for the GPU (:func:`gpu_device`). Its
    :class:`grader.protocol.CheckOutcome` (in ``item.stash``) records its
    outcome and failure (:mod:`grader.outcomes`): a check ended by an exception
-   that says its own outcome (:attr:`grader.sandbox.client.WorkerError.outcome`:
+   that says its own outcome (:attr:`grader.sandbox.errors.WorkerError.outcome`:
    a grader error, a check not run, a timeout) gets it, never "failed"; for
    hidden checks, the public test their ``extends`` marker names and the kind
    of input they declared with ``input_kind`` (read here, on the trusted side:
@@ -62,7 +62,7 @@ from grader import outcomes
 from grader.mfu.gpulock import GpuLock
 from grader.protocol import COLLECT_ERROR, PLAN_ENV, CheckOutcome, Cost, GroupSpec, RunResults
 from grader.rubric import is_hidden
-from grader.sandbox.client import GraderFault
+from grader.sandbox.errors import GraderFault
 from grader.util import cuda_available
 from tests.plugin import IMPL_KEY
 

@@ -82,7 +82,7 @@ def test_a_hidden_run_tells_an_import_failure_in_fixed_words(tmp_path):
     words reach the problem's record, and the check does not run."""
     import pytest
 
-    from grader.sandbox.client import NotRun
+    from grader.sandbox.errors import NotRun
     from grader.staging.workcopy import make_working_copy
     from selftest.sandboxing import make_impl
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from grader.sandbox.cgroups import PidsCgroup, pids_limit
-from grader.sandbox.client import FORKS, WorkerCrashed
+from grader.sandbox.errors import WorkerCrashed
+from grader.sandbox.forkserver import FORKS
 from grader.sandbox.scratch import remove_tree
 from selftest.sandboxing import (  # noqa: F401 (the fixtures impl and work)
     REPO,

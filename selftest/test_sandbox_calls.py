@@ -15,7 +15,7 @@ import sys
 import pytest
 import torch
 
-from grader.sandbox.client import ProtocolError, WorkerCrashed, WorkerError
+from grader.sandbox.errors import ProtocolError, WorkerCrashed, WorkerError
 from grader.sandbox.remote import CRASHED
 from selftest.sandboxing import impl_fixture, make_impl, work_fixture  # noqa: F401 (the fixtures impl and work)
 from tests import wire

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from grader.protocol import ProblemSpec
-from grader.sandbox.client import WorkerCrashed
+from grader.sandbox.errors import WorkerCrashed
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import Limits
 from grader.sandbox.remote import RemoteImpl

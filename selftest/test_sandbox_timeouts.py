@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from grader.sandbox.client import GraderFault, NotRun, WorkerTimeout
+from grader.sandbox.errors import GraderFault, NotRun, WorkerTimeout
 from selftest.sandboxing import (
     make_impl,
     work_fixture,  # noqa: F401 (the fixture work)

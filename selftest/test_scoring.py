@@ -16,7 +16,7 @@ from grader import outcomes, results, scoring
 from grader.protocol import RunResults
 from grader.report import platforms, render
 from grader.report import table as terminal
-from grader.sandbox.client import ProtocolError, WorkerCrashed
+from grader.sandbox.errors import ProtocolError, WorkerCrashed
 from grader.util import REPO
 from selftest.scored import HIDDEN, PUBLIC, RUBRIC, check, problem_of
 from tests import wire

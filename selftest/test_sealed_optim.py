@@ -207,7 +207,7 @@ def test_the_rubric_seals_the_optimizers_and_a_sealed_problem_gets_a_sealed_serv
     The fork servers are fakes: nothing starts."""
     from grader import budgets, rubric
     from grader.sandbox import remote
-    from grader.sandbox.client import GraderFault
+    from grader.sandbox.errors import GraderFault
 
     rub = rubric.load()
     assert [p.name for p in rub.problems if p.sealed_optim] == ["optimizers"]

@@ -153,7 +153,8 @@ from pathlib import Path
 from grader.sandbox.limits import Limits
 from grader.sandbox.isolation import Sandbox
 from grader.staging.workcopy import make_working_copy
-from grader.sandbox.client import ForkServer, Limit
+from grader.sandbox.errors import Limit
+from grader.sandbox.forkserver import ForkServer
 from grader.worker.main import ServerConfig
 import time
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.protocol import ProblemSpec
-from grader.sandbox.client import GraderFault, WorkerError
+from grader.sandbox.errors import GraderFault, WorkerError
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.remote import RemoteImpl
 from grader.sandbox.scratch import remove_tree

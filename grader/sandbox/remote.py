@@ -2,14 +2,14 @@
 
 :class:`RemoteImpl` implements :class:`tests.harness.Impl` for the grader's
 trusted pytest process: the lifecycle of one submission's workers
-(:class:`grader.sandbox.client.Worker`), forked by a
-:class:`grader.sandbox.client.ForkServer` that imported torch once. Problems
+(:class:`grader.sandbox.workerproc.Worker`), forked by a
+:class:`grader.sandbox.forkserver.ForkServer` that imported torch once. Problems
 run one after another; each gets a worker of its own at its first call, and
 a fresh one wherever a check asks for a process that has run nothing before
 (:meth:`fresh_scenario` and the like). One fork server lives at a time: the
 plain one, then, for the problems whose workers must not see torch.optim
 (``ProblemSpec.sealed_optim``, the rubric's; they run last), a sealed one.
-Requests and replies are :mod:`tests.wire` frames (read by :mod:`grader.sandbox.client`, turned into
+Requests and replies are :mod:`tests.wire` frames (read by :mod:`grader.sandbox.workerproc`, turned into
 values or exceptions by :func:`tests.wire.reply_value`).
 
 Each problem's CPU budget and each call's CPU limit (read from outside by
@@ -40,25 +40,24 @@ from typing import Any
 from grader.imports import NOT_IMPORTED, import_failure, problem_modules
 from grader.protocol import ProblemSpec, WorkerRecord
 from grader.sandbox import proctree
-from grader.sandbox.client import (
-    ForkServer,
+from grader.sandbox.errors import (
     GraderFault,
     KilledForMemory,
     Limit,
     NotRun,
     OutOfTime,
     ProtocolError,
-    Worker,
     WorkerCrashed,
     WorkerError,
     WorkerTimeout,
-    decode_reply,
 )
+from grader.sandbox.forkserver import ForkServer
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import LOG_CAP
 from grader.sandbox.meter import StorageWatch
 from grader.sandbox.optimseal import SealedOptim
 from grader.sandbox.scratch import BASETEMP, remove_tree
+from grader.sandbox.workerproc import Worker, decode_reply
 from grader.worker.main import ServerConfig
 from tests import wire
 from tests.harness import ImplBase, Interrupted, read_source, scenario_name, stubs_fail_fast
