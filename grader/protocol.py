@@ -42,6 +42,7 @@ from typing import Any
 
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import Limits
+from grader.sandbox.problemstate import ProblemSpec, WorkerRecord  # (defined in the sandbox, which fills them)
 from grader.util import feedback_text
 
 #: The environment variable naming the :class:`GroupSpec` file of a trusted pytest process.
@@ -55,25 +56,6 @@ def _known(cls: type, raw: dict[str, Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- engine -> trusted pytest process
-@dataclass(frozen=True)
-class ProblemSpec:
-    """One problem as a trusted pytest process runs it: its check files (in
-    order; some of the problem's files when it is split over groups), the CPU
-    seconds its workers may use for them (``cpu_budget``) and what the
-    reference uses for the same checks on this machine (``reference_cpu``,
-    reported beside it; both from :mod:`grader.budgets`).
-    ``gpu_lock``: it holds the device's lock (grader/mfu/gpulock.py) while it runs.
-    ``sealed_optim``: its workers get a sealed torch.optim (the rubric's
-    ``sealed_optim``; :mod:`grader.sandbox.remote`)."""
-
-    name: str
-    cpu_budget: float
-    files: tuple[str, ...]
-    reference_cpu: float = 0.0
-    gpu_lock: bool = False
-    sealed_optim: bool = False
-
-
 @dataclass(frozen=True)
 class SandboxSpec:
     """The engine's resolved :class:`grader.sandbox.isolation.Sandbox`: its mode
@@ -187,37 +169,6 @@ class CheckOutcome:
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> CheckOutcome:
-        return cls(**_known(cls, raw))
-
-
-@dataclass
-class WorkerRecord:
-    """What happened to one problem's worker(s) in one trusted pytest process
-    (:class:`grader.sandbox.remote.ProblemState`, observed from the trusted side): calls
-    served, crash messages, the calls that ran past their limits, why its
-    remaining checks were cut ("" if not), a fault of the machine or the
-    grader ("" if none), the CPU seconds its workers used, its budget and the
-    reference's, seccomp state, its capped output (instructors only) and how
-    many bytes of it were dropped."""
-
-    calls: int = 0
-    crashes: list[str] = field(default_factory=list)
-    timeouts: list[str] = field(default_factory=list)
-    cut: str = ""
-    fault: str = ""
-    cpu_used: float = 0.0
-    cpu_budget: float = 0.0
-    reference_cpu: float = 0.0
-    seccomp: str = ""
-    log: str = ""
-    log_dropped: int = 0
-    started: bool = False
-    workers: int = 0  # workers started (each forked fresh)
-    peak_bytes: int = 0  # the most resident memory one of them held beyond its start
-    import_error: str = ""  # a module it needs did not import: where and why (grader.imports), "" if all did
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> WorkerRecord:
         return cls(**_known(cls, raw))
 
 

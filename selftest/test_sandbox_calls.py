@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from grader.sandbox.errors import ProtocolError, WorkerCrashed, WorkerError
-from grader.sandbox.remote import CRASHED
+from grader.sandbox.problemstate import CRASHED
 from selftest.sandboxing import impl_fixture, make_impl, work_fixture  # noqa: F401 (the fixtures impl and work)
 from tests import wire
 from tests.local import LocalImpl

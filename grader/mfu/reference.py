@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from grader.protocol import ProblemSpec
 from grader.sandbox.errors import GraderFault, WorkerError
 from grader.sandbox.isolation import Sandbox
+from grader.sandbox.problemstate import ProblemSpec
 from grader.sandbox.remote import RemoteImpl
 from grader.sandbox.scratch import remove_tree
 from grader.staging.workcopy import make_working_copy

@@ -17,7 +17,7 @@ Each problem's CPU budget and each call's CPU limit (read from outside by
 wall-clock backstop, and when a timeout, a crash, a spent budget
 (:class:`NotRun`) or a fault of the machine (:class:`GraderFault`) cuts a
 problem: see grader/README.md, "Budgets". What happened is kept in a
-:class:`ProblemState`. With ``hidden`` (a run of hidden checks) what a student
+:class:`grader.sandbox.problemstate.ProblemState`. With ``hidden`` (a run of hidden checks) what a student
 may read of it is fixed wording: no exit status, signal, CPU or wall seconds
 and no text of the worker's, any of which the submission could steer to carry
 a hidden input out; the details go to the instructors' log.
@@ -33,12 +33,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from grader.imports import NOT_IMPORTED, import_failure, problem_modules
-from grader.protocol import ProblemSpec, WorkerRecord
 from grader.sandbox import proctree
 from grader.sandbox.errors import (
     GraderFault,
@@ -53,9 +51,9 @@ from grader.sandbox.errors import (
 )
 from grader.sandbox.forkserver import ForkServer
 from grader.sandbox.isolation import Sandbox
-from grader.sandbox.limits import LOG_CAP
 from grader.sandbox.meter import StorageWatch
 from grader.sandbox.optimseal import SealedOptim
+from grader.sandbox.problemstate import CRASHED, TIMED_OUT, ProblemSpec, ProblemState
 from grader.sandbox.scratch import BASETEMP, remove_tree
 from grader.sandbox.workerproc import Worker, decode_reply
 from grader.worker.main import ServerConfig
@@ -63,53 +61,12 @@ from tests import wire
 from tests.harness import ImplBase, Interrupted, read_source, scenario_name, stubs_fail_fast
 from tests.memwatch import MemoryWatch, process_tree
 
-__all__ = ["ProblemState", "RemoteImpl"]
+__all__ = ["RemoteImpl"]
 
 #: A wall-clock backstop is never shorter than this (seconds).
 MIN_WALL = 60.0
 #: The CPU seconds a forked worker may take to say hello (it confines itself; torch is imported already).
 FORK_CPU = 10.0
-
-#: What a student reads of a hidden run's worker troubles (the details: the instructors' log).
-CRASHED, TIMED_OUT = "the worker crashed", "a call ran past its time limit"
-
-
-@dataclass
-class ProblemState(WorkerRecord):
-    """What happens to one problem's worker(s), as it happens: the fields of
-    its :class:`grader.protocol.WorkerRecord` (``cpu_used`` counts its retired
-    workers: all of them once the problem is over), its
-    :class:`grader.protocol.ProblemSpec` and its workers' capped output
-    (``output``; the record's ``log`` is filled from it by :meth:`record`).
-    ``cut`` says why its remaining checks do not run, ``fault`` what the
-    machine or the grader got wrong ("" while all is well).
-    """
-
-    spec: ProblemSpec = field(default_factory=lambda: ProblemSpec("", 0.0, ()))
-    output: bytearray = field(default_factory=bytearray)
-    probed: bool = False  # its modules' import was tried (its first request)
-
-    @classmethod
-    def of(cls, spec: ProblemSpec) -> ProblemState:
-        return cls(cpu_budget=spec.cpu_budget, reference_cpu=spec.reference_cpu, spec=spec)
-
-    def record(self) -> WorkerRecord:
-        """The record the engine gets (every field of a :class:`WorkerRecord`, as it stands)."""
-        own = {f.name: getattr(self, f.name) for f in fields(WorkerRecord)}
-        return WorkerRecord(**{**own, "crashes": list(self.crashes), "timeouts": list(self.timeouts),
-                               "cpu_used": round(self.cpu_used, 4),
-                               "log": bytes(self.output).decode("utf-8", "replace")})
-
-    def add_log(self, worker: Worker) -> None:
-        room = LOG_CAP - len(self.output)
-        self.output += worker.log[: max(room, 0)]
-        self.log_dropped += worker.log_dropped + max(len(worker.log) - max(room, 0), 0)
-
-    def note(self, text: str) -> None:
-        """The grader's own line in the instructors' log."""
-        line = f"\n[grader] {text}\n".encode("utf-8", "replace")
-        self.output += line[: max(LOG_CAP - len(self.output), 0)]
-
 
 class RemoteImpl(ImplBase):
     """An :class:`tests.harness.Impl` whose calls run in sandboxed workers.
