@@ -33,8 +33,8 @@ from grader.sandbox.limits import LOG_CAP
 from grader.sandbox.meter import Meter
 from grader.sandbox.optimseal import SealedOptim
 from grader.sandbox.scratch import remove_tree
-from grader.staging.workcopy import private_copy
 from grader.sandbox.workerproc import HELLO_BYTES, POLL, Worker, how_ended
+from grader.staging.workcopy import private_copy
 from grader.worker.main import ServerConfig, WorkerConfig
 from tests.memwatch import process_tree
 

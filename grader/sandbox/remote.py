@@ -10,7 +10,8 @@ a fresh one wherever a check asks for a process that has run nothing before
 plain one, then, for the problems whose workers must not see torch.optim
 (``ProblemSpec.sealed_optim``, the rubric's; they run last), a sealed one.
 Requests and replies are :mod:`tests.wire` frames (read by :mod:`grader.sandbox.workerproc`, turned into
-values or exceptions by :func:`tests.wire.reply_value`).
+values or exceptions by :func:`tests.wire.reply_value`); what one call does is
+:mod:`grader.sandbox.requests`.
 
 Each problem's CPU budget and each call's CPU limit (read from outside by
 :mod:`grader.sandbox.meter`, budgets from :mod:`grader.budgets`), the
@@ -36,30 +37,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from grader.imports import NOT_IMPORTED, import_failure, problem_modules
-from grader.sandbox import proctree
-from grader.sandbox.errors import (
-    GraderFault,
-    KilledForMemory,
-    Limit,
-    NotRun,
-    OutOfTime,
-    ProtocolError,
-    WorkerCrashed,
-    WorkerError,
-    WorkerTimeout,
-)
+from grader.sandbox import proctree, requests
+from grader.sandbox.errors import GraderFault, Limit, OutOfTime, WorkerCrashed, WorkerError
 from grader.sandbox.forkserver import ForkServer
 from grader.sandbox.isolation import Sandbox
-from grader.sandbox.meter import StorageWatch
 from grader.sandbox.optimseal import SealedOptim
-from grader.sandbox.problemstate import CRASHED, TIMED_OUT, ProblemSpec, ProblemState
+from grader.sandbox.problemstate import ProblemSpec, ProblemState
 from grader.sandbox.scratch import BASETEMP, remove_tree
-from grader.sandbox.workerproc import Worker, decode_reply
+from grader.sandbox.workerproc import Worker
 from grader.worker.main import ServerConfig
-from tests import wire
-from tests.harness import ImplBase, Interrupted, read_source, scenario_name, stubs_fail_fast
-from tests.memwatch import MemoryWatch, process_tree
+from tests.harness import ImplBase, Interrupted, read_source, scenario_name
+from tests.memwatch import process_tree
 
 __all__ = ["RemoteImpl"]
 
@@ -152,7 +140,7 @@ class RemoteImpl(ImplBase):
             raise GraderFault(f"{self.problem}: not graded: {st.fault}")
         config = ServerConfig(seal=sealed, wipe=self._sandbox.wipe(), cuda=self._sandbox.cuda,
                               dynamo=sealed and self._sandbox.mode == "uid" and self._sandbox.landlocked)
-        wall = self._wall(self.limits.start_cpu)
+        wall = requests.wall(self, self.limits.start_cpu)
         try:
             server = ForkServer(self._sandbox, self._work, self._scratch, config, self.limits.reply_bytes,
                                 self._sealed_optim if sealed else None)
@@ -217,7 +205,7 @@ class RemoteImpl(ImplBase):
         if st.spec.sealed_optim and not server.config.seal:  # never its calls where torch.optim is whole
             st.fault = st.fault or "its worker's torch.optim would not be sealed"
             raise GraderFault(f"{self.problem}: not graded: {st.fault}")
-        wall = self._wall(self.limits.start_cpu)
+        wall = requests.wall(self, self.limits.start_cpu)
         try:
             w = server.spawn(Limit(cpu=float("inf"), wall=time.monotonic() + wall))
         except (WorkerError, OSError) as e:
@@ -237,7 +225,7 @@ class RemoteImpl(ImplBase):
             w.kill()
             st.add_log(w)
             if w.killed_for:  # stopped by the grader for what the submission did (its scratch folder's caps)
-                self._crashed(st, f"a worker's start-up: {e}")
+                requests.crashed(self, st, f"a worker's start-up: {e}")
                 raise WorkerCrashed(f"{self.problem}: {e}") from None
             st.note(f"a worker did not start: {e}")
             if server.spawned > 1:  # workers before it ran submission code beside this server: a fresh one decides
@@ -356,11 +344,11 @@ class RemoteImpl(ImplBase):
 
     # ------------------------------------------------------------ Impl
     def call(self, module: str, function: str, *args: Any, **kwargs: Any) -> Any:
-        return self._request({"op": "call", "module": module, "function": function,
+        return requests.request(self, {"op": "call", "module": module, "function": function,
                               "args": args, "kwargs": kwargs})
 
     def scenario(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return self._request({"op": "scenario", "name": scenario_name(fn), "args": args, "kwargs": kwargs})
+        return requests.request(self, {"op": "scenario", "name": scenario_name(fn), "args": args, "kwargs": kwargs})
 
     def source(self, module: str) -> str:
         if module in self._sources:
@@ -386,167 +374,14 @@ class RemoteImpl(ImplBase):
         if self.problem is not None:
             self._fresh()
         req = {"op": "scenario", "name": scenario_name(fn), "args": args, "kwargs": kwargs}
-        return self._request(req, kill_when=kill_when)
+        return requests.request(self, req, kill_when=kill_when)
 
     def measured_scenario(self, fn: Callable[..., Any], *args: Any, warm_up: Callable[..., Any] | None = None,
                           **kwargs: Any) -> tuple[Any, int]:
         if self.problem is not None:
             self._fresh()
-        self._request({"op": "prepare"})  # its memory from now on is what a fresh process's would be
+        requests.request(self, {"op": "prepare"})  # its memory from now on is what a fresh process's would be
         if warm_up is not None:  # harness code only: the implementation is first imported by the measured call
-            self._request({"op": "scenario", "name": scenario_name(warm_up), "args": (), "kwargs": {}})
+            requests.request(self, {"op": "scenario", "name": scenario_name(warm_up), "args": (), "kwargs": {}})
         req = {"op": "scenario", "name": scenario_name(fn), "args": args, "kwargs": kwargs}
-        return self._request(req, measure=True)
-
-    def _refuse(self, st: ProblemState) -> None:
-        """Raise what a call of a problem that cannot run any more raises."""
-        assert self.problem is not None
-        if self._scratch_error:
-            st.fault = st.fault or self._scratch_error
-        if st.fault:
-            raise GraderFault(f"{self.problem}: not graded: {st.fault}")
-        if st.cut:
-            raise NotRun(f"{self.problem}: {st.cut}; this check did not run")
-
-    def _probe_imports(self, st: ProblemState) -> None:
-        """Before a problem's first check: import the modules it needs in a
-        worker, then retire that worker (so a check that wants a process that
-        has run nothing of the submission still gets one). A module that does
-        not import cuts the problem: its checks do not run, and
-        ``st.import_error`` says where and why (the submission's own words,
-        one bounded line; in a hidden run, fixed words). A timeout or a crash
-        while importing is that check's, as in any call. What the worker says
-        can only cost the submission points, never earn them."""
-        assert self.problem is not None
-        st.probed = True
-        for module in problem_modules(self.problem):
-            try:
-                self._request({"op": "import", "module": module})
-            except Exception as e:  # (WorkerError is no Exception: a timeout or crash is the check's)
-                st.import_error = (f"student/{module}.py did not import in the run of the hidden checks"
-                                   if self.hidden else import_failure(module, e))
-                self._retire(self.problem)
-                raise self._cut(st, f"{NOT_IMPORTED} ({st.import_error})") from None
-        self._retire(self.problem)
-
-    def _cut(self, st: ProblemState, why: str) -> NotRun:
-        st.cut = st.cut or why
-        return NotRun(f"{self.problem}: {st.cut}; this check did not run")
-
-    def _budget_spent(self, st: ProblemState) -> NotRun:
-        return self._cut(st, f"the problem's CPU budget of {st.cpu_budget:.4g} s ran out")
-
-    def _wall(self, cpu: float) -> float:
-        """The wall-clock backstop of a wait whose CPU limit is ``cpu`` seconds."""
-        return max(self.min_wall, self.limits.wall_factor * cpu)
-
-    def _request(self, req: dict[str, Any], *, kill_when: Callable[[], bool] | None = None,
-                 measure: bool = False) -> Any:
-        if self.problem is None:
-            raise RuntimeError("RemoteImpl: no problem selected (the grader plugin calls enter())")
-        st = self.states[self.problem]
-        self._refuse(st)
-        if st.cpu_budget - self.cpu_used(max_age=0.5) <= 0:
-            raise self._budget_spent(st)
-        if not st.probed:
-            self._probe_imports(st)
-        payload = wire.encode(req)  # the test's own arguments: a WireError here is a test bug
-        st.calls += 1
-        worker = self._worker()
-        left = st.cpu_budget - self.cpu_used(max_age=0.5)
-        cpu = min(self.limits.call_cpu, left)
-        limit = Limit(cpu=worker.meter.last.cpu + cpu, wall=time.monotonic() + self._wall(cpu))
-        try:
-            watch = MemoryWatch(worker.pid) if measure else None
-            # What the call stores in files (tmpfs pages, scratch blocks) is held as surely as its memory.
-            stored = StorageWatch(worker.pid, self._scratch, self._sandbox.mode == "bwrap",
-                                  owner=self._sandbox.uid if self._sandbox.mode == "uid" else None) if measure else None
-            if watch is not None and stored is not None:
-                worker.measure_memory()  # (the kernel's accounting too, where a memory cgroup can be made)
-                watch.start()
-                stored.start()
-            worker.check(limit, "no reply in time")  # (one left running by its last call's doing is ended here)
-            worker.write_frame(payload, limit)
-            if kill_when is not None:
-                polls = 0
-                while not worker.readable(0.001):
-                    if kill_when():  # the test saw its moment: kill, as a crash would
-                        worker.kill_tree()
-                        self._retire(self.problem)
-                        return Interrupted(True)
-                    polls += 1
-                    if polls % 50 == 0:
-                        worker.check(limit, "no reply in time")
-            try:
-                reply = decode_reply(worker.read_frame(limit), worker)
-            finally:
-                # What it holds in its memory and files, or what the kernel charged it: the most of the two.
-                peak = max(watch.stop() + stored.stop(), worker.kernel_memory()) \
-                    if watch is not None and stored is not None else 0
-        except OutOfTime as e:
-            self._retire(self.problem)
-            if e.cpu and cpu < self.limits.call_cpu:  # the problem's budget ran out, not the call's own limit
-                raise self._budget_spent(st) from None
-            if not e.cpu and e.limit.starved:
-                st.note(f"{_describe(req)} waited {self._wall(cpu):.0f} s for a CPU")
-                st.fault = st.fault or "the machine was too busy: a call waited too long for a CPU"
-                raise GraderFault(f"{self.problem}: not graded: {st.fault}") from None
-            what = (f"a call used more than {cpu:.4g} CPU s" if e.cpu else
-                    f"a call waited {self._wall(cpu):.0f} s below the priority it was started at (it lowered "
-                    "its own)" if e.limit.lowered else
-                    f"a call waited {self._wall(cpu):.0f} s while hardly using the CPU (asleep or blocked)")
-            st.note(f"timeout: {what} ({_describe(req)})")
-            shown = TIMED_OUT if self.hidden else f"{what} ({_describe(req)})"
-            st.timeouts.append(shown)
-            if len(st.timeouts) >= self.max_timeouts:
-                st.cut = st.cut or f"{len(st.timeouts)} calls ran past their limits"
-            raise WorkerTimeout(f"{self.problem}: {shown}") from None
-        except WorkerCrashed as e:
-            self._retire(self.problem)
-            st.note(f"crash: {_describe(req)}: {e}")
-            if isinstance(e, KilledForMemory):
-                # Its private memory is capped (RLIMIT_DATA) at what a worker is
-                # promised: the kernel killing it for memory is the machine's shortage.
-                st.fault = st.fault or ("the machine ran out of memory while a worker held no more than the "
-                                        f"{self._sandbox.limits.growth_bytes >> 20} MiB it is promised")
-                raise GraderFault(f"{self.problem}: not graded: {st.fault}") from None
-            # (the grader's own reasons for killing it, the scratch folder's caps, are fixed words)
-            shown = CRASHED if self.hidden and not worker.killed_for else f"{_describe(req)}: {e}"
-            self._crashed(st, shown)
-            raise type(e)(f"{self.problem}: {shown}") from None
-        value = self._unpack(reply, req)
-        if kill_when is not None:
-            return Interrupted(False, value)
-        return (value, peak) if measure else value
-
-    def _crashed(self, st: ProblemState, what: str) -> None:
-        st.crashes.append(what)
-        if len(st.crashes) >= self.max_crashes:
-            st.cut = st.cut or (f"the worker crashed {len(st.crashes)} times" +
-                                ("" if self.hidden else f" (last: {st.crashes[-1][:300]})"))
-
-    def _garbage(self, req: dict[str, Any], what: str) -> ProtocolError:
-        assert self.problem is not None
-        self._retire(self.problem)
-        st = self.states[self.problem]
-        st.note(f"{_describe(req)}: {what}")
-        shown = CRASHED if self.hidden else f"{_describe(req)}: {what}"
-        self._crashed(st, shown)
-        return ProtocolError(f"{self.problem}: {shown}")
-
-    def _unpack(self, reply: Any, req: dict[str, Any]) -> Any:
-        try:
-            with stubs_fail_fast():  # an untouched stub fails its check at once, as in a student's pytest
-                return wire.reply_value(reply)
-        except wire.MalformedReply as e:
-            raise self._garbage(req, str(e)) from None
-
-
-def _describe(req: dict[str, Any]) -> str:
-    if req.get("op") == "scenario":
-        return f"scenario {req.get('name')}"
-    if req.get("op") == "prepare":
-        return "readying a worker for a measured call"
-    if req.get("op") == "import":
-        return f"import {req.get('module')}"
-    return f"{req.get('module')}.{req.get('function')}"
+        return requests.request(self, req, measure=True)
