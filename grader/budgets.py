@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.protocol import ProblemSpec
 from grader.rubric import Problem, Settings
 from grader.sandbox.limits import Limits
+from grader.sandbox.problemstate import ProblemSpec
 from grader.util import tomllib
 
 __all__ = ["BUDGETS", "MARGIN", "Budgets", "Costs", "FileCost", "hard_limit_of", "limits_for", "load",
