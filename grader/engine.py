@@ -36,9 +36,9 @@ from grader import budgets
 from grader import rubric as rubric_mod
 from grader.budgets import Budgets
 from grader.feedback import Feedback
-from grader.groups import ProblemFiles, group_template, phases, problem_results, run_phase
+from grader.groups import ProblemFiles, group_template, phases, run_phase
 from grader.imports import NOT_IMPORTED, needed_modules, problem_modules, static_import_errors
-from grader.protocol import COLLECT_ERROR, RunResults
+from grader.protocol import COLLECT_ERROR, ProblemRun, WorkerRecord
 from grader.report.progress import GradeProgress
 from grader.results import ERROR, GRADER_ERROR, UNFINISHED, UNFINISHED_TEXT, GradeResult
 from grader.rubric import is_hidden
@@ -293,21 +293,21 @@ class _PhaseRunner:
         """Run the phases of the ``graded`` problems."""
         all_phases = phases(graded, self.plan.check_files, gpu_device=self.plan.gpu_device)
         hidden = [any(is_hidden(f) for _, files in part for f in files) for part in all_phases]
-        self.grading.expect([({p.name for p, _ in part}, h) for part, h in zip(all_phases, hidden, strict=True)])
+        self.grading.expect([{p.name for p, _ in part} for part in all_phases])
         for index, part in enumerate(all_phases):
             # A problem whose modules did not import in an earlier phase runs no more phases.
             cut = [pf for pf in part if pf.problem.name in self.grading.import_errors()]
             for pf in cut:
-                self.grading.arrived(index, pf.problem.name, RunResults())
+                self.grading.arrived(index, pf.problem.name, ProblemRun(pf.problem.name, hidden[index]))
             part = [pf for pf in part if pf not in cut]
             if not part:
                 continue
             first = self._attempt(index, part, self.folder / f"phase-{index}", hidden[index])
-            faulty = [pf for pf in part if _grader_error(first.get(pf.problem.name, RunResults()), pf.problem.name)]
+            faulty = [pf for pf in part if _grader_error(first[pf.problem.name])]
             if faulty:
                 self._regrade(index, faulty, hidden[index])
 
-    def _attempt(self, index: int, part: list[ProblemFiles], where: Path, hidden: bool) -> dict[str, RunResults]:
+    def _attempt(self, index: int, part: list[ProblemFiles], where: Path, hidden: bool) -> dict[str, ProblemRun]:
         """Run ``part`` of phase ``index`` (its files ``hidden`` checks or not)
         in one trusted pytest process in the folder ``where``; each problem's
         results go to the grading (as they come, then once the process has
@@ -328,7 +328,7 @@ class _PhaseRunner:
             self.opts.progress.note(f"regrading {', '.join(names)} alone, after a grader error")
         again = self._attempt(index, faulty, self.folder / f"phase-{index}-regrade", hidden)
         for name in names:
-            outcome = "still a grader error" if _grader_error(again.get(name, RunResults()), name) else "graded"
+            outcome = "still a grader error" if _grader_error(again[name]) else "graded"
             self.result.notes.append(f"{name}: regraded alone after a grader error: {outcome}")
 
 
@@ -362,20 +362,18 @@ def _update(opts: Options, result: GradeResult, start: float) -> None:
     opts.on_update(result)
 
 
-def _grader_error(res: RunResults, name: str) -> bool:
-    """Whether one phase's results of problem ``name`` end in a grader error
+def _grader_error(run: ProblemRun) -> bool:
+    """Whether one phase's run of a problem ends in a grader error
     (which only facts from outside the worker establish: its process died, its
     record names a fault of the machine, a check could not be collected)."""
-    record = res.problems.get(name)
-    return (res.fatal or (record is not None and bool(record.fault))
-            or any(c.outcome in (GRADER_ERROR, COLLECT_ERROR) for c in res.checks.values()
-                   if c.problem in (name, "")))
+    return (bool(run.lost) or (run.worker is not None and bool(run.worker.fault))
+            or any(c.outcome in (GRADER_ERROR, COLLECT_ERROR) for c in run.checks if c.problem in (run.problem, "")))
 
 
 class _Grading:
-    """One grade's problems as their phases' results arrive (from reader
+    """One grade's problems as their phases' runs arrive (from reader
     threads): each problem is scored once its last phase has sent its
-    results, and the reports are rewritten after each."""
+    run, and the reports are rewritten after each."""
 
     def __init__(self, opts: Options, result: GradeResult, selected: list[rubric_mod.Problem],
                  check_files: dict[str, tuple[str, ...]], gpu_device: str, reveal: bool, start: float) -> None:
@@ -385,40 +383,34 @@ class _Grading:
         self.start = start
         self.problems = {p.name: p for p in selected}
         self.phases: dict[str, set[int]] = {}  # each problem's phases
-        self.hidden: set[int] = set()  # the phases of hidden checks
-        self.parts: dict[str, dict[int, RunResults]] = {p.name: {} for p in selected}
+        self.parts: dict[str, dict[int, ProblemRun]] = {p.name: {} for p in selected}  # each problem's, by phase
         self.lock = threading.Lock()
 
-    def expect(self, phases: list[tuple[set[str], bool]]) -> None:
-        """The run's phases: the problems of each, and whether it is one of hidden checks."""
-        for i, (names, hidden) in enumerate(phases):
-            if hidden:
-                self.hidden.add(i)
+    def expect(self, phases: list[set[str]]) -> None:
+        """The run's phases: the problems of each."""
+        for i, names in enumerate(phases):
             for name in names:
                 self.phases.setdefault(name, set()).add(i)
 
-    def arrived(self, phase: int, name: str, res: RunResults) -> None:
-        """Problem ``name``'s results of ``phase``: they replace any it had
+    def arrived(self, phase: int, name: str, run: ProblemRun) -> None:
+        """Problem ``name``'s run of ``phase``: it replaces any it had
         (its end event's by its process's, an attempt's by a regrade's)."""
         if name not in self.problems:
             return
         with self.lock:
-            self.parts[name][phase] = res
+            self.parts[name][phase] = run
             if set(self.parts[name]) >= self.phases.get(name, set()):
                 self._score(name)
                 _update(self.opts, self.result, self.start)
 
     def _score(self, name: str) -> None:
         p = self.problems[name]
-        parts = [self.parts[name][i] for i in sorted(self.parts[name])]
-        merged = problem_results(name, self.check_files[name], parts)
-        records = {i in self.hidden: r for i, part in self.parts[name].items() if (r := part.problems.get(name))}
-        res = score_problem(p, self.check_files[name], merged, self.gpu_device, self.reveal,
-                            public=records.get(False), hidden=records.get(True), details=self.details)
+        runs = [self.parts[name][i] for i in sorted(self.parts[name])]
+        res = score_problem(p, self.check_files[name], runs, self.gpu_device, self.reveal, details=self.details)
         res.time = round(sum(c.duration for c in res.checks if not c.hidden), 3)
         res.hidden_time = round(sum(c.duration for c in res.checks if c.hidden), 3)
-        if merged.fatal and merged.log:
-            res.log = merged.log  # the trusted run's output: instructors only
+        if log := next((r.log for r in runs if r.lost and r.log), ""):
+            res.log = log  # the trusted run's output: instructors only
         self.result.problems = [res if q.name == name else q for q in self.result.problems]
 
     def finish(self) -> None:
@@ -434,13 +426,15 @@ class _Grading:
         with self.lock:
             for name, parts in self.parts.items():
                 for i in sorted(parts):  # the first phase's words (a hidden phase's are fixed ones)
-                    record = parts[i].problems.get(name)
+                    record = parts[i].worker
                     if record is not None and record.import_error:
                         found.setdefault(name, record.import_error)
         return found
 
-    def outcomes(self) -> dict[str, RunResults]:
-        return {name: parts[i] for name, parts in self.parts.items() for i in parts}
+    def outcomes(self) -> dict[str, list[ProblemRun]]:
+        """Each problem's runs, in phase order."""
+        with self.lock:
+            return {name: [parts[i] for i in sorted(parts)] for name, parts in self.parts.items()}
 
 
 def _import_errors(by_problem: dict[str, str], result: GradeResult) -> list[str]:
@@ -454,9 +448,12 @@ def _import_errors(by_problem: dict[str, str], result: GradeResult) -> list[str]
     return [f"{why}; not graded: {', '.join(names)}" for why, names in costs.items()]
 
 
-def _record_seccomp(outcomes: dict[str, RunResults], result: GradeResult, sandbox: Sandbox) -> None:
-    """The sandbox line with the seccomp state the workers reported at start-up."""
-    seccomp = {n: r.seccomp for o in outcomes.values() for n, r in o.problems.items() if r.seccomp}
+def _record_seccomp(outcomes: dict[str, list[ProblemRun]], result: GradeResult, sandbox: Sandbox) -> None:
+    """The sandbox line with the seccomp state the workers reported at start-up
+    (a problem's is "on" where every phase's was)."""
+    records = {name: [r.worker for r in runs if r.worker is not None] for name, runs in outcomes.items()}
+    seccomp = {name: state.seccomp for name, found in records.items()
+               if found and (state := WorkerRecord.combine(found)).seccomp}
     if not seccomp:
         return
     off = sorted(n for n, v in seccomp.items() if v != "on")

@@ -4,13 +4,13 @@ trusted pytest process.
 
 **Running.** A phase's process gets its :class:`grader.protocol.GroupSpec`, results pipe and
 scratch folder; it loads :mod:`grader.plugin`, which routes
-the tests' calls to one sandboxed worker per problem and writes
-:class:`grader.protocol.RunResults` back over the pipe. Each problem's CPU
+the tests' calls to one sandboxed worker per problem and sends each
+problem's :class:`grader.protocol.ProblemRun` back over the pipe. Each problem's CPU
 budget is computed here, for the files of it the phase runs
 (:class:`grader.budgets.Budgets`). A process that ends without results (a
-crash, killed for memory, the hard time limit) yields a ``fatal`` record:
-nothing the submission could cause (its code never runs in that process), so
-its problems are grader errors rather than failures, and are regraded.
+crash, killed for memory, the hard time limit) leaves its problems that had
+none ``lost``: nothing the submission could cause (its code never runs in
+that process), so they are grader errors rather than failures, and are regraded.
 """
 
 from __future__ import annotations
@@ -22,17 +22,16 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
 from grader.budgets import Budgets, hard_limit_of
-from grader.protocol import PLAN_ENV, CheckOutcome, Cost, GroupSpec, ProblemSpec, RunResults, SandboxSpec, WorkerRecord
+from grader.protocol import PLAN_ENV, Cost, GroupSpec, ProblemRun, ProblemSpec, SandboxSpec
 from grader.report.progress import GradeProgress
 from grader.rubric import Problem, is_hidden
 from grader.sandbox.isolation import Sandbox
-from grader.sandbox.limits import LOG_CAP
 from grader.sandbox.scratch import BASETEMP
 from grader.util import REPO, memory_available
 
@@ -45,8 +44,20 @@ class ProblemFiles(NamedTuple):
     files: tuple[str, ...]
 
 
-#: Called with each problem's results as its trusted process sends them (from a reader thread).
-OnProblem = Callable[[str, RunResults], None]
+#: Called with each problem's run as its trusted process sends it (from a reader thread).
+OnProblem = Callable[[str, ProblemRun], None]
+
+
+class PhaseRun(NamedTuple):
+    """What one trusted pytest process ended with: each of its problems' runs
+    (one ``lost`` where the process ended before sending it), its cost (None
+    when it sent none) and, when it ended without all its results, why
+    (``error``) and its output's tail (``log``, instructors only)."""
+
+    runs: dict[str, ProblemRun]
+    cost: Cost | None
+    error: str = ""
+    log: str = ""
 
 
 def phases(selected: list[Problem], check_files: dict[str, tuple[str, ...]], *,
@@ -66,10 +77,9 @@ def phases(selected: list[Problem], check_files: dict[str, tuple[str, ...]], *,
 
 def run_phase(part: list[ProblemFiles], template: GroupSpec, budgets: Budgets, *, hidden: bool,
               run: Path, progress: GradeProgress | None = None,
-              on_problem: OnProblem | None = None) -> tuple[dict[str, RunResults], list[str], list[Cost]]:
+              on_problem: OnProblem | None = None) -> tuple[dict[str, ProblemRun], list[str], list[Cost]]:
     """Run one phase's check files (``part``) in one trusted pytest process;
-    return each problem's results (a problem absent was not run), the
-    process's error (if any) and its cost.
+    return each problem of ``part``'s run, the process's error (if any) and its cost.
 
     ``template`` is the run's group spec without problems (the process gets
     its own copy with its problems, scratch folder and pipe); ``budgets``
@@ -88,8 +98,7 @@ def run_phase(part: list[ProblemFiles], template: GroupSpec, budgets: Budgets, *
     finally:
         if progress is not None:
             progress.ended()
-    per_problem = {p.name: problem_results(p.name, files, [results]) for p, files in part}
-    return per_problem, [results.error] if results.error else [], [results.cost] if results.cost is not None else []
+    return results.runs, [results.error] if results.error else [], [results.cost] if results.cost is not None else []
 
 
 def by_phase(planned: list[ProblemFiles]) -> list[list[ProblemFiles]]:
@@ -110,12 +119,12 @@ def by_phase(planned: list[ProblemFiles]) -> list[list[ProblemFiles]]:
 
 def run_pytest(template: GroupSpec, problems: tuple[ProblemSpec, ...], run: Path,
                progress: Callable[[bytes], None] | None = None,
-               on_problem: OnProblem | None = None) -> RunResults:
-    """Run one trusted pytest process over ``problems``; return the plugin's
-    results, or a ``fatal`` record saying why there are none (those problems
-    whose results came before it ended keep them). ``progress``, when given,
-    gets each progress event line as it comes; ``on_problem`` each problem's
-    results."""
+               on_problem: OnProblem | None = None) -> PhaseRun:
+    """Run one trusted pytest process over ``problems``; return each one's run
+    as the plugin sent it, or, where the process ended before sending it, a
+    ``lost`` one saying why (those whose runs came before it ended keep them).
+    ``progress``, when given, gets each progress event line as it comes;
+    ``on_problem`` each problem's run."""
     run.mkdir(parents=True, exist_ok=True)
     run.chmod(0o711)  # a uid-isolated worker passes through to its scratch folder, lists nothing
     scratch = run / "scratch"
@@ -166,16 +175,11 @@ def run_pytest(template: GroupSpec, problems: tuple[ProblemSpec, ...], run: Path
         peak.stop()
     reader.join(timeout=30)
     text = out.decode("utf-8", "replace")
-    results = collected.results()
-    if collected.complete:
-        return results
-    lost = _no_results(killed, hard_limit, proc, text, peak.bytes)
-    if not results.problems:
-        return lost
-    # The problems that ended keep their results; the run's error names why the others have none
-    # (problem_results makes them fatal).
-    results.error, results.log = lost.error, lost.log
-    return results
+    error, log = ("", "") if collected.complete else _no_results(killed, hard_limit, proc, text, peak.bytes)
+    # The problems that ended keep their runs; the others' are lost, and say why.
+    runs = {p.name: collected.runs.get(p.name) or ProblemRun(p.name, spec.hidden, lost=error, log=log)
+            for p in problems}
+    return PhaseRun(runs, collected.cost, error, log)
 
 
 class _Events:
@@ -183,9 +187,8 @@ class _Events:
 
     def __init__(self, progress: Callable[[bytes], None] | None, on_problem: OnProblem | None) -> None:
         self.progress, self.on_problem = progress, on_problem
-        self.checks: dict[str, CheckOutcome] = {}
-        self.problems: dict[str, WorkerRecord] = {}
-        self.session: RunResults | None = None
+        self.runs: dict[str, ProblemRun] = {}
+        self.cost: Cost | None = None
         self.complete = False
 
     def read(self, fd: int) -> None:
@@ -200,22 +203,14 @@ class _Events:
         if kind in ("start", "check", "end") and self.progress is not None:
             with contextlib.suppress(Exception):  # progress only informs: it never stops a grade
                 self.progress(line)
-        if kind == "end" and isinstance(raw.get("results"), dict):
-            res = RunResults.from_json(raw["results"])
-            self.checks.update(res.checks)
-            self.problems.update(res.problems)
-            name = raw.get("problem")
-            if self.on_problem is not None and isinstance(name, str):
-                self.on_problem(name, res)
-        elif kind == "session" and isinstance(raw.get("results"), dict):
-            self.session = RunResults.from_json(raw["results"])
-            self.checks.update(self.session.checks)
+        if kind == "end" and isinstance(raw.get("run"), dict):
+            run = ProblemRun.from_json(raw["run"])
+            self.runs[run.problem] = run
+            if self.on_problem is not None:
+                self.on_problem(run.problem, run)
+        elif kind == "session" and isinstance(raw.get("cost"), dict):
+            self.cost = Cost.from_json(raw["cost"])
             self.complete = True
-
-    def results(self) -> RunResults:
-        s = self.session or RunResults()
-        return RunResults(checks=dict(self.checks), problems=dict(self.problems), cuda=s.cuda, scratch=s.scratch,
-                          session_time=s.session_time, cost=s.cost)
 
 
 class _PeakMemory:
@@ -243,7 +238,8 @@ class _PeakMemory:
 
 
 def _no_results(killed: bool, hard_limit: float, proc: subprocess.Popen[bytes], text: str,
-                peak: int) -> RunResults:
+                peak: int) -> tuple[str, str]:
+    """Why a trusted pytest process ended without all its results, and its output's tail."""
     held = f"; it held {peak / (1 << 20):.0f} MiB at its peak" if peak else ""
     if killed:
         why = f"the grader's test run ran past {hard_limit:g} s and was stopped"
@@ -255,50 +251,7 @@ def _no_results(killed: bool, hard_limit: float, proc: subprocess.Popen[bytes], 
         why = f"the grader's test run ended without results (exit {proc.returncode}{held})"
     # Its output may hold what the submission said (failure messages of
     # hidden checks): it goes to the instructors' log, never to "error".
-    return RunResults(error=why, log=text[-3000:], fatal=True)
-
-
-def merge_records(records: list[WorkerRecord]) -> WorkerRecord:
-    """One problem's worker record from the phases that ran its files."""
-    if len(records) == 1:
-        return records[0]
-    seccomp = [r.seccomp for r in records if r.seccomp]
-    log = "".join(r.log for r in records)
-    return WorkerRecord(
-        calls=sum(r.calls for r in records),
-        crashes=[c for r in records for c in r.crashes],
-        timeouts=[t for r in records for t in r.timeouts],
-        cut="; ".join(dict.fromkeys(r.cut for r in records if r.cut)),
-        fault="; ".join(dict.fromkeys(r.fault for r in records if r.fault)),
-        cpu_used=sum(r.cpu_used for r in records),
-        cpu_budget=sum(r.cpu_budget for r in records),
-        reference_cpu=sum(r.reference_cpu for r in records),
-        seccomp=next((v for v in seccomp if v != "on"), seccomp[0] if seccomp else ""),
-        # One problem's log stays within one worker's cap, however many phases ran it.
-        log=log[:LOG_CAP],
-        log_dropped=sum(r.log_dropped for r in records) + max(0, len(log) - LOG_CAP),
-        started=any(r.started for r in records),
-        workers=sum(r.workers for r in records),
-        peak_bytes=max(r.peak_bytes for r in records),
-        import_error=next((r.import_error for r in records if r.import_error), ""),
-    )
-
-
-def problem_results(name: str, files: Sequence[str], parts: list[RunResults]) -> RunResults:
-    """Problem ``name``'s results from its phases' processes' results: their
-    checks in its files' order, its worker records merged, ``fatal`` when any
-    of those processes ended before its results came."""
-    out = RunResults()
-    checks = [item for o in parts for item in o.checks.items()]
-    rank = {f: i for i, f in enumerate(files)}
-    out.checks = dict(sorted(checks, key=lambda kv: rank.get(kv[1].file, len(files))))
-    for o in parts:
-        if o.fatal or (o.error and name not in o.problems):  # its process ended before its results came
-            out.fatal, out.error, out.log = True, o.error, o.log
-    records = [o.problems[name] for o in parts if name in o.problems]
-    if records:
-        out.problems[name] = merge_records(records)
-    return out
+    return why, text[-3000:]
 
 
 def group_template(name: Path, work: Path, profile: str, sandbox: Sandbox, *, seed: int,

@@ -32,10 +32,11 @@ these steps, in this order (:meth:`Grading.pytest_runtest_protocol`):
    of input they declared with ``input_kind`` (read here, on the trusted side:
    the submission's worker never sees the test items);
 4. the ``check`` event (its outcome);
-5. after a problem's last check, its results (its checks and its worker
-   record, the worker retired first so that every CPU second it used is in
-   them): the ``end`` event, so the engine scores and reports each problem as
-   it comes and a run stopped from outside keeps what it finished.
+5. after a problem's last check, its results (a
+   :class:`grader.protocol.ProblemRun`: its checks and its worker record, the
+   worker retired first so that every CPU second it used is in them): the
+   ``end`` event, so the engine scores and reports each problem as it comes
+   and a run stopped from outside keeps what it finished.
 
 At the session's end come the run's own figures (its cost: the ``session``
 event). Every event goes over the inherited file descriptor ``results_fd``
@@ -52,7 +53,7 @@ import resource
 import time
 from collections import Counter
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +61,7 @@ import pytest
 
 from grader import outcomes
 from grader.mfu.gpulock import GpuLock
-from grader.protocol import COLLECT_ERROR, PLAN_ENV, CheckOutcome, Cost, GroupSpec, RunResults
+from grader.protocol import COLLECT_ERROR, PLAN_ENV, CheckOutcome, Cost, GroupSpec, ProblemRun
 from grader.rubric import is_hidden
 from grader.sandbox.errors import GraderFault
 from grader.util import cuda_available
@@ -115,7 +116,7 @@ def pytest_configure(config: pytest.Config) -> None:
     cuda = cuda_available()
     device = "cuda" if cuda else "cpu" if spec.stand_in else ""
     gpu = GpuLock(spec.gpu_lock_problems if device else (), device)
-    config.pluginmanager.register(Grading(spec, impl, watch, ResultsPipe(spec.results_fd), gpu, device, cuda),
+    config.pluginmanager.register(Grading(spec, impl, watch, ResultsPipe(spec.results_fd), gpu, device),
                                   RUN_PLUGIN)
 
 
@@ -170,11 +171,10 @@ class Grading:
     hooks; the module docstring lists a check's steps)."""
 
     def __init__(self, spec: GroupSpec, impl: RemoteImpl, watch: ScratchWatch, pipe: ResultsPipe, gpu: GpuLock,
-                 gpu_device: str, cuda: bool) -> None:
+                 gpu_device: str) -> None:
         self.spec, self.impl, self.watch, self.pipe, self.gpu = spec, impl, watch, pipe, gpu
-        self.gpu_device, self.cuda = gpu_device, cuda
+        self.gpu_device = gpu_device
         self.layout = Layout(spec)
-        self.start = time.monotonic()
         self.cpu_at_start = _own_cpu()  # this process's imports and start-up, until its session starts
         self.outcomes: dict[str, CheckOutcome] = {}  # node id -> outcome, in the order they ran
         self.checks: Counter[str] = Counter()  # each problem's checks in this process (after collection)
@@ -291,14 +291,15 @@ class Grading:
         if entry is None:
             place = item.stash[PLACE]
             entry = item.stash[OUTCOME_KEY] = self.outcomes[item.nodeid] = CheckOutcome(
-                problem=place.problem, file=place.file,
+                test=item.nodeid, problem=place.problem, file=place.file,
                 gpu_marked=item.get_closest_marker("gpu") is not None, extends=outcomes.extends_of(item))
         return entry
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self.outcomes[f"<collect>{report.nodeid}"] = CheckOutcome(
-                problem="", file=report.nodeid, outcome=COLLECT_ERROR, message=str(report.longrepr)[-3000:])
+                test=f"<collect>{report.nodeid}", problem="", file=report.nodeid, outcome=COLLECT_ERROR,
+                message=str(report.longrepr)[-3000:])
 
     def of(self, problem: str) -> dict[str, CheckOutcome]:
         """``problem``'s checks, after the collect errors (which belong to every problem)."""
@@ -313,21 +314,17 @@ class Grading:
             return
         self.sent.add(problem)
         self.impl.finish(problem)
-        results = RunResults(checks=self.of(problem),
-                             problems={problem: self.impl.states[problem].record()}, cuda=self.cuda)
-        self.pipe.send({"event": "end", "problem": problem, "results": json.loads(results.to_json())})
+        run = ProblemRun(problem, self.spec.hidden, list(self.of(problem).values()),
+                         self.impl.states[problem].record())
+        self.pipe.send({"event": "end", "problem": problem, "run": run.to_json()})
 
     def _send_session(self) -> None:
         """Send the run's own figures (its cost, the scratch folder's peaks)."""
-        results = RunResults(
-            checks=self.collect_errors(), cuda=self.cuda,
-            scratch={"peak_bytes": self.watch.peak_bytes, "peak_entries": self.watch.peak_entries},
-            session_time=round(time.monotonic() - self.start, 4),
-            cost=Cost(startup=round(self.cpu_at_start, 3), trusted=round(_own_cpu(), 3),
-                      servers=self.impl.servers, server_start=round(self.impl.server_cpu, 3),
-                      workers=sum(st.workers for st in self.impl.states.values()),
-                      seal=round(self.impl.seal_cpu, 3)))
-        self.pipe.send({"event": "session", "results": json.loads(results.to_json())})
+        cost = Cost(startup=round(self.cpu_at_start, 3), trusted=round(_own_cpu(), 3),
+                    servers=self.impl.servers, server_start=round(self.impl.server_cpu, 3),
+                    workers=sum(st.workers for st in self.impl.states.values()), seal=round(self.impl.seal_cpu, 3),
+                    scratch_peak_bytes=self.watch.peak_bytes, scratch_peak_entries=self.watch.peak_entries)
+        self.pipe.send({"event": "session", "cost": asdict(cost)})
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         for p in self.spec.problems:  # (a problem none of whose checks ran: collected none, say)

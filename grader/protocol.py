@@ -11,17 +11,17 @@ tests/wire.py, never this):
   could find and forge), as they happen: ``{"event": "start", "problem",
   "checks"}`` (a problem's first check starts; how many it has),
   ``{"event": "check", "problem", "outcome"}`` (one check ended), ``{"event":
-  "end", "problem", "results"}`` (a problem's last check ended: its
-  :class:`RunResults`, its checks' :class:`CheckOutcome` and its
-  :class:`WorkerRecord`) and, last, ``{"event": "session", "results"}`` (the
-  run's own figures, its :class:`Cost` among them). The first two only
+  "end", "problem", "run"}`` (a problem's last check ended: its
+  :class:`ProblemRun`, its checks' :class:`CheckOutcome` and its
+  :class:`WorkerRecord`) and, last, ``{"event": "session", "cost"}`` (the
+  run's own figures, a :class:`Cost`). The first two only
   inform (:mod:`grader.report.progress`); the engine scores each problem as
   its ``end`` comes, so a run stopped from outside keeps what it finished;
 * engine -> reports (and the ``--json`` file other tools read): a failed
   item's first failure as a :class:`Failure`, structured fields that the reports
   render and nothing parses back.
 
-:meth:`RunResults.from_json` is where everything a grading run says reaches
+:meth:`ProblemRun.from_json` is where everything a grading run says reaches
 the engine, and so every report: it is the one place that normalises its
 strings (:func:`grader.util.feedback_text`: no terminal controls, no lone
 surrogates or other code points UTF-8 or XML cannot hold, the student's own
@@ -40,10 +40,11 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from grader.rubric import is_hidden
 from grader.sandbox.isolation import Sandbox
 from grader.sandbox.limits import Limits
 from grader.sandbox.problemstate import ProblemSpec, WorkerRecord  # (defined in the sandbox, which fills them)
-from grader.util import feedback_text
+from grader.util import feedback_text, printable
 
 #: The environment variable naming the :class:`GroupSpec` file of a trusted pytest process.
 PLAN_ENV = "GRADER_PLAN"
@@ -136,23 +137,27 @@ COLLECT_ERROR = "collect-error"
 class CheckOutcome:
     """One check (a pytest node) as the trusted pytest process saw it.
 
-    ``outcome``: passed | failed | error | skipped | collect-error (a check file
-    that did not load; ``file`` is then its node id). ``exceptions`` names the
-    failure's exception types (its group's, causes and contexts included; a
-    worker-side one as ``remote:Name``). ``message``/``example`` are the
-    failure's text and hypothesis's falsifying example. ``duration`` is setup to
-    teardown on the trusted process's clock, ``cpu`` the CPU seconds the
-    problem's workers used meanwhile (read from outside). ``outcome`` may also
-    be "timeout" (a call ran past its limit), "not run" (the problem's budget
-    was spent before the check could end) or "grader error" (the machine or the
-    grader failed). ``gpu_marked``: the check has the ``gpu`` marker (it
-    needs CUDA). ``extends`` and ``input_kind`` are
-    what a hidden check declared (its ``extends`` marker, its ``input_kind(...)``
-    facts), read from the test item on the trusted side. ``figures``: the
-    numbers a check measured on the trusted side and recorded with pytest's
-    ``record_property`` (the MFU check's ratio, say).
+    ``test`` is its node id (``<collect>`` and the file's node id for a
+    collect error). ``outcome``: passed | failed | error | skipped |
+    collect-error (a check file that did not load; ``file`` is then its node
+    id). ``exceptions`` names the failure's exception types (its group's,
+    causes and contexts included; a worker-side one as ``remote:Name``).
+    ``message``/``example`` are the failure's text and hypothesis's
+    falsifying example. ``duration`` is setup to teardown on the trusted
+    process's clock, ``cpu`` the CPU seconds the problem's workers used
+    meanwhile (read from outside). ``outcome`` may also be "timeout" (a call
+    ran past its limit), "not run" (the problem's budget was spent before the
+    check could end) or "grader error" (the machine or the grader failed).
+    ``gpu_marked``: the check has the ``gpu`` marker (it needs CUDA).
+    ``extends`` and ``input_kind`` are what a hidden check declared (its
+    ``extends`` marker, its ``input_kind(...)`` facts), read from the test
+    item on the trusted side. ``figures``: the numbers a check measured on
+    the trusted side and recorded with pytest's ``record_property`` (the MFU
+    check's ratio, say). ``item`` is the rubric item it counts toward, set by
+    :mod:`grader.scoring` ("" when it maps to none or several: all items).
     """
 
+    test: str
     problem: str
     file: str
     outcome: str = "passed"
@@ -166,10 +171,42 @@ class CheckOutcome:
     extends: str = ""
     input_kind: dict[str, str] = field(default_factory=dict)
     figures: dict[str, float] = field(default_factory=dict)
+    item: str = ""
+
+    @property
+    def hidden(self) -> bool:
+        """A hidden check's (its file is not a public test file)."""
+        return is_hidden(self.file)
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> CheckOutcome:
-        return cls(**_known(cls, raw))
+        """The outcome in ``raw`` (normalised by :meth:`ProblemRun.from_json`),
+        its numbers as floats and its hidden check's declarations sanitised."""
+        c = cls(**{"test": "", "problem": "", "file": "", **_known(cls, raw)})
+        c.duration, c.cpu = float(c.duration), float(c.cpu)
+        c.extends, c.input_kind = _extends(c.extends), _input_kind(c.input_kind)
+        return c
+
+
+def _extends(value: Any) -> str:
+    """The node id an ``extends`` marker named, if it is a public test's (else "")."""
+    if not isinstance(value, str):
+        return ""
+    value = value.split("[")[0]
+    path, _, name = value.partition("::")
+    return value if path.startswith("tests/test_") and path.endswith(".py") and name.isidentifier() else ""
+
+
+def _input_kind(value: Any) -> dict[str, str]:
+    """A hidden check's declared kind of input: at most 12 short printable words."""
+    if not isinstance(value, dict):
+        return {}
+    return {_short(str(k), 40): _short(str(v), 120) for k, v in list(value.items())[:12]}
+
+
+def _short(text: str, limit: int) -> str:
+    text = printable(text).strip()
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 @dataclass
@@ -179,8 +216,10 @@ class Cost:
     ``startup``) and in all (``trusted``: the checks' oracles, hypothesis, the
     wire), the fork servers it started (``servers``, their start-ups:
     ``server_start``, each imports torch once), the workers they forked
-    (``workers``) and sealing torch.optim's sources (``seal``). The
-    submission's own CPU is in each problem's :class:`WorkerRecord`."""
+    (``workers``) and sealing torch.optim's sources (``seal``); and the most
+    its scratch folder held (``scratch_peak_bytes``, ``scratch_peak_entries``:
+    :class:`grader.sandbox.scratch.ScratchWatch`). The submission's own CPU
+    is in each problem's :class:`WorkerRecord`."""
 
     startup: float = 0.0
     trusted: float = 0.0
@@ -188,6 +227,8 @@ class Cost:
     server_start: float = 0.0
     workers: int = 0
     seal: float = 0.0
+    scratch_peak_bytes: int = 0
+    scratch_peak_entries: int = 0
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Cost:
@@ -195,40 +236,38 @@ class Cost:
 
 
 @dataclass
-class RunResults:
-    """The results of one trusted pytest process, or of one problem merged from
-    the processes that ran its files (:func:`grader.groups.problem_results`).
+class ProblemRun:
+    """One problem as one trusted pytest process ran it in one phase
+    (``hidden``: the phase of hidden checks).
 
-    ``checks`` maps node ids to outcomes, in the order they ran; ``problems`` the
-    problem names to their worker records. ``fatal``/``error``/``log`` are the
-    engine's own: the process ended without results (``error`` says why,
-    ``log`` holds its output's tail, for instructors only).
+    ``checks`` are its checks' outcomes in the order they ran (the run's
+    collect errors among them); ``worker`` its :class:`WorkerRecord`. ``lost``
+    says why the process ended without this problem's results ("" when it
+    sent them), ``log`` holds that process's output's tail (instructors only);
+    both are the engine's own (:func:`grader.groups.run_pytest`).
     """
 
-    checks: dict[str, CheckOutcome] = field(default_factory=dict)
-    problems: dict[str, WorkerRecord] = field(default_factory=dict)
-    cuda: bool = False
-    scratch: dict[str, int] = field(default_factory=dict)  # the scratch folder's peaks: peak_bytes, peak_entries
-    session_time: float = 0.0
-    cost: Cost | None = None
-    fatal: bool = False
-    error: str = ""
+    problem: str
+    hidden: bool
+    checks: list[CheckOutcome] = field(default_factory=list)
+    worker: WorkerRecord | None = None
+    lost: str = ""
     log: str = ""
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
     @classmethod
-    def from_json(cls, raw: str | bytes | dict[str, Any]) -> RunResults:
-        """The record a trusted pytest process sent, every string in it (keys
+    def from_json(cls, raw: str | bytes | dict[str, Any]) -> ProblemRun:
+        """The run a trusted pytest process sent, every string in it (keys
         included) normalised by :func:`grader.util.feedback_text`."""
         d = _normalised(json.loads(raw) if isinstance(raw, str | bytes) else raw)
-        cost = d.get("cost")
+        worker = d.get("worker")
         return cls(**{
-            **_known(cls, d),
-            "checks": {k: CheckOutcome.from_json(v) for k, v in d.get("checks", {}).items()},
-            "problems": {k: WorkerRecord.from_json(v) for k, v in d.get("problems", {}).items()},
-            "cost": Cost.from_json(cost) if isinstance(cost, dict) else None,
+            **_known(cls, d), "problem": str(d.get("problem", "")), "hidden": bool(d.get("hidden", False)),
+            "checks": [CheckOutcome.from_json(c) for c in d.get("checks", []) if isinstance(c, dict)],
+            # (looked up at call time: a selftest puts a subclass with a field of its own here)
+            "worker": WorkerRecord.from_json(worker) if isinstance(worker, dict) else None,
         })
 
 

@@ -1,5 +1,6 @@
-"""What grading one submission produces: per check, per rubric item, per problem
-and in all, plus an item's text as the student reads it.
+"""What grading one submission produces: per rubric item, per problem (its
+checks' :class:`grader.protocol.CheckOutcome` among it) and in all, plus an
+item's text as the student reads it.
 
 Built by :mod:`grader.scoring`, rendered by :mod:`grader.report` (:mod:`grader.report.render`'s
 module docstring states the ``--json`` schema these records are written as).
@@ -10,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from grader.protocol import Cost, Failure
+from grader.protocol import CheckOutcome, Cost, Failure, WorkerRecord
 from grader.rubric import function_name
 
 PASSED, FAILED, ERROR, TIMEOUT = "passed", "failed", "error", "timeout"
@@ -41,27 +42,9 @@ UNFINISHED_TEXT = ("not graded yet: the grade had not finished this problem's ch
 
 __all__ = [
     "GRADER_ERROR", "NEEDS_GPU", "NOT_COUNTED", "NOT_GRADED", "NOT_RUN", "NO_CHECKS_YET", "UNFINISHED",
-    "UNFINISHED_TEXT", "Check", "GradeResult",
+    "UNFINISHED_TEXT", "GradeResult",
     "ItemResult", "ProblemResult", "failure_text", "fmt", "item_text", "stub_in", "stub_of",
 ]
-
-
-@dataclass
-class Check:
-    test: str
-    outcome: str  # passed | failed | error | skipped | collect-error | timeout | not run | grader error
-    message: str = ""
-    example: str = ""
-    hidden: bool = False
-    gpu_marked: bool = False  # it has the gpu marker (it needs CUDA)
-    cause: str = ""  # "" | "import" | "crash" (grader.protocol.CheckOutcome.cause)
-    exceptions: list[str] = field(default_factory=list)
-    duration: float = 0.0  # seconds, setup to teardown, on the trusted side's clock
-    cpu: float = 0.0  # CPU seconds the problem's workers used meanwhile (read from outside)
-    extends: str = ""  # hidden checks: the public test (node id, no parameters) this one extends
-    input_kind: dict[str, str] = field(default_factory=dict)  # hidden checks: the kind of input, never values
-    item: str = ""  # the rubric item it counts toward ("" when it maps to none or several: all items)
-    figures: dict[str, float] = field(default_factory=dict)  # measured on the trusted side (record_property)
 
 
 @dataclass
@@ -85,9 +68,11 @@ REVEALED = {"revealed": True}
 
 @dataclass
 class ProblemResult:
-    """One problem's result. Every field is a key of its object in the
+    """One problem's result. Every field but ``record`` is a key of its object in the
     ``--json`` file, in this order (:func:`grader.report.render.to_json`); a
-    field with ``metadata=REVEALED`` only with ``reveal``."""
+    field with ``metadata=REVEALED`` only with ``reveal``. Then come the
+    fields of ``record`` that their metadata marks for a report
+    (:func:`grader.protocol.combined`)."""
 
     name: str
     section: str
@@ -106,7 +91,7 @@ class ProblemResult:
     reference_cpu: float = 0.0  # what the reference uses for the same checks (this machine)
     not_run: int = 0  # checks that did not run
     not_counted: float = 0.0  # points left out of every total (NOT_COUNTED statuses; max_score is then 0)
-    checks: list[Check] = field(default_factory=list)
+    checks: list[CheckOutcome] = field(default_factory=list)  # in its files' order
     items: list[ItemResult] = field(default_factory=list)
     unmapped: list[str] = field(default_factory=list)  # checks no single item holds (they count toward all)
     # The same figures of its hidden checks: instructors only (the submission
@@ -114,9 +99,9 @@ class ProblemResult:
     hidden_log: str = field(default="", metadata=REVEALED)
     hidden_time: float = field(default=0.0, metadata=REVEALED)
     hidden_cpu: float = field(default=0.0, metadata=REVEALED)
-    # the most resident memory one of its workers held beyond its start (instructors)
-    peak_bytes: int = field(default=0, metadata=REVEALED)
-    workers: int = field(default=0, metadata=REVEALED)  # workers forked for its checks, public and hidden
+    # Its phases' worker records combined (WorkerRecord.combine): not a key itself; the
+    # ``--json`` object has each of its fields that the field's metadata marks for a report.
+    record: WorkerRecord | None = field(default=None, metadata={"json": False})
 
 
 @dataclass

@@ -21,11 +21,10 @@ import ast
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from grader.imports import NOT_IMPORTED
 from grader.outcomes import IMPORT
-from grader.protocol import COLLECT_ERROR, Failure, RunResults, WorkerRecord
+from grader.protocol import COLLECT_ERROR, CheckOutcome, Failure, ProblemRun, WorkerRecord
 from grader.results import (
     ERROR,
     FAILED,
@@ -39,40 +38,39 @@ from grader.results import (
     NOT_RUN_GPU,
     PASSED,
     TIMEOUT,
-    Check,
     GradeResult,
     ItemResult,
     ProblemResult,
     fmt,
     item_text,
 )
-from grader.rubric import Item, Problem, function_name, is_hidden
+from grader.rubric import Item, Problem, function_name
 from grader.util import REPO, printable
 
 
-def score_problem(p: Problem, files: Sequence[str], outcome: RunResults, gpu_device: str, reveal: bool,
-                  public: WorkerRecord | None = None, hidden: WorkerRecord | None = None, *,
+def score_problem(p: Problem, files: Sequence[str], runs: Sequence[ProblemRun], gpu_device: str, reveal: bool, *,
                   details: bool = True) -> ProblemResult:
-    """Problem ``p``'s result from its checks' outcomes (``outcome``: of every
-    phase, merged; ``files``: its check files that exist, this grade's);
+    """Problem ``p``'s result from its phases' runs (``runs``: one per phase
+    that ran it; ``files``: its check files that exist, this grade's);
     ``gpu_device`` is where GPU problems ran ("cuda"; "cpu": the CPU stood
     in for a GPU, :data:`STAND_IN_NOTE`; "": nowhere, they are "not run on a
-    GPU"); ``public`` and ``hidden`` are its phases' worker records, kept
-    apart so that what students read holds figures of its public checks only
-    (the hidden run's are the instructors'). Without ``details`` (a limit on
+    GPU"). Its public and hidden phases' worker records are kept apart where
+    students read figures (those of its public checks only: the hidden run's
+    are the instructors'), and combined where the problem needs one figure
+    (:meth:`grader.protocol.WorkerRecord.combine`). Without ``details`` (a limit on
     probing, :mod:`grader.feedback`) a failed hidden check is said to have failed, nothing more."""
     if not files:
         return unavailable(p, NO_CHECKS, f"its check files do not exist yet ({', '.join(p.files)})", gpu_device)
     if p.gpu and not gpu_device:
         return unavailable(p, NOT_RUN_GPU, "", gpu_device)
-    broken = next((r.import_error for r in (public, hidden, outcome.problems.get(p.name))
-                   if r is not None and r.import_error), "")
+    public = next((r.worker for r in runs if not r.hidden and r.worker is not None), None)
+    hidden = next((r.worker for r in runs if r.hidden and r.worker is not None), None)
+    broken = next((r.import_error for r in (public, hidden) if r is not None and r.import_error), "")
     if broken:  # (its checks were not run: grader.imports)
         return unavailable(p, ERROR, f"{NOT_IMPORTED} ({broken})", gpu_device)
-    if outcome.fatal:
-        return unavailable(p, GRADER_ERROR, f"{NOT_GRADED} ({(outcome.error or 'the grader failed')[:3000]})",
-                           gpu_device)
-    res = _score_checks(p, files, outcome, reveal, public, hidden, details)
+    if lost := next((r.lost for r in runs if r.lost), ""):
+        return unavailable(p, GRADER_ERROR, f"{NOT_GRADED} ({lost[:3000]})", gpu_device)
+    res = _score_checks(p, files, checks_in_file_order(runs, files), reveal, public, hidden, details)
     if p.gpu and gpu_device == "cpu":
         res.output, res.stand_in = f"{STAND_IN_NOTE}\n{res.output}", True
     return res
@@ -83,32 +81,35 @@ STAND_IN_NOTE = ("graded on the CPU standing in for a GPU (--cpu-stand-in: a reh
                  "its verdicts are not a GPU's)")
 
 
-def _score_checks(p: Problem, files: Sequence[str], outcome: RunResults, reveal: bool,
+def checks_in_file_order(runs: Sequence[ProblemRun], files: Sequence[str]) -> list[CheckOutcome]:
+    """The checks of ``runs`` in the order of their ``files`` (as one process would
+    run them, whichever phase came first: the rubric may interleave public and
+    hidden files), each file's in the order they ran."""
+    rank = {f: i for i, f in enumerate(files)}
+    return sorted((c for r in runs for c in r.checks), key=lambda c: rank.get(c.file, len(files)))
+
+
+def _score_checks(p: Problem, files: Sequence[str], outcomes: list[CheckOutcome], reveal: bool,
                   public: WorkerRecord | None, hidden: WorkerRecord | None, details: bool) -> ProblemResult:
-    """Problem ``p``'s result from checks that ran (see :func:`score_problem`)."""
-    state = outcome.problems.get(p.name)
+    """Problem ``p``'s result from checks that ran (see :func:`score_problem`); each
+    of its checks gets its rubric item."""
+    records = [r for r in (public, hidden) if r is not None]
+    state = WorkerRecord.combine(records) if records else None
     checks, collect_errors = [], []
-    for nodeid, t in outcome.checks.items():
-        if t.outcome == COLLECT_ERROR and any(t.file.startswith(f) for f in files):
-            collect_errors.append(f"{t.file}: {t.message}")
-        elif t.problem == p.name:
-            c = Check(test=nodeid, outcome=t.outcome, message=t.message, example=t.example,
-                      hidden=is_hidden(t.file), gpu_marked=t.gpu_marked, cause=t.cause, exceptions=t.exceptions,
-                      duration=float(t.duration), cpu=float(t.cpu), extends=_extends(t.extends),
-                      input_kind=_input_kind(t.input_kind), figures=dict(t.figures))
+    for c in outcomes:
+        if c.outcome == COLLECT_ERROR and any(c.file.startswith(f) for f in files):
+            collect_errors.append(f"{c.file}: {c.message}")
+        elif c.problem == p.name:
             found = p.items_of(c.test, c.extends)
             c.item = found[0].name if len(found) == 1 else ""
             checks.append(c)
-    if public is None and hidden is None:
-        public = state
-    res = ProblemResult(p.name, p.section, 0.0, p.points, FAILED, p.visibility, "", checks=checks, log=_log(public))
+    res = ProblemResult(p.name, p.section, 0.0, p.points, FAILED, p.visibility, "", checks=checks, log=_log(public),
+                        record=state)
     res.hidden_log = _log(hidden)
     if state is not None:
         res.cpu_budget, res.reference_cpu = round(state.cpu_budget, 3), round(state.reference_cpu, 3)
-        res.peak_bytes = state.peak_bytes
     res.cpu = round(public.cpu_used, 3) if public is not None else 0.0
     res.hidden_cpu = round(hidden.cpu_used, 3) if hidden is not None else 0.0
-    res.workers = sum(r.workers for r in (public, hidden) if r is not None)
     res.not_run = sum(c.outcome == NOT_RUN for c in checks)
     if collect_errors:
         why = f"{NOT_GRADED} (the grader could not load its checks):\n" + "\n".join(collect_errors)[:3000]
@@ -205,7 +206,7 @@ def _budget_text(res: ProblemResult, cut: str) -> str:
             "they belong to earn nothing, those whose checks all ran and passed keep their points.")
 
 
-def score_item(item: Item, checks: list[Check], reveal: bool, details: bool = True) -> ItemResult:
+def score_item(item: Item, checks: list[CheckOutcome], reveal: bool, details: bool = True) -> ItemResult:
     """An item earns its points when every check of it ran and passed. A wrong
     answer outranks a timeout, which outranks a grader error, which outranks
     checks that did not run: the item's status is the first that applies."""
@@ -280,7 +281,7 @@ def total(result: GradeResult, elapsed: float) -> GradeResult:
 def strip_controls(result: GradeResult) -> None:
     """The engine's own run-level strings made printable (:func:`grader.util.printable`).
     Everything a grading run reports per check was normalised once already, where
-    it reached the engine (:meth:`grader.protocol.RunResults.from_json`); the
+    it reached the engine (:meth:`grader.protocol.ProblemRun.from_json`); the
     trusted run's output that stands in for a run without results (a log, for
     instructors) did not cross there and is normalised here."""
     result.notes = [printable(n) for n in result.notes]
@@ -294,21 +295,6 @@ def _clean(text: str, limit: int) -> str:
     """``text`` printable (a message may quote a string the submission returned), cut to ``limit``."""
     text = printable(text).strip()
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
-def _extends(value: Any) -> str:
-    """The node id an ``extends`` marker named, if it is a public test's (else "")."""
-    if not isinstance(value, str):
-        return ""
-    value = value.split("[")[0]
-    path, _, name = value.partition("::")
-    return value if path.startswith("tests/test_") and path.endswith(".py") and name.isidentifier() else ""
-
-
-def _input_kind(value: Any) -> dict[str, str]:
-    if not isinstance(value, dict):
-        return {}
-    return {_clean(str(k), 40): _clean(str(v), 120) for k, v in list(value.items())[:12]}
 
 
 _WORD_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
@@ -342,7 +328,7 @@ def public_docstring(test: str) -> str:
     return _DOCS[path].get(name, "")
 
 
-def first_failure(c: Check, reveal: bool, details: bool = True) -> Failure:
+def first_failure(c: CheckOutcome, reveal: bool, details: bool = True) -> Failure:
     """Check ``c``'s failure as fields; a hidden one's message and example only when revealed,
     and nothing of it but its outcome without ``details`` (the test left empty).
     The reproduction line is the command the student runs in their own checkout

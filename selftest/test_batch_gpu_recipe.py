@@ -36,11 +36,11 @@ import pytest
 from grader import scoring
 from grader.instructor import batch, files
 from grader.instructor.records import load_record, stand_in
-from grader.protocol import RunResults
 from grader.report import render
 from grader.results import GRADER_ERROR, NOT_GRADED, GradeResult
 from grader.rubric import load
 from selftest.batching import read_gradebook
+from selftest.scored import run_of
 
 REPO = Path(__file__).resolve().parent.parent
 HEADING = "## The MFU points: a GPU batch merged into the gradebook"
@@ -160,8 +160,8 @@ def _result(device: str, **outcomes: str) -> dict[str, Any]:
             continue
         check = {"problem": name, "file": p.files[-1], "outcome": outcome, "message": "", "example": "",
                  "exceptions": [] if outcome == "passed" else ["AssertionError"], "gpu_marked": p.gpu}
-        run = RunResults.from_json({"checks": {f"{p.files[-1]}::test_one": check}, "problems": {}})
-        problems.append(scoring.score_problem(p, p.check_files(REPO), run, device, reveal=False))
+        run = run_of({"checks": {f"{p.files[-1]}::test_one": check}})
+        problems.append(scoring.score_problem(p, p.check_files(REPO), [run], device, reveal=False))
     return render.to_json(scoring.total(GradeResult("sub", problems=problems), 1.0), reveal=False)
 
 

@@ -17,10 +17,9 @@ import pytest
 
 from grader import cli, engine, results, scoring
 from grader.feedback import Feedback, decide, parse_limit
-from grader.protocol import RunResults
 from grader.report import platforms, table
 from grader.util import REPO
-from selftest.scored import HIDDEN, PUBLIC, check, problem_of
+from selftest.scored import HIDDEN, PUBLIC, check, problem_of, run_of
 
 NOW = datetime(2026, 3, 2, 14, 0, tzinfo=timezone(timedelta(hours=-8)))
 
@@ -104,7 +103,7 @@ def _reports(tmp_path: Path, details: bool) -> tuple[results.ProblemResult, str]
             HIDDEN, "timeout", "a call ran past its time limit", extends=f"{PUBLIC}::test_state_dict_resumes_the_run",
             input_kind={"steps": "many"}),
     }}
-    res = scoring.score_problem(problem, problem.check_files(REPO), RunResults.from_json(outcome), gpu_device="",
+    res = scoring.score_problem(problem, problem.check_files(REPO), [run_of(outcome)], gpu_device="",
                                 reveal=False, details=details)
     r = scoring.total(results.GradeResult("SUB", problems=[res], checks="public + hidden checks"), 1.0)
     gradescope = json.dumps(platforms.to_gradescope(r))

@@ -212,34 +212,36 @@ def test_hidden_checks_catch_what_public_tests_miss(tmp_path):
         revealed)["precision"]["output"]
 
 
-def test_phases_concatenate_in_file_order_and_a_lost_phase_is_fatal():
-    """A problem's public and hidden phases: its checks come back in its files'
-    order whichever phase came first, its worker records are combined, and a
-    phase whose process ended without results makes the problem fatal (a
-    grader error), not vanish."""
-    from grader.groups import problem_results
-    from grader.protocol import RunResults
+def test_phases_concatenate_in_file_order_and_a_lost_phase_is_a_grader_error():
+    """A problem's public and hidden phases: its checks come in its files'
+    order whichever phase came first, its worker records are combined field by
+    field, and a phase whose process ended without its run makes the problem
+    a grader error (saying why), not vanish."""
+    from grader.protocol import ProblemRun, WorkerRecord
+    from grader.scoring import checks_in_file_order, score_problem
 
     files = ["tests/test_x.py", "grader/hidden/test_x_hidden.py"]
 
-    def test(f: str) -> dict:
-        return {"problem": "x", "file": f, "outcome": "passed", "exceptions": [], "message": "", "example": "",
-                "gpu": False, "duration": 1.0}
+    def test(f: str, name: str) -> dict:
+        return {"test": f"{f}::{name}", "problem": "x", "file": f, "outcome": "passed", "duration": 1.0}
 
-    hidden = {"checks": {"grader/hidden/test_x_hidden.py::h": test(files[1])},
-              "problems": {"x": {"calls": 2, "crashes": ["boom"], "timeouts": [], "cut": "", "seccomp": "on",
-                                 "log": "b", "log_dropped": 0, "started": True, "cpu_used": 1.5, "cpu_budget": 10.0,
-                                 "reference_cpu": 1.0}}}
-    public = {"checks": {"tests/test_x.py::a": test(files[0]), "tests/test_x.py::b": test(files[0])},
-              "problems": {"x": {"calls": 3, "crashes": [], "timeouts": ["slow"], "cut": "ran out", "seccomp": "on",
-                                 "log": "a", "log_dropped": 5, "started": True, "cpu_used": 2.0, "cpu_budget": 20.0,
-                                 "reference_cpu": 2.0}}}
-    out = problem_results("x", files, [RunResults.from_json(hidden), RunResults.from_json(public)])
-    assert list(out.checks) == ["tests/test_x.py::a", "tests/test_x.py::b", "grader/hidden/test_x_hidden.py::h"]
-    state = out.problems["x"]
-    assert (state.calls, state.crashes, state.timeouts, state.cut, state.log_dropped) == (
-        5, ["boom"], ["slow"], "ran out", 5)
-    assert (state.cpu_used, state.cpu_budget, state.reference_cpu) == (3.5, 30.0, 3.0)
-    failed = problem_results("x", files, [RunResults.from_json(hidden),
-                                          RunResults(error="died", fatal=True)])
-    assert failed.fatal and failed.error == "died"
+    hidden = ProblemRun.from_json({"problem": "x", "hidden": True, "checks": [test(files[1], "h")], "worker": {
+        "calls": 2, "crashes": ["boom"], "timeouts": [], "cut": "", "seccomp": "on", "started": True,
+        "cpu_used": 1.5, "cpu_budget": 10.0, "reference_cpu": 1.0, "workers": 1, "peak_bytes": 7}})
+    public = ProblemRun.from_json({"problem": "x", "hidden": False,
+                                   "checks": [test(files[0], "a"), test(files[0], "b")],
+                                   "worker": {"calls": 3, "timeouts": ["slow"], "cut": "ran out", "seccomp": "on",
+                                              "started": True, "cpu_used": 2.0, "cpu_budget": 20.0,
+                                              "reference_cpu": 2.0, "workers": 2, "peak_bytes": 5}})
+    assert [c.test for c in checks_in_file_order([hidden, public], files)] == [
+        "tests/test_x.py::a", "tests/test_x.py::b", "grader/hidden/test_x_hidden.py::h"]
+    assert public.worker is not None and hidden.worker is not None
+    state = WorkerRecord.combine([public.worker, hidden.worker])
+    assert (state.calls, state.crashes, state.timeouts, state.cut, state.seccomp) == (
+        5, ["boom"], ["slow"], "ran out", "on")
+    assert (state.cpu_used, state.cpu_budget, state.reference_cpu, state.workers, state.peak_bytes) == (
+        3.5, 30.0, 3.0, 3, 7)
+    views = RUBRIC.problem("views")
+    lost = ProblemRun("views", True, lost="the grader's test run ended without results (exit 1)")
+    res = score_problem(views, views.check_files(REPO), [ProblemRun("views", False), lost], "", False)
+    assert res.status == "grader error" and "ended without results (exit 1)" in res.output, res.output

@@ -356,24 +356,25 @@ def test_every_report_adds_up(case, tmp_path):
 HOSTILE = "lone \ud800 nonchar \uffff \ufdd0 \U0010ffff nul \x00 esc \x1b[2J bidi \u202e end"
 
 
-def test_run_results_are_normalised_where_they_reach_the_engine():
+def test_problem_runs_are_normalised_where_they_reach_the_engine():
     """Every string of a trusted run's record, keys included, is normalised once at
-    RunResults.from_json: lone surrogates become U+FFFD, code points UTF-8, XML or a
+    ProblemRun.from_json: lone surrogates become U+FFFD, code points UTF-8, XML or a
     terminal cannot take are dropped, and the grader's copies of a submission's
     modules are named as the student's checkout names them."""
-    from grader.protocol import RunResults
+    from grader.protocol import ProblemRun
     from grader.util import REPO as GRADER_REPO
 
     tb = ('Traceback (most recent call last):\n  File "/tmp/grader-x1/work/student/optimizers.py", line 42, in step\n'
           f'  File "/submission/student/views.py", line 7, in f\n  File "{GRADER_REPO}/tests/test_views.py", line 3')
-    raw = json.dumps({"checks": {f"tests/test_x.py::test_y[{HOSTILE}]": {
-        "problem": "precision", "file": "tests/test_x.py", "outcome": "failed", "message": f"{HOSTILE}\n{tb}",
-        "exceptions": [HOSTILE], "input_kind": {HOSTILE: HOSTILE}}},
-        "problems": {"precision": {"crashes": [HOSTILE], "log": HOSTILE, "fault": HOSTILE}}})
-    res = RunResults.from_json(raw)
-    (node, check), = res.checks.items()
-    record = res.problems["precision"]
-    strings = [node, check.message, *check.exceptions, *check.input_kind, *check.input_kind.values(),
+    raw = json.dumps({"problem": "precision", "hidden": False, "checks": [{
+        "test": f"tests/test_x.py::test_y[{HOSTILE}]", "problem": "precision", "file": "tests/test_x.py",
+        "outcome": "failed", "message": f"{HOSTILE}\n{tb}", "exceptions": [HOSTILE], "input_kind": {HOSTILE: HOSTILE}}],
+        "worker": {"crashes": [HOSTILE], "log": HOSTILE, "fault": HOSTILE}})
+    res = ProblemRun.from_json(raw)
+    (check,) = res.checks
+    record = res.worker
+    assert record is not None
+    strings = [check.test, check.message, *check.exceptions, *check.input_kind, *check.input_kind.values(),
                *record.crashes, record.log, record.fault]
     for text in strings:
         text.encode("utf-8")

@@ -26,8 +26,9 @@ from grader.instructor import leaderboard as class_board
 from grader.instructor.records import load_records
 from grader.mfu import leaderboard
 from grader.mfu.report import MfuReport
+from grader.protocol import CheckOutcome
 from grader.report import render
-from grader.results import PASSED, Check, GradeResult, ProblemResult
+from grader.results import PASSED, GradeResult, ProblemResult
 from grader.scoring import total
 from selftest.mfu_fakes import check, good_train, on_gpu, one_thread, train_loop  # noqa: F401 (autouse fixture)
 from selftest.test_grader_reports import GRADESCOPE_SCHEMA
@@ -55,6 +56,9 @@ def reports() -> dict[str, MfuReport]:
             "stand_in": stand_in}
 
 
+MFU_HIDDEN = "grader/hidden/test_mfu_hidden.py"
+
+
 def grade_of(report: MfuReport | None, name: str = "sub") -> GradeResult:
     """A grade whose MFU problem recorded ``report``'s figures, as the hidden check does
     (None: the MFU problem not run on a GPU, as a CPU batch grades it)."""
@@ -65,11 +69,13 @@ def grade_of(report: MfuReport | None, name: str = "sub") -> GradeResult:
     passed = report.passed
     r.problems.append(ProblemResult("mfu", "3.1/6", 5.0 if passed else 0.0, 5.0, PASSED if passed else "failed",
                                     "visible", "", stand_in=report.stand_in, checks=[
-                                        Check("grader/hidden/test_mfu_hidden.py::test_train_does_the_reference_work",
-                                              PASSED if report.verified else "failed", hidden=True),
-                                        Check("grader/hidden/test_mfu_hidden.py::test_mfu_is_a_fraction_of_the_"
-                                              "reference", PASSED if passed else "failed", hidden=True,
-                                              figures=leaderboard.figures(report))]))
+                                        CheckOutcome(test=f"{MFU_HIDDEN}::test_train_does_the_reference_work",
+                                                     problem="mfu", file=MFU_HIDDEN,
+                                                     outcome=PASSED if report.verified else "failed"),
+                                        CheckOutcome(test=f"{MFU_HIDDEN}::test_mfu_is_a_fraction_of_the_reference",
+                                                     problem="mfu", file=MFU_HIDDEN,
+                                                     outcome=PASSED if passed else "failed",
+                                                     figures=leaderboard.figures(report))]))
     return total(r, 1.0)
 
 

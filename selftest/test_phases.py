@@ -20,7 +20,7 @@ def test_public_checks_never_run_after_hidden_ones(tmp_path, monkeypatch):
     import threading
 
     from grader import engine, groups
-    from grader.protocol import CheckOutcome, RunResults, WorkerRecord
+    from grader.protocol import CheckOutcome, ProblemRun, WorkerRecord
     from grader.rubric import is_hidden, load
 
     rub = load()
@@ -42,19 +42,17 @@ def test_public_checks_never_run_after_hidden_ones(tmp_path, monkeypatch):
                 overlaps.append((files, list(running)))
             running.append(files)
             runs.append((hidden, tuple(p.name for p in problems)))
-        out = RunResults()
+        out = {}
         for p in problems:
             fault = "the machine failed" if faulty_once.get(p.name) == hidden and (hidden, (p.name,)) not in runs \
                 and len(problems) > 1 else ""
-            res = RunResults(checks={f"{f}::test_x": CheckOutcome(problem=p.name, file=f) for f in p.files},
-                             problems={p.name: WorkerRecord(fault=fault, started=True)})
-            out.checks.update(res.checks)
-            out.problems.update(res.problems)
+            out[p.name] = ProblemRun(p.name, hidden, [CheckOutcome(f"{f}::test_x", p.name, f) for f in p.files],
+                                     WorkerRecord(fault=fault, started=True))
             if on_problem is not None:
-                on_problem(p.name, res)
+                on_problem(p.name, out[p.name])
         with lock:
             running.remove(files)
-        return out
+        return groups.PhaseRun(out, None)
 
     monkeypatch.setattr(groups, "run_pytest", fake_run_pytest)
     result = engine.grade(sub, engine.Options(profile="dev", problems=selected))

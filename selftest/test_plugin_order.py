@@ -52,7 +52,7 @@ def test_a_check_waits_for_the_lock_then_starts_runs_alone_on_the_clock_and_ends
     problems = (ProblemSpec("a", 60.0, ("tests/test_a.py",)), ProblemSpec("b", 60.0, ("tests/test_b.py",)))
     spec = GroupSpec(name="sub", repo=str(tmp_path), work="", scratch="", profile="dev", problems=problems,
                      sandbox=SandboxSpec("rlimits", "", False, Limits()), results_fd=-1, seed=0)
-    grading = plugin.Grading(spec, impl, SimpleNamespace(), Pipe(), Lock(), "", False)
+    grading = plugin.Grading(spec, impl, SimpleNamespace(), Pipe(), Lock(), "")
     items = [Item("a1", "a"), Item("a2", "a"), Item("b1", "b")]
     grading.pytest_collection_finish(SimpleNamespace(items=items))
 

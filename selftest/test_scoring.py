@@ -13,12 +13,11 @@ from typing import Any
 import pytest
 
 from grader import outcomes, results, scoring
-from grader.protocol import RunResults
 from grader.report import platforms, render
 from grader.report import table as terminal
 from grader.sandbox.errors import ProtocolError, WorkerCrashed
 from grader.util import REPO
-from selftest.scored import HIDDEN, PUBLIC, RUBRIC, check, problem_of
+from selftest.scored import HIDDEN, PUBLIC, RUBRIC, check, problem_of, run_of
 from tests import wire
 
 
@@ -27,7 +26,7 @@ def _outcome(**tests: dict[str, Any]) -> dict[str, Any]:
 
 
 def _score(problem, outcome, reveal: bool = False) -> results.ProblemResult:
-    return scoring.score_problem(problem, problem.check_files(REPO), RunResults.from_json(outcome), gpu_device="",
+    return scoring.score_problem(problem, problem.check_files(REPO), [run_of(outcome)], gpu_device="",
                                  reveal=reveal)
 
 

@@ -26,8 +26,8 @@ The ``--json`` schema (stable; other tools build on it)::
                    "unmapped": [str],
                    "leaderboard": {...}}]}    (only where an MFU was graded: below)
     (with ``reveal``, each problem also has "hidden_log": str,
-     "hidden_time": float, "hidden_cpu": float, "peak_bytes": int,
-     "workers": int)
+     "hidden_time": float, "hidden_cpu": float, and the fields of its worker
+     record marked for a report: "peak_bytes": int, "workers": int)
 
 ``status`` is one of "passed", "failed", "error", "timeout", "not run",
 "grader error", "not run on a GPU", "no checks" (problems and items alike;
@@ -72,11 +72,14 @@ instructors; it is never copied into the Gradescope output. With ``reveal``
 as it could carry a hidden input: each problem's ``hidden_log``,
 ``hidden_time``, ``hidden_cpu``, ``peak_bytes`` and ``workers`` (the
 workers forked for its checks, public and hidden: a fresh one per problem,
-per fresh-process scenario and after each crash), a hidden check's
+per fresh-process scenario and after each crash; these two, and any other
+field of :class:`grader.protocol.WorkerRecord` whose metadata marks it for a
+report, are its public and hidden phases' records combined), a hidden check's
 ``duration`` and ``cpu``, and the run's ``seed``, ``operator_notes`` and
 ``operator_warnings`` (about the machine; a warning where it may change a
 result: an unsupported torch, too little memory), ``wall_time``, ``engine_cpu``, ``calibration_cpu`` and
-``costs`` (each trusted process's :class:`grader.protocol.Cost`).
+``costs`` (each trusted process's :class:`grader.protocol.Cost`, its scratch
+folder's peaks among it).
 ``time`` (per problem) and ``duration`` (per check) are seconds measured by the
 trusted pytest process, worker start-up included in a problem's first check;
 ``cpu`` (per problem and check) the CPU seconds its workers used (read from
@@ -91,6 +94,7 @@ import json
 from dataclasses import asdict, fields
 from typing import Any
 
+from grader import protocol
 from grader.mfu import leaderboard as mfu_leaderboard
 from grader.report.platforms import to_gradescope, to_junit
 from grader.report.table import to_markdown
@@ -122,15 +126,22 @@ def _item_json(i: ItemResult) -> dict[str, Any]:
 
 
 def _problem_json(p: ProblemResult, reveal: bool) -> dict[str, Any]:
-    """A problem's object: every field of its record, in order (those marked
-    :data:`grader.results.REVEALED` only with ``reveal``)."""
+    """A problem's object: every field of its result, in order (those marked
+    :data:`grader.results.REVEALED` only with ``reveal``), then each field of
+    its combined worker record that the field's metadata marks for a report
+    (:func:`grader.protocol.combined`: "revealed" ones only with ``reveal``;
+    a problem without a record shows their defaults)."""
     out: dict[str, Any] = {}
     for f in fields(p):
-        if f.metadata.get("revealed") and not reveal:
+        if (f.metadata.get("revealed") and not reveal) or f.metadata.get("json") is False:
             continue
         value = getattr(p, f.name)
         out[f.name] = (_visible_checks(p, reveal) if f.name == "checks" else
                        [_item_json(i) for i in value] if f.name == "items" else value)
+    record = p.record if p.record is not None else protocol.WorkerRecord()
+    for f in fields(record):
+        if f.metadata.get("report") == "public" or (f.metadata.get("report") == "revealed" and reveal):
+            out[f.name] = getattr(record, f.name)
     if (board := mfu_leaderboard.entry((c.figures for c in p.checks), stand_in=p.stand_in)) is not None:
         out["leaderboard"] = board.to_json()
     return out

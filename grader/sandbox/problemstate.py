@@ -12,6 +12,7 @@ nothing above it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -42,6 +43,29 @@ class ProblemSpec:
     sealed_optim: bool = False
 
 
+#: How :meth:`WorkerRecord.combine` folds one field over a problem's phases: the
+#: ``merge`` of its metadata (:func:`combined`).
+SUM, MAX, JOIN, CONCAT, ANY, FIRST = "sum", "max", "join", "concat", "any", "first"
+_FOLDS: dict[str, Callable[[list[Any]], Any]] = {
+    SUM: sum,
+    MAX: max,
+    JOIN: lambda values: "; ".join(dict.fromkeys(v for v in values if v)),  # distinct, in order
+    CONCAT: lambda values: [x for v in values for x in v],
+    ANY: any,
+    FIRST: lambda values: next((v for v in values if v), values[0]),  # the first that is set
+}
+
+
+def combined(merge: str, report: str | None = None) -> Mapping[str, str | None]:
+    """A :class:`WorkerRecord` field's metadata: how :meth:`WorkerRecord.combine`
+    folds it (``merge``: SUM, MAX, JOIN, CONCAT, ANY or FIRST) and whether
+    each problem of the ``--json`` file shows its combined value (``report``:
+    "revealed", with ``--reveal-hidden`` only; "public", always, for a figure
+    no hidden check's run can steer; None, never)."""
+    assert merge in _FOLDS, merge
+    return {"merge": merge, "report": report}
+
+
 @dataclass
 class WorkerRecord:
     """What happened to one problem's worker(s) in one trusted pytest process
@@ -50,29 +74,48 @@ class WorkerRecord:
     remaining checks were cut ("" if not), a fault of the machine or the
     grader ("" if none), the CPU seconds its workers used, its budget and the
     reference's, seccomp state, its capped output (instructors only) and how
-    many bytes of it were dropped."""
+    many bytes of it were dropped.
 
-    calls: int = 0
-    crashes: list[str] = field(default_factory=list)
-    timeouts: list[str] = field(default_factory=list)
-    cut: str = ""
-    fault: str = ""
-    cpu_used: float = 0.0
-    cpu_budget: float = 0.0
-    reference_cpu: float = 0.0
-    seccomp: str = ""
-    log: str = ""
-    log_dropped: int = 0
-    started: bool = False
-    workers: int = 0  # workers started (each forked fresh)
-    peak_bytes: int = 0  # the most resident memory one of them held beyond its start
-    import_error: str = ""  # a module it needs did not import: where and why (grader.imports), "" if all did
+    Each field says in its metadata (:func:`combined`) how a problem's phases
+    fold into one record (:meth:`combine`) and whether ``--json`` shows it:
+    a new field is one line here and one where
+    :class:`ProblemState` fills it."""
+
+    calls: int = field(default=0, metadata=combined(SUM))
+    crashes: list[str] = field(default_factory=list, metadata=combined(CONCAT))
+    timeouts: list[str] = field(default_factory=list, metadata=combined(CONCAT))
+    cut: str = field(default="", metadata=combined(JOIN))
+    fault: str = field(default="", metadata=combined(JOIN))
+    cpu_used: float = field(default=0.0, metadata=combined(SUM))
+    cpu_budget: float = field(default=0.0, metadata=combined(SUM))
+    reference_cpu: float = field(default=0.0, metadata=combined(SUM))
+    seccomp: str = field(default="", metadata=combined(JOIN))  # "on" where every phase's was
+    # Each phase's own (the reports keep the public and hidden logs apart): never combined in practice.
+    log: str = field(default="", metadata=combined(FIRST))
+    log_dropped: int = field(default=0, metadata=combined(FIRST))
+    started: bool = field(default=False, metadata=combined(ANY))
+    # the most resident memory one of them held beyond its start (instructors)
+    peak_bytes: int = field(default=0, metadata=combined(MAX, report="revealed"))
+    # workers started (each forked fresh), public and hidden (instructors)
+    workers: int = field(default=0, metadata=combined(SUM, report="revealed"))
+    # a module it needs did not import: where and why (grader.imports), "" if all did
+    import_error: str = field(default="", metadata=combined(FIRST))
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> WorkerRecord:
         """``raw``'s fields (keys it does not know are ignored, missing ones get their defaults)."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in raw.items() if k in names})
+
+    @classmethod
+    def combine(cls, records: Sequence[WorkerRecord]) -> WorkerRecord:
+        """One problem's record from its phases' (at least one), each field folded
+        as its metadata says; of the records' own class (a subclass's fields too)."""
+        if len(records) == 1:
+            return records[0]
+        kind = type(records[0])
+        return kind(**{f.name: _FOLDS[f.metadata["merge"]]([getattr(r, f.name) for r in records])
+                       for f in fields(kind)})
 
 
 @dataclass
