@@ -46,20 +46,28 @@ def to_gradescope(r: GradeResult) -> dict[str, Any]:
     graded and verified, Gradescope's ``leaderboard`` entries (:func:`leaderboard`)."""
     tests = []
     for p in [] if unreadable(r) else r.problems:
-        rows = [(_title(p), p.score, p.max_score, p.status, f"[{p.status}] {p.output}".strip())] \
-            if not p.items else [(f"{_title(p)}: {i.name}", i.score, i.max_score,
-                                  i.status if i.status != PASSED or i.score == i.max_score else "failed",
-                                  _item_output(p, i)) for i in p.items]
-        for name, score, max_score, status, output in rows:
-            test: dict[str, Any] = {"name": name, "score": score, "max_score": max_score}
-            if status not in NOT_COUNTED:  # (the output of one not counted says so)
-                test["status"] = "passed" if status == PASSED else "failed"
-            tests.append({**test, "output": output, "visibility": p.visibility})
+        if not p.items:
+            tests.append(_gradescope_test(_title(p), p.score, p.max_score, p.status,
+                                          f"[{p.status}] {p.output}".strip(), p.visibility))
+        for i in p.items:
+            status = i.status if i.status != PASSED or i.score == i.max_score else "failed"
+            tests.append(_gradescope_test(f"{_title(p)}: {i.name}", i.score, i.max_score, status, _item_output(p, i),
+                                          p.visibility))
     output = "\n".join([summary(r), *_run_lines(r)])
     doc = {"score": r.score, "execution_time": r.execution_time, "output": output, "tests": tests}
     if board := leaderboard(r):
         doc["leaderboard"] = board
     return doc
+
+
+def _gradescope_test(name: str, score: float, max_score: float, status: str, output: str,
+                     visibility: str) -> dict[str, Any]:
+    """One test of Gradescope's results.json; one left out of the totals (a
+    NOT_COUNTED ``status``) has no status: its output says so."""
+    test: dict[str, Any] = {"name": name, "score": score, "max_score": max_score}
+    if status not in NOT_COUNTED:
+        test["status"] = "passed" if status == PASSED else "failed"
+    return {**test, "output": output, "visibility": visibility}
 
 
 def leaderboard(r: GradeResult) -> list[dict[str, Any]]:
