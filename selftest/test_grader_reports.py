@@ -229,9 +229,9 @@ _SUMMARY = re.compile(r"^score (\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)")
 
 def _case_submission(case: str, tmp_path: Path) -> tuple[str, list[str]]:
     """The submission and extra arguments of one case of :func:`test_every_report_adds_up`."""
-    if case == "reference":
+    if case == "reference":  # revealed: the instructors' figures too
         shutil.copytree(REPO / "reference", tmp_path / "ref" / "student")
-        return str(tmp_path / "ref"), ["--problems", "views"]
+        return str(tmp_path / "ref"), ["--problems", "views", "--reveal-hidden"]
     if case == "stubs":  # rlimits: said once (the sandbox line), and public checks only
         return str(REPO), ["--problems", "precision,mfu", "--sandbox", "rlimits"]
     if case == "does not import":  # found by compiling: no check runs
@@ -333,6 +333,14 @@ def test_every_report_adds_up(case, tmp_path):
         assert any(c.get("classname") == "mfu" and c.find("skipped") is not None for c in cases)
     if case == "reference":
         assert total == most > 0 and all(t["status"] == "passed" for t in gs["tests"])
+        for p in result["problems"]:
+            # seconds on the trusted side: none negative, a problem's (its public checks') at least its longest's
+            # (each rounded: to the ms, a check's to 0.1 ms)
+            public = [c["duration"] for c in p["checks"] if c["test"].startswith("tests/")]
+            assert public and all(c["duration"] >= 0 for c in p["checks"]), p["checks"]
+            assert p["time"] >= max(public) - 0.001, (p["time"], max(public))
+            if result["checks"] == "public + hidden checks":  # a worker in each phase, their records combined
+                assert p["workers"] >= 2, p
     if case == "does not import":
         (line,) = result["import_errors"]
         assert re.fullmatch(r"student/views\.py, line \d+: SyntaxError: invalid syntax; not graded: views", line)
