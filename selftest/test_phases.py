@@ -1,5 +1,6 @@
 """Public and hidden check files run in separate phases, one trusted pytest
-process each: no hidden check runs while a public one does, nor before one
+process each: no hidden check runs while a public one does, nor before one;
+a process that ends early loses only the problems whose runs it had not sent
 (grader/groups.py, with a fake pytest run)."""
 
 from __future__ import annotations
@@ -63,3 +64,42 @@ def test_public_checks_never_run_after_hidden_ones(tmp_path, monkeypatch):
     assert (False, ("views",)) in runs[:first_hidden] and (True, ("model",)) in runs[first_hidden:], runs
     assert [p.name for p in result.problems if p.status != "grader error"] == selected, \
         [(p.name, p.status) for p in result.problems]
+
+
+def test_a_process_that_ends_early_loses_only_the_problems_it_had_not_sent(tmp_path, monkeypatch):
+    """A trusted process that exits before its session event (a crash, say): the
+    problem whose run it sent keeps it, as sent; the other's run is ``lost``,
+    saying why (its exit status), with the process's output for instructors
+    (here a stand-in for pytest that sends one ``end`` event and exits 3)."""
+    import stat
+    import sys
+
+    from grader import groups
+    from grader.protocol import GroupSpec, ProblemSpec, SandboxSpec
+    from grader.sandbox.limits import Limits
+
+    fake = tmp_path / "python"
+    fake.write_text(f"""#!{sys.executable}
+import json, os, sys
+spec = json.load(open(os.environ["GRADER_PLAN"]))
+name = spec["problems"][0]["name"]
+run = {{"problem": name, "hidden": spec["hidden"], "worker": {{"calls": 2}},
+       "checks": [{{"test": "tests/test_views.py::test_a", "problem": name, "file": "tests/test_views.py"}}]}}
+os.write(spec["results_fd"], (json.dumps({{"event": "end", "problem": name, "run": run}}) + "\\n").encode())
+print("the trusted run's own words")
+sys.exit(3)
+""")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    template = GroupSpec(name="sub", repo=str(REPO), work=str(tmp_path), scratch="", profile="dev", problems=(),
+                         sandbox=SandboxSpec("rlimits", "a test", False, Limits()), results_fd=-1, seed=1)
+    problems = (ProblemSpec("views", 10.0, ("tests/test_views.py",)),
+                ProblemSpec("memory", 10.0, ("tests/test_memory.py",)))
+    sent: list[str] = []
+    phase = groups.run_pytest(template, problems, tmp_path / "phase", on_problem=lambda name, run: sent.append(name))
+    assert sent == ["views"] and phase.cost is None
+    views, memory = phase.runs["views"], phase.runs["memory"]
+    assert not views.lost and [c.test for c in views.checks] == ["tests/test_views.py::test_a"]
+    assert views.worker is not None and views.worker.calls == 2
+    assert memory.lost == phase.error and "ended without results (exit 3" in memory.lost, memory
+    assert "the trusted run's own words" in memory.log and not memory.checks and memory.worker is None
