@@ -341,6 +341,8 @@ def test_every_report_adds_up(case, tmp_path):
             assert p["time"] >= max(public) - 0.001, (p["time"], max(public))
             if result["checks"] == "public + hidden checks":  # a worker in each phase, their records combined
                 assert p["workers"] >= 2, p
+        if not any("regraded alone" in n for n in result["notes"]):  # each process's workers, problem by problem
+            assert sum(p["workers"] for p in result["problems"]) == sum(c["workers"] for c in result["costs"])
     if case == "does not import":
         (line,) = result["import_errors"]
         assert re.fullmatch(r"student/views\.py, line \d+: SyntaxError: invalid syntax; not graded: views", line)
