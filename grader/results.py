@@ -72,7 +72,7 @@ class ProblemResult:
     ``--json`` file, in this order (:func:`grader.report.render.to_json`); a
     field with ``metadata=REVEALED`` only with ``reveal``. Then come the
     fields of ``record`` that their metadata marks for a report
-    (:func:`grader.protocol.combined`)."""
+    (:func:`grader.sandbox.problemstate.combined`)."""
 
     name: str
     section: str

@@ -1,5 +1,5 @@
 """A worker record's fields reach the ``--json`` file by their own metadata
-(grader/protocol.py, :func:`grader.protocol.combined`): each problem's public
+(grader/sandbox/problemstate.py, :func:`grader.sandbox.problemstate.combined`): each problem's public
 and hidden runs, as the engine reads them off the pipe, are scored and
 rendered, and every field marked for a report shows its two phases' values
 folded as its metadata says. So a new field is one line in the record (and
@@ -18,6 +18,7 @@ from grader import engine, protocol
 from grader.report import render
 from grader.results import UNFINISHED, UNFINISHED_TEXT, GradeResult
 from grader.rubric import load
+from grader.sandbox import problemstate
 from grader.scoring import unavailable
 from grader.util import REPO
 
@@ -56,7 +57,7 @@ def _graded(worker: dict[str, Any], hidden_worker: dict[str, Any], reveal: bool 
 
 def test_every_field_says_how_its_phases_combine():
     for f in fields(protocol.WorkerRecord):
-        assert f.metadata.get("merge") in FOLDED, f"{f.name}: no merge in its metadata (protocol.combined)"
+        assert f.metadata.get("merge") in FOLDED, f"{f.name}: no merge in its metadata (problemstate.combined)"
         assert f.metadata.get("report") in (None, "public", "revealed"), f.name
 
 
@@ -74,8 +75,8 @@ def test_a_reported_field_shows_its_phases_combined(name):
 def test_a_new_field_reaches_the_json_file_by_its_metadata_alone(monkeypatch):
     """A record with one more field (declared as a new line in WorkerRecord would
     be): its summed value is in the revealed ``--json`` object, and only there."""
-    probe = make_dataclass("Probe", [("probe", int, field(default=0, metadata=protocol.combined("sum", "revealed")))],
-                           bases=(protocol.WorkerRecord,))
+    summed = problemstate.combined("sum", "revealed")
+    probe = make_dataclass("Probe", [("probe", int, field(default=0, metadata=summed))], bases=(protocol.WorkerRecord,))
     monkeypatch.setattr(protocol, "WorkerRecord", probe)
     assert _graded({"probe": 3}, {"probe": 4})["probe"] == 7
     assert "probe" not in _graded({"probe": 3}, {"probe": 4}, reveal=False)

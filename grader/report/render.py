@@ -129,7 +129,7 @@ def _problem_json(p: ProblemResult, reveal: bool) -> dict[str, Any]:
     """A problem's object: every field of its result, in order (those marked
     :data:`grader.results.REVEALED` only with ``reveal``), then each field of
     its combined worker record that the field's metadata marks for a report
-    (:func:`grader.protocol.combined`: "revealed" ones only with ``reveal``;
+    (:func:`grader.sandbox.problemstate.combined`: "revealed" ones only with ``reveal``;
     a problem without a record shows their defaults)."""
     out: dict[str, Any] = {}
     for f in fields(p):
