@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from grader.protocol import CRASH, IMPORT
 from grader.sandbox.errors import GraderFault, NotRun, WorkerCrashed, WorkerError, WorkerTimeout
 from tests.wire import RemoteError
 
@@ -27,11 +28,6 @@ __all__ = ["CRASH", "IMPORT", "cause", "chain", "describe", "exception_names", "
 #: each saying the outcome it gives (the first that applies).
 _NO_VERDICT: tuple[type[WorkerError], ...] = (GraderFault, NotRun, WorkerTimeout)
 
-#: :attr:`grader.protocol.CheckOutcome.cause`: the submission's code could not be
-#: loaded in the worker (it raised SyntaxError, ImportError or SystemExit there).
-IMPORT = "import"
-#: :attr:`grader.protocol.CheckOutcome.cause`: the worker died or broke the protocol.
-CRASH = "crash"
 
 
 def chain(exc: BaseException | None, seen: set[int] | None = None) -> list[BaseException]:

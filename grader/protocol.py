@@ -133,6 +133,13 @@ class GroupSpec:
 COLLECT_ERROR = "collect-error"
 
 
+#: :attr:`CheckOutcome.cause`: the submission's code could not be loaded in the
+#: worker (it raised SyntaxError, ImportError or SystemExit there; grader.outcomes.cause).
+IMPORT = "import"
+#: :attr:`CheckOutcome.cause`: the worker died or broke the protocol.
+CRASH = "crash"
+
+
 @dataclass
 class CheckOutcome:
     """One check (a pytest node) as the trusted pytest process saw it.

@@ -23,8 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from grader.imports import NOT_IMPORTED
-from grader.outcomes import IMPORT
-from grader.protocol import COLLECT_ERROR, CheckOutcome, Failure, ProblemRun, WorkerRecord
+from grader.protocol import COLLECT_ERROR, IMPORT, CheckOutcome, Failure, ProblemRun, WorkerRecord
 from grader.results import (
     ERROR,
     FAILED,

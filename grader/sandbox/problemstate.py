@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grader.sandbox.limits import LOG_CAP
-from grader.sandbox.workerproc import Worker
+
+if TYPE_CHECKING:  # (a worker's module imports torch: the engine's planning and --help do not need it)
+    from grader.sandbox.workerproc import Worker
 
 __all__ = ["CRASHED", "TIMED_OUT", "ProblemSpec", "ProblemState", "WorkerRecord"]
 
