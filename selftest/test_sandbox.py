@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from grader.sandbox.cgroups import PidsCgroup, pids_limit
-from grader.sandbox.errors import WorkerCrashed
+from grader.sandbox.errors import GraderFault, WorkerCrashed
 from grader.sandbox.forkserver import FORKS
 from grader.sandbox.scratch import remove_tree
 from selftest.sandboxing import (  # noqa: F401 (the fixtures impl and work)
@@ -218,12 +218,11 @@ def test_the_seccomp_filter_refuses_ptrace_without_bubblewrap_too(work):
 
 
 @pytest.mark.skipif(not FORKS, reason="workers fork from a server on Linux only")
-def test_a_server_reached_after_its_workers_ran_is_replaced_not_blamed(work):
-    """A fork server whose earlier worker ran submission code may have been
-    reached by it (its open-file limit lowered to 3, as the server_limits
-    cheat tried before the filter refused prlimit64): its failed spawn is
-    retried once in a fresh server, and the problem carries on with no
-    grader error. A fresh server that fails too would be the machine's."""
+def test_a_failed_worker_start_is_a_grader_error(work):
+    """A fork server that cannot start a worker (its open-file limit lowered
+    to 3 from outside, as the server_limits cheat tried before the seccomp
+    filter refused prlimit64 on another process) makes the problem a grader
+    error, never the submission's failure: no second server is tried."""
     import resource
 
     impl = make_impl(work)
@@ -233,11 +232,12 @@ def test_a_server_reached_after_its_workers_ran_is_replaced_not_blamed(work):
         # two workers: the problem's first import (then retired), and the call's
         assert server is not None and server.spawned == 2
         resource.prlimit(server.server_pid, resource.RLIMIT_NOFILE, (3, 3))  # what a worker could not do
-        impl._fresh()  # the next call needs a new worker: the reached server cannot start one
-        assert impl.precision.bytes_per_element("ok") == 4
-        assert impl._server is not server and impl.servers == 2
-        assert not impl.states["precision"].fault
-        assert "a fresh sandbox for a worker" in impl.states["precision"].output.decode()
+        impl._fresh()  # the next call needs a new worker: the server cannot start one
+        with pytest.raises(GraderFault):
+            impl.precision.bytes_per_element("ok")
+        assert impl.servers == 1
+        assert impl.states["precision"].fault
+        assert not impl.states["precision"].crashes
     finally:
         impl.close()
 

@@ -87,7 +87,6 @@ class RemoteImpl(ImplBase):
         self.server_cpu = 0.0  # the CPU seconds their start-ups took
         self._roots: list[proctree.Proc] = []  # every worker started (live_processes)
         self._scratch_error = ""  # set when the scratch folder could not be emptied (_clear_scratch)
-        self._reached = False  # the last worker start failed in a server submission code had run beside
         # Written before any worker starts, beside the scratch folder (in the
         # run's private folder: bubblewrap binds the scratch folder alone).
         self._sealed_optim: SealedOptim | None = None
@@ -173,25 +172,10 @@ class RemoteImpl(ImplBase):
     def _worker(self) -> Worker:
         """The current problem's worker: its live one, else a fresh one
         (forked, and ready: its hello read). No code of the submission runs
-        before the hello; but a server whose earlier workers ran it may have
-        been reached by them, so a start that fails there is retried once in a
-        fresh server, and only a fresh server's failure (nothing of the
-        submission ever ran beside it) is the machine's or the grader's."""
-        try:
-            return self._start_worker()
-        except GraderFault:
-            if self._server is not None or not self._reached:
-                raise
-            assert self.problem is not None
-            st = self.states[self.problem]
-            st.note(f"a fresh sandbox for a worker, after the last one failed to start one: {st.fault}")
-            st.fault = ""  # (the fresh server's own failure, if any, is the fault)
-            return self._start_worker()
-
-    def _start_worker(self) -> Worker:
-        """:meth:`_worker`, once; ``self._reached``: whether a failure came from a
-        server whose earlier workers ran submission code (it was then killed)."""
-        self._reached = False
+        before the hello, and a worker cannot reach its server (the seccomp
+        filter refuses ``prlimit64`` on another process's limits), so a start
+        that fails is the machine's or the grader's: a grader error (the
+        engine regrades the problem alone)."""
         assert self.problem is not None
         w = self._workers.get(self.problem)
         if w is not None and w.alive():
@@ -210,7 +194,6 @@ class RemoteImpl(ImplBase):
             w = server.spawn(Limit(cpu=float("inf"), wall=time.monotonic() + wall))
         except (WorkerError, OSError) as e:
             st.note(f"the sandbox could not fork a worker: {e}")
-            self._reached = server.spawned > 0
             server.kill()
             self._server = None
             st.fault = st.fault or "the sandbox could not start a worker"
@@ -228,8 +211,7 @@ class RemoteImpl(ImplBase):
                 requests.crashed(self, st, f"a worker's start-up: {e}")
                 raise WorkerCrashed(f"{self.problem}: {e}") from None
             st.note(f"a worker did not start: {e}")
-            if server.spawned > 1:  # workers before it ran submission code beside this server: a fresh one decides
-                self._reached = True
+            if server.spawned > 1:  # earlier workers ran submission code beside it: the next start gets a fresh one
                 server.kill()
                 self._server = None
             st.fault = st.fault or ("a worker did not start within its wall-clock limit (the machine is too busy?)"
