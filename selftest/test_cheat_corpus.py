@@ -130,9 +130,10 @@ ITEM_CASES: dict[str, tuple[dict[str, list[str]], str | None, bool]] = {
                                      "test_overflows_matches_cast", "test_worked_examples",
                                      "test_results_have_the_promised_python_types"]}, "seccomp", False),
 }
-#: The entries of ITEM_CASES graded in both isolations (bubblewrap, and the uid mode a GPU node grades in),
-#: each losing exactly its targeted items (every other item of its problems keeps its points).
-ITEM_BOTH_ISOLATIONS = ("kernel_memory_parking", "server_limits", "refused_calls", "scheduler_starved")
+#: The entries of ITEM_CASES graded in both isolations (bubblewrap, and the uid mode a GPU node grades in): all.
+ITEM_BOTH_ISOLATIONS = tuple(ITEM_CASES)
+#: The entries that lose exactly their targeted items: every other item of their problems keeps its points.
+EXACTLY_ITS_ITEMS = ("kernel_memory_parking", "server_limits", "refused_calls")
 #: Folders of the corpus that are not one submission (graded by their own tests below).
 NOT_SUBMISSIONS = {"bad_archives"}
 
@@ -170,10 +171,10 @@ def test_bad_archive_is_an_error_result(archive, tmp_path):
     assert not list((tmp_path / "tmp").iterdir()), "a temporary folder was left behind"
 
 
-#: Cheats against the grader's files and its measurements, graded in each filesystem isolation: bubblewrap
-#: and the worker as an unprivileged uid on a locked checkout (grader/sandbox/uidsandbox.py).
-BOTH_ISOLATIONS = ("read_reference", "write_results", "tmpfs_offload", "deleted_offload", "exec_torch_source",
-                   "dev_fill")
+#: The cheats graded in each filesystem isolation: bubblewrap and the worker as an unprivileged uid on a locked
+#: checkout (grader/sandbox/uidsandbox.py). All but gpu_hog, which only a GPU grades (selftest/test_mfu_isolation.py
+#: runs it in uid mode there).
+BOTH_ISOLATIONS = tuple(n for n in CASES if n != "gpu_hog")
 #: The uid-mode cases that rest on Landlock (the host's shared memory and torch.optim's files are open to the
 #: worker's uid without it).
 NEEDS_LANDLOCK = ("exec_torch_source", "dev_fill")
@@ -185,8 +186,8 @@ def _cases() -> list:
         marks = [pytest.mark.full] if n.startswith("forge_") else []
         for mode in ("bwrap", "uid") if n in BOTH_ISOLATIONS else ("auto",):
             # ./lab test samples uid mode: the reference read through the locked checkout, and the cases whose
-            # defence there is Landlock's own; the others' uid runs (the same limits and meters as in bwrap,
-            # the uid's own files counted) are left to LAB_FULL_CORPUS=1.
+            # defence there is Landlock's own; the others' uid runs (the same filter, limits and meters as in
+            # bwrap, the uid's own files counted) are left to LAB_FULL_CORPUS=1.
             sampled = [pytest.mark.full] if mode == "uid" and n not in (*NEEDS_LANDLOCK, "read_reference") else []
             params.append(pytest.param(n, mode, marks=marks + sampled, id=n if mode == "auto" else f"{n}-{mode}"))
     return params
@@ -203,8 +204,8 @@ def test_cheat_gains_nothing(name, isolation, tmp_path):
         if name in NEEDS_LANDLOCK and not landlock_abi():
             pytest.skip(f"grading {name} in uid mode rests on Landlock, which this kernel lacks")
         python, sandbox, guard = uid_python, ["--sandbox", "uid"], locked_checkout()
-    elif needs == "bwrap" and not BWRAP:
-        pytest.skip(f"grading {name} safely needs bubblewrap ({WHY})")
+    elif (needs == "bwrap" or isolation == "bwrap") and not BWRAP:
+        pytest.skip(f"grading {name} in bubblewrap: {WHY}")
     elif isolation == "bwrap":
         sandbox = ["--sandbox", "bwrap"]
     if needs == "seccomp" and not SECCOMP:
@@ -330,7 +331,7 @@ def test_cheat_loses_what_it_targets_and_no_more_is_the_machines(name, isolation
         for item in p["items"]:
             if item["name"] in lost:
                 assert item["score"] == 0, (name, item)
-            elif name in ITEM_BOTH_ISOLATIONS and name != "scheduler_starved":  # exactly its items
+            elif name in EXACTLY_ITS_ITEMS:
                 assert item["score"] == item["points"], (name, item, p["output"][:2000])
         if not tests:  # nothing to lose: a correct part, graded as one
             assert p["score"] == p["max_score"], p["output"][:2000]
