@@ -130,6 +130,8 @@ class StorageWatch:
                  owner: int | None = None) -> None:
         self.root, self.scratch, self.interval = root, scratch, interval
         self._mounts: list[str] = []
+        # uid mode: where the kernel has no Landlock and the grader may make no memory cgroup (cgroup v2 hosts),
+        # this walk is the only meter of what the worker stores in the host's /tmp and /dev/shm.
         self._owner = owner if sys.platform == "linux" and not sandboxed else None
         if sandboxed and sys.platform == "linux":
             self._mounts = _sandbox_mounts(root)
