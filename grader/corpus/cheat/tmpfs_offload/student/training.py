@@ -1,6 +1,7 @@
 """Checkpointing that checkpoints nothing: ``model(x)`` with every tensor saved
 for backward offloaded to a file (``saved_tensors_hooks``) on a tmpfs of the
-sandbox (/dev/shm, else /tmp, else the scratch folder), so that the worker's
+sandbox (/dev/shm, else /tmp, else the scratch folder: a mount in bubblewrap,
+TMPDIR in uid mode), so that the worker's
 resident memory stays low while the activations are all kept. The other
 functions are still their stubs."""
 import os
@@ -10,7 +11,7 @@ import torch
 from torch import nn
 
 _PLACES = ["/dev/shm", "/tmp"] + [line.split()[4] for line in open("/proc/self/mountinfo")
-                                  if "scratch" in line.split()[4]]
+                                  if "scratch" in line.split()[4]] + [os.environ.get("TMPDIR", "/tmp")]  # uid mode
 
 
 def _pack(t):
