@@ -312,14 +312,16 @@ class _PhaseRunner:
         in one trusted pytest process in the folder ``where``; each problem's
         results go to the grading (as they come, then once the process has
         ended) and are returned."""
-        outcomes, errors, costs = run_phase(
+        ran = run_phase(
             part, self.template, self.plan.budgets, hidden=hidden, run=where, progress=self.opts.progress,
             on_problem=lambda name, res: self.grading.arrived(index, name, res))
-        self.result.notes.extend(e for e in errors if e not in self.result.notes)
-        self.result.costs.extend(costs)
-        for name, res in outcomes.items():  # the phase's results, once its process has ended
+        if ran.error and ran.error not in self.result.notes:
+            self.result.notes.append(ran.error)
+        if ran.cost is not None:
+            self.result.costs.append(ran.cost)
+        for name, res in ran.runs.items():  # the phase's results, once its process has ended
             self.grading.arrived(index, name, res)
-        return outcomes
+        return ran.runs
 
     def _regrade(self, index: int, faulty: list[ProblemFiles], hidden: bool) -> None:
         """Run phase ``index``'s ``faulty`` problems again, alone; the notes say how that went."""
@@ -394,10 +396,13 @@ class _Grading:
 
     def arrived(self, phase: int, name: str, run: ProblemRun) -> None:
         """Problem ``name``'s run of ``phase``: it replaces any it had
-        (its end event's by its process's, an attempt's by a regrade's)."""
+        (a lost one by its process's, an attempt's by a regrade's); the same run
+        again (its end event's, then its process's) is scored once."""
         if name not in self.problems:
             return
         with self.lock:
+            if self.parts[name].get(phase) is run:
+                return
             self.parts[name][phase] = run
             if set(self.parts[name]) >= self.phases.get(name, set()):
                 self._score(name)

@@ -77,9 +77,10 @@ def phases(selected: list[Problem], check_files: dict[str, tuple[str, ...]], *,
 
 def run_phase(part: list[ProblemFiles], template: GroupSpec, budgets: Budgets, *, hidden: bool,
               run: Path, progress: GradeProgress | None = None,
-              on_problem: OnProblem | None = None) -> tuple[dict[str, ProblemRun], list[str], list[Cost]]:
-    """Run one phase's check files (``part``) in one trusted pytest process;
-    return each problem of ``part``'s run, the process's error (if any) and its cost.
+              on_problem: OnProblem | None = None) -> PhaseRun:
+    """Run one phase's check files (``part``) in one trusted pytest process
+    (:func:`run_pytest`: each problem of ``part``'s run, the process's error
+    and its cost).
 
     ``template`` is the run's group spec without problems (the process gets
     its own copy with its problems, scratch folder and pipe); ``budgets``
@@ -89,16 +90,15 @@ def run_phase(part: list[ProblemFiles], template: GroupSpec, budgets: Budgets, *
     given, gets each problem's results as they come (from a reader thread).
     """
     if not part:
-        return {}, [], []
+        return PhaseRun({}, None)
     if progress is not None:
         progress.assign([p.name for p, _ in part], "hidden checks" if hidden else "")
     try:
-        results = run_pytest(replace(template, hidden=hidden), tuple(budgets.spec(p, files) for p, files in part),
-                             run, progress=progress.event if progress else None, on_problem=on_problem)
+        return run_pytest(replace(template, hidden=hidden), tuple(budgets.spec(p, files) for p, files in part),
+                          run, progress=progress.event if progress else None, on_problem=on_problem)
     finally:
         if progress is not None:
             progress.ended()
-    return results.runs, [results.error] if results.error else [], [results.cost] if results.cost is not None else []
 
 
 def by_phase(planned: list[ProblemFiles]) -> list[list[ProblemFiles]]:
