@@ -6,7 +6,6 @@ group's, causes and contexts), never by names: the types are the trusted
 side's own (:mod:`grader.sandbox.errors`) or the fixed table that
 :func:`tests.wire.reply_value` rebuilds a worker's error from, while a name
 (a worker-side class's, ``remote_type``) is whatever the submission called it.
-Names are kept for instructors' diagnostics only (:func:`exception_names`).
 """
 
 from __future__ import annotations
@@ -21,8 +20,7 @@ from tests.wire import RemoteError
 if TYPE_CHECKING:
     import pytest
 
-__all__ = ["CRASH", "IMPORT", "cause", "chain", "describe", "exception_names", "extends_of", "figures_of",
-           "input_kind_of", "no_verdict"]
+__all__ = ["cause", "chain", "describe", "extends_of", "figures_of", "input_kind_of", "no_verdict"]
 
 #: Exceptions that end a check without a verdict on the submission's answers,
 #: each saying the outcome it gives (the first that applies).
@@ -40,17 +38,6 @@ def chain(exc: BaseException | None, seen: set[int] | None = None) -> list[BaseE
     for sub in getattr(exc, "exceptions", ()) or ():
         out += chain(sub, seen)
     return out + chain(exc.__cause__, seen) + chain(exc.__context__, seen)
-
-
-def exception_names(exceptions: list[BaseException]) -> list[str]:
-    """The type names of a failure's exceptions (a worker-side one's also as ``remote:Name``)."""
-    names: list[str] = []
-    for exc in exceptions:
-        names.append(type(exc).__name__)
-        remote = getattr(exc, "remote_type", "")
-        if remote:
-            names.append(f"remote:{remote}")
-    return names
 
 
 def no_verdict(exceptions: list[BaseException]) -> str:

@@ -272,7 +272,7 @@ class Grading:
         if (report.failed or report.skipped) and not entry.message:
             if call.excinfo is not None and report.failed:
                 chain = outcomes.chain(call.excinfo.value)
-                entry.exceptions, entry.cause = outcomes.exception_names(chain), outcomes.cause(chain)
+                entry.cause = outcomes.cause(chain)
                 entry.message, entry.example = outcomes.describe(call.excinfo.value)
                 item.stash[_NO_VERDICT_KEY] = outcomes.no_verdict(chain)
             else:

@@ -147,9 +147,7 @@ class CheckOutcome:
     ``test`` is its node id (``<collect>`` and the file's node id for a
     collect error). ``outcome``: passed | failed | error | skipped |
     collect-error (a check file that did not load; ``file`` is then its node
-    id). ``exceptions`` names the failure's exception types (its group's,
-    causes and contexts included; a worker-side one as ``remote:Name``).
-    ``message``/``example`` are the failure's text and hypothesis's
+    id). ``message``/``example`` are the failure's text and hypothesis's
     falsifying example. ``duration`` is setup to teardown on the trusted
     process's clock, ``cpu`` the CPU seconds the problem's workers used
     meanwhile (read from outside). ``outcome`` may also be "timeout" (a call
@@ -169,7 +167,6 @@ class CheckOutcome:
     file: str
     outcome: str = "passed"
     cause: str = ""  # "" | "import" | "crash": a failure's class, from its exceptions' types (grader.outcomes.cause)
-    exceptions: list[str] = field(default_factory=list)
     message: str = ""
     example: str = ""
     gpu_marked: bool = False
