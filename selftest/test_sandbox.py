@@ -230,7 +230,7 @@ def test_a_failed_worker_start_is_a_grader_error(work):
         assert impl.precision.bytes_per_element("ok") == 4
         server = impl._server
         # two workers: the problem's first import (then retired), and the call's
-        assert server is not None and server.spawned == 2
+        assert server is not None and impl.states["precision"].workers == 2
         resource.prlimit(server.server_pid, resource.RLIMIT_NOFILE, (3, 3))  # what a worker could not do
         impl._fresh()  # the next call needs a new worker: the server cannot start one
         with pytest.raises(GraderFault):

@@ -219,7 +219,7 @@ def test_the_rubric_seals_the_optimizers_and_a_sealed_problem_gets_a_sealed_serv
     unsealed = []  # set: every server started comes up unsealed, whatever it was asked
 
     class FakeServer:
-        meter, spawned = None, 0
+        meter = None
 
         def __init__(self, sandbox, work, scratch, config, reply_bytes, sealed_optim):
             asked.append(config.seal)

@@ -65,7 +65,6 @@ class ForkServer:
         self.work = private_copy(work)
         self.worker_config = sandbox.worker_config(self.work, scratch, sealed_optim)
         self.forks = FORKS
-        self.spawned = 0  # workers started: once one has, submission code has run beside this server
         self.log = bytearray()
         self.log_dropped = 0
         self.hello: dict[str, Any] | None = None
@@ -197,7 +196,6 @@ class ForkServer:
             if type(msg.get("pid")) is not int:
                 raise GraderFault(f"the sandbox could not start a worker ({str(msg.get('error'))[:200]})")
             pid = self._child()
-            self.spawned += 1
             if cgroup is not None:
                 # Before its first request: nothing of the submission has run.
                 (cgroup.path / "cgroup.procs").write_text(str(pid))
@@ -238,7 +236,6 @@ class ForkServer:
             argv = cgroup.wrap(argv)
         proc = subprocess.Popen(argv, env=env, cwd=cwd, pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL,
                                 stdout=log_w, stderr=log_w, start_new_session=True, **credentials)
-        self.spawned += 1
         if cgroup is not None and credentials:
             (cgroup.path / "cgroup.procs").write_text(str(proc.pid))
         return self._worker(Worker(proc.pid, req_w, rep_r, log_r, self.max_reply, proc=proc, cgroup=cgroup))

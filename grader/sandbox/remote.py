@@ -173,9 +173,10 @@ class RemoteImpl(ImplBase):
         """The current problem's worker: its live one, else a fresh one
         (forked, and ready: its hello read). No code of the submission runs
         before the hello, and a worker cannot reach its server (the seccomp
-        filter refuses ``prlimit64`` on another process's limits), so a start
-        that fails is the machine's or the grader's: a grader error (the
-        engine regrades the problem alone)."""
+        filter, on Linux x86_64 and aarch64, refuses ``prlimit64`` on another
+        process's limits), so a start that fails is the machine's or the
+        grader's: a grader error (the engine regrades the problem alone), and
+        the server that failed is replaced at the next start."""
         assert self.problem is not None
         w = self._workers.get(self.problem)
         if w is not None and w.alive():
@@ -211,9 +212,8 @@ class RemoteImpl(ImplBase):
                 requests.crashed(self, st, f"a worker's start-up: {e}")
                 raise WorkerCrashed(f"{self.problem}: {e}") from None
             st.note(f"a worker did not start: {e}")
-            if server.spawned > 1:  # earlier workers ran submission code beside it: the next start gets a fresh one
-                server.kill()
-                self._server = None
+            server.kill()  # (as when it cannot fork: the next start gets a fresh server)
+            self._server = None
             st.fault = st.fault or ("a worker did not start within its wall-clock limit (the machine is too busy?)"
                                     if isinstance(e, OutOfTime) else f"a worker could not start: {e}")
             raise GraderFault(f"{self.problem}: not graded: {st.fault}") from None
