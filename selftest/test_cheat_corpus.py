@@ -172,8 +172,8 @@ def test_bad_archive_is_an_error_result(archive, tmp_path):
 
 
 #: The cheats graded in each filesystem isolation: bubblewrap and the worker as an unprivileged uid on a locked
-#: checkout (grader/sandbox/uidsandbox.py). All but gpu_hog, which only a GPU grades (selftest/test_mfu_isolation.py
-#: runs it in uid mode there).
+#: checkout (grader/sandbox/uidsandbox.py). All but gpu_hog, whose attack needs a GPU (selftest/test_mfu_isolation.py
+#: runs it in a sandboxed worker against a stand-in device clock).
 BOTH_ISOLATIONS = tuple(n for n in CASES if n != "gpu_hog")
 #: The uid-mode cases that rest on Landlock (the host's shared memory and torch.optim's files are open to the
 #: worker's uid without it).
