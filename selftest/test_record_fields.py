@@ -58,10 +58,10 @@ def _graded(worker: dict[str, Any], hidden_worker: dict[str, Any], reveal: bool 
 def test_every_field_says_how_its_phases_combine():
     for f in fields(protocol.WorkerRecord):
         assert f.metadata.get("merge") in FOLDED, f"{f.name}: no merge in its metadata (problemstate.combined)"
-        assert f.metadata.get("report") in (None, "public", "revealed"), f.name
+        assert f.metadata.get("revealed") in (True, False), f.name
 
 
-@pytest.mark.parametrize("name", [f.name for f in fields(protocol.WorkerRecord) if f.metadata.get("report")])
+@pytest.mark.parametrize("name", [f.name for f in fields(protocol.WorkerRecord) if f.metadata.get("revealed")])
 def test_a_reported_field_shows_its_phases_combined(name):
     """Today ``workers`` (summed: public + hidden) and ``peak_bytes`` (the larger), instructors only."""
     f = next(f for f in fields(protocol.WorkerRecord) if f.name == name)
@@ -69,13 +69,13 @@ def test_a_reported_field_shows_its_phases_combined(name):
     problem = _graded({name: PUBLIC_VALUE[kind]}, {name: HIDDEN_VALUE[kind]})
     assert problem[name] == FOLDED[f.metadata["merge"]](PUBLIC_VALUE[kind], HIDDEN_VALUE[kind]), problem
     shown = name in _graded({name: PUBLIC_VALUE[kind]}, {name: HIDDEN_VALUE[kind]}, reveal=False)
-    assert shown == (f.metadata["report"] == "public"), (name, shown)
+    assert not shown, (name, "in a student's --json")
 
 
 def test_a_new_field_reaches_the_json_file_by_its_metadata_alone(monkeypatch):
     """A record with one more field (declared as a new line in WorkerRecord would
     be): its summed value is in the revealed ``--json`` object, and only there."""
-    summed = problemstate.combined("sum", "revealed")
+    summed = problemstate.combined(problemstate.SUM, revealed=True)
     probe = make_dataclass("Probe", [("probe", int, field(default=0, metadata=summed))], bases=(protocol.WorkerRecord,))
     monkeypatch.setattr(protocol, "WorkerRecord", probe)
     assert _graded({"probe": 3}, {"probe": 4})["probe"] == 7

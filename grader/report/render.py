@@ -27,7 +27,7 @@ The ``--json`` schema (stable; other tools build on it)::
                    "leaderboard": {...}}]}    (only where an MFU was graded: below)
     (with ``reveal``, each problem also has "hidden_log": str,
      "hidden_time": float, "hidden_cpu": float, and the fields of its worker
-     record marked for a report: "peak_bytes": int, "workers": int)
+     record marked revealed: "peak_bytes": int, "workers": int)
 
 ``status`` is one of "passed", "failed", "error", "timeout", "not run",
 "grader error", "not run on a GPU", "no checks" (problems and items alike;
@@ -73,8 +73,8 @@ as it could carry a hidden input: each problem's ``hidden_log``,
 ``hidden_time``, ``hidden_cpu``, ``peak_bytes`` and ``workers`` (the
 workers forked for its checks, public and hidden: a fresh one per problem,
 per fresh-process scenario and after each crash; these two, and any other
-field of :class:`grader.protocol.WorkerRecord` whose metadata marks it for a
-report, are its public and hidden phases' records combined), a hidden check's
+field of :class:`grader.protocol.WorkerRecord` whose metadata marks it
+revealed, are its public and hidden phases' records combined), a hidden check's
 ``duration`` and ``cpu``, and the run's ``seed``, ``operator_notes`` and
 ``operator_warnings`` (about the machine; a warning where it may change a
 result: an unsupported torch, too little memory), ``wall_time``, ``engine_cpu``, ``calibration_cpu`` and
@@ -140,7 +140,7 @@ def _problem_json(p: ProblemResult, reveal: bool) -> dict[str, Any]:
                        [_item_json(i) for i in value] if f.name == "items" else value)
     record = p.record if p.record is not None else protocol.WorkerRecord()
     for f in fields(record):
-        if f.metadata.get("report") == "public" or (f.metadata.get("report") == "revealed" and reveal):
+        if reveal and f.metadata.get("revealed"):
             out[f.name] = getattr(record, f.name)
     if (board := mfu_leaderboard.entry((c.figures for c in p.checks), stand_in=p.stand_in)) is not None:
         out["leaderboard"] = board.to_json()

@@ -58,14 +58,14 @@ _FOLDS: dict[str, Callable[[list[Any]], Any]] = {
 }
 
 
-def combined(merge: str, report: str | None = None) -> Mapping[str, str | None]:
+def combined(merge: str, *, revealed: bool = False) -> Mapping[str, str | bool]:
     """A :class:`WorkerRecord` field's metadata: how :meth:`WorkerRecord.combine`
     folds it (``merge``: SUM, MAX, JOIN, CONCAT, ANY or FIRST) and whether
-    each problem of the ``--json`` file shows its combined value (``report``:
-    "revealed", with ``--reveal-hidden`` only; "public", always, for a figure
-    no hidden check's run can steer; None, never)."""
+    each problem of the ``--json`` file shows its combined value with
+    ``--reveal-hidden`` (``revealed``; never without it: the combined value
+    holds the hidden phase's, which the submission's run can steer)."""
     assert merge in _FOLDS, merge
-    return {"merge": merge, "report": report}
+    return {"merge": merge, "revealed": revealed}
 
 
 @dataclass
@@ -97,9 +97,9 @@ class WorkerRecord:
     log_dropped: int = field(default=0, metadata=combined(FIRST))
     started: bool = field(default=False, metadata=combined(ANY))
     # the most resident memory one of them held beyond its start (instructors)
-    peak_bytes: int = field(default=0, metadata=combined(MAX, report="revealed"))
+    peak_bytes: int = field(default=0, metadata=combined(MAX, revealed=True))
     # workers started (each forked fresh), public and hidden (instructors)
-    workers: int = field(default=0, metadata=combined(SUM, report="revealed"))
+    workers: int = field(default=0, metadata=combined(SUM, revealed=True))
     # a module it needs did not import: where and why (grader.imports), "" if all did
     import_error: str = field(default="", metadata=combined(FIRST))
 
