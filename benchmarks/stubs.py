@@ -12,8 +12,8 @@ conftest.py supply every default), this interpreter, single-process. The time
 is the wall-clock time of the whole command, start-up (importing torch) and
 collection included: what the student waits for; next to it, the CPU time of
 pytest's process tree (user + system), which a busy machine moves far less: on
-an idle machine the single-process run's wall time is about its CPU time. The targets of the issue
-"The first hour of a student": under 30 s on 2 cores, under 200 lines. The
+an idle machine the single-process run's wall time is about its CPU time. The targets for a
+student's first hour: under 30 s on 2 cores, under 200 lines. The
 machine's load average is printed before and after, since a busy machine moves
 the time (never the line count).
 """

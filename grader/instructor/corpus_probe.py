@@ -6,8 +6,8 @@ the entries were never checked against (a new function's). The question is
 ``selftest/test_wrong_corpus.py``'s, asked of one item's checks only: the
 item's public tests and the hidden checks extending them, selected by the
 rubric as the grader selects them, in the ``detect`` hypothesis profile, each
-entry stopping at its first failing check. One process imports torch and
-collects the test files once; each entry costs only its own checks.
+entry stopping at its first failing check. One process imports torch once;
+each entry is one pytest run of the item's checks.
 
 Input (JSON on stdin): a list of ``{"problem": P, "item": I, "entries": [names]}``.
 Output (JSON on stdout): for each, ``{entry: [node ids of the failing checks]}``
