@@ -175,7 +175,8 @@ def run_pytest(template: GroupSpec, problems: tuple[ProblemSpec, ...], run: Path
         peak.stop()
     reader.join(timeout=30)
     text = out.decode("utf-8", "replace")
-    error, log = ("", "") if collected.complete else _no_results(killed, hard_limit, proc, text, peak.bytes)
+    error, log = ("", "") if collected.complete else _no_results(killed, hard_limit, proc, text, peak.bytes,
+                                                                    hidden=spec.hidden)
     # The problems that ended keep their runs; the others' are lost, and say why.
     runs = {p.name: collected.runs.get(p.name) or ProblemRun(p.name, spec.hidden, lost=error, log=log)
             for p in problems}
@@ -238,20 +239,27 @@ class _PeakMemory:
 
 
 def _no_results(killed: bool, hard_limit: float, proc: subprocess.Popen[bytes], text: str,
-                peak: int) -> tuple[str, str]:
-    """Why a trusted pytest process ended without all its results, and its output's tail."""
+                peak: int, *, hidden: bool) -> tuple[str, str]:
+    """Why a trusted pytest process ended without all its results, and its
+    output's tail; of a ``hidden`` phase's, why in words only (its figures,
+    in the log, are the instructors')."""
     held = f"; it held {peak / (1 << 20):.0f} MiB at its peak" if peak else ""
     if killed:
         why = f"the grader's test run ran past {hard_limit:g} s and was stopped"
+        words = "the grader's test run ran past its time limit and was stopped"
     elif proc.returncode == -signal.SIGKILL:
         free = memory_available()
         why = (f"the grader's test run was killed by SIGKILL from outside (out of memory?{held}; "
                f"{free / (1 << 30):.1f} GiB of memory is available to the grader now)")
+        words = "the grader's test run was killed by SIGKILL from outside (out of memory?)"
     else:
         why = f"the grader's test run ended without results (exit {proc.returncode}{held})"
+        words = "the grader's test run ended without results"
     # Its output may hold what the submission said (failure messages of
-    # hidden checks): it goes to the instructors' log, never to "error".
-    return why, text[-3000:]
+    # hidden checks): it goes to the instructors' log, never to "error"; so do
+    # a hidden run's figures (the memory it held, its exit status), which
+    # what the hidden checks' worker replied can move.
+    return (words, f"{why}\n{text[-3000:]}") if hidden else (why, text[-3000:])
 
 
 def group_template(name: Path, work: Path, profile: str, sandbox: Sandbox, *, seed: int,

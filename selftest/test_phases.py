@@ -103,3 +103,9 @@ sys.exit(3)
     assert views.worker is not None and views.worker.calls == 2
     assert memory.lost == phase.error and "ended without results (exit 3" in memory.lost, memory
     assert "the trusted run's own words" in memory.log and not memory.checks and memory.worker is None
+    # A hidden phase's figures (exit status, memory held) are the instructors': students read words only.
+    from dataclasses import replace
+
+    hidden = groups.run_pytest(replace(template, hidden=True), problems, tmp_path / "hidden").runs["memory"]
+    assert hidden.lost == "the grader's test run ended without results", hidden.lost
+    assert "ended without results (exit 3" in hidden.log, hidden.log
