@@ -5,9 +5,12 @@ import os
 
 
 def _scratch_folders():
-    """The scratch folder: a mount in bubblewrap; in uid mode the worker's TMPDIR."""
-    found = [line.split()[4] for line in open("/proc/self/mountinfo") if "scratch" in line.split()[4]]
-    return found or [os.environ.get("TMPDIR", "/nonexistent")]
+    """The scratch folder: in uid mode the worker's TMPDIR (the host's mount table
+    may name other scratch folders); in bubblewrap (TMPDIR /tmp) its mount."""
+    tmp = os.environ.get("TMPDIR", "/tmp")
+    if tmp != "/tmp":
+        return [tmp]
+    return [line.split()[4] for line in open("/proc/self/mountinfo") if "scratch" in line.split()[4]]
 
 
 def _fill():

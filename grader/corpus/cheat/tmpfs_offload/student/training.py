@@ -10,8 +10,11 @@ import uuid
 import torch
 from torch import nn
 
-_PLACES = ["/dev/shm", "/tmp"] + [line.split()[4] for line in open("/proc/self/mountinfo")
-                                  if "scratch" in line.split()[4]] + [os.environ.get("TMPDIR", "/tmp")]  # uid mode
+# The scratch folder last: TMPDIR in uid mode (the host's mount table may name other scratch folders), else its
+# mount in bubblewrap (TMPDIR /tmp there).
+_TMP = os.environ.get("TMPDIR", "/tmp")
+_PLACES = ["/dev/shm", "/tmp"] + ([_TMP] if _TMP != "/tmp" else [
+    line.split()[4] for line in open("/proc/self/mountinfo") if "scratch" in line.split()[4]])
 
 
 def _pack(t):
